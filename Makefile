@@ -1,0 +1,69 @@
+# tidemark: `make demo` sets everything up and runs the demo; `make test` runs the tests.
+# Every target installs what it needs first, so each works from a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+STATE := .tidemark
+BIN := $(VENV)/bin
+TIDEMARK := $(BIN)/tidemark
+MVN := mvn -B -q -s jvm/settings.xml
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: help venv jars up down status doctor migrate demo test test-unit test-integration lint lock clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: requirements.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "tidemark needs Python 3.11 (set PYTHON=python3.11)")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -x $(BIN)/uv || $(BIN)/pip install -q "$$(grep -oE '^uv==[0-9.]+' requirements.lock)"
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	touch $@
+
+venv: $(VENV)/.installed  ## create .venv from requirements.lock (uv, about a minute)
+
+$(STATE)/jars/.fetched: jvm/settings.xml jvm/spark/pom.xml jvm/kafka/pom.xml
+	@command -v mvn >/dev/null || { echo "Maven is needed to fetch the jars (Debian: apt-get install maven)"; exit 1; }
+	rm -rf $(STATE)/jars/spark $(STATE)/jars/kafka
+	$(MVN) -f jvm/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(STATE))/jars/spark
+	$(MVN) -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(STATE))/jars/kafka
+	touch $@
+
+jars: $(STATE)/jars/.fetched  ## fetch the pinned Kafka connector, Delta and Kafka broker jars (Maven)
+
+up: venv jars  ## start Kafka and PostgreSQL under .tidemark/
+	$(TIDEMARK) up
+
+down:  ## stop Kafka and PostgreSQL
+	@if [ -x $(TIDEMARK) ]; then $(TIDEMARK) down; else echo "nothing to stop (no .venv)"; fi
+
+status: venv  ## show whether the services run
+	$(TIDEMARK) status
+
+doctor: venv  ## check Java, jars, ports and services
+	$(TIDEMARK) doctor
+
+migrate: up  ## apply sql/ migrations
+	$(TIDEMARK) db migrate
+
+demo: migrate  ## set up everything, produce events, run the Spark job, print a summary
+	$(TIDEMARK) demo
+
+test: lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
+
+lint: venv  ## ruff
+	$(BIN)/ruff check spark_jobs dags plugins tests
+
+test-unit: venv  ## unit tests (no services)
+	$(BIN)/pytest -m "not integration" tests
+
+test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta
+	$(BIN)/pytest -m integration tests
+
+lock:  ## re-resolve requirements.lock from requirements.in
+	$(BIN)/uv pip compile -q --generate-hashes --python-version 3.11 requirements.in -o requirements.lock
+
+clean: down  ## stop services and delete .venv and .tidemark (data included)
+	rm -rf $(VENV) $(STATE)

@@ -1,0 +1,111 @@
+"""Land a frozen Kafka range raw into the Delta table ``raw_events``, recorded in the ledger.
+
+The simplest complete path through tidemark's parts: offsets planned before reading, a bounded
+read through Spark's Kafka connector, an idempotent Delta MERGE keyed by the record's coordinates,
+and a ledger row in PostgreSQL. Landing the same range again changes nothing. It is also the
+Spark baseline the benchmarks compare the full pipeline against.
+
+spark-submit entry point: ``spark-submit spark_jobs/land.py [--topic T]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spark_jobs import ledger
+from spark_jobs.offsets import PartitionRange, latest_ranges, spark_offsets
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+PIPELINE = "land"
+TABLE = "raw_events"
+COORDINATES = ("topic", "partition", "offset")
+
+
+@dataclass(frozen=True)
+class LandReport:
+    batch_id: int
+    ranges: list[PartitionRange]
+    records: int
+    inserted: int
+    table: str
+    already_landed: bool
+
+
+def read_range(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> DataFrame:
+    """A bounded batch read of exactly ``ranges``, committed records only."""
+    starting, ending = spark_offsets(ranges)
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
+        .option("subscribe", ranges[0].topic)
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .option("kafka.isolation.level", "read_committed")
+        .option("failOnDataLoss", "true")
+    )
+    for key, value in settings.kafka_options.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader.load()
+
+
+def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> LandReport:
+    """Land ``ranges`` into ``raw_events``; a range landed before is a no-op."""
+    from delta.tables import DeltaTable
+
+    path = settings.table_path(TABLE)
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PIPELINE,))
+            batch_id = _landed_batch(cur, ranges)
+            if batch_id is not None:
+                return LandReport(batch_id, ranges, 0, 0, path, already_landed=True)
+            batch_id = ledger.next_batch_id(cur, PIPELINE)
+
+            rows = read_range(spark, settings, ranges).select(
+                "topic", "partition", "offset", "timestamp", "timestampType", "key", "value"
+            )
+            rows = rows.persist()
+            records = rows.count()
+            if not DeltaTable.isDeltaTable(spark, path):
+                rows.limit(0).write.format("delta").partitionBy("partition").save(path)
+            table = DeltaTable.forPath(spark, path)
+            condition = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
+            (table.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute())
+            metrics = table.history(1).select("operationMetrics").first()[0]
+            inserted = int(metrics.get("numTargetRowsInserted", 0))
+            rows.unpersist()
+            ledger.record_batch(cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records))
+    finally:
+        conn.close()
+    return LandReport(batch_id, ranges, records, inserted, path, already_landed=False)
+
+
+def _landed_batch(cur, ranges: list[PartitionRange]) -> int | None:  # noqa: ANN001
+    cur.execute("SELECT batch_id FROM ledger_batches WHERE pipeline = %s ORDER BY batch_id", (PIPELINE,))
+    for (batch_id,) in cur.fetchall():
+        if ledger.batch_ranges(cur, PIPELINE, batch_id) == sorted(ranges):
+            return batch_id
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    from spark_jobs.spark import build_session
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topic", help="topic to land (default: TIDEMARK_TOPIC or 'events')")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    ranges = latest_ranges(settings, args.topic or settings.topic)
+    spark = build_session(settings, "tidemark-land")
+    report = land(spark, settings, ranges)
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

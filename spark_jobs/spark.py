@@ -1,0 +1,61 @@
+"""The SparkSession every tidemark job uses: Delta enabled, the Kafka connector from the local jar cache."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REQUIRED_JARS = ("spark-sql-kafka-0-10_2.13-", "delta-spark_4.2_2.13-", "kafka-clients-")
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """The connector and Delta jars `make jars` put in the cache; fails if one is missing."""
+    jars = sorted((settings.jars_dir / "spark").glob("*.jar"))
+    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
+    if missing:
+        raise FileNotFoundError(
+            f"Spark jars missing in {settings.jars_dir / 'spark'} ({', '.join(m.rstrip('-') for m in missing)}). "
+            "Run `make jars`."
+        )
+    return jars
+
+
+def build_session(settings: Settings, app_name: str) -> SparkSession:
+    """Get or create the SparkSession for a tidemark job.
+
+    Under spark-submit the master and jars come from the submit command; run from Python (the CLI,
+    tests) it is ``TIDEMARK_SPARK_MASTER`` (default ``local[2]``) with the cached jars.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.shuffle.partitions", os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.sql.session.timeZone", "UTC")
+        # Delta's default of 50 partitions for reading its log is slow on small machines.
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    # pyspark sets PYSPARK_GATEWAY_PORT when spark-submit started this process.
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
+        if master.startswith("local"):
+            # Stay on loopback: nothing outside this machine needs to reach a local driver.
+            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        builder = (
+            builder.master(master)
+            .config("spark.jars", ",".join(str(j) for j in spark_jars(settings)))
+            .config("spark.ui.enabled", os.environ.get("TIDEMARK_SPARK_UI", "false"))
+            .config("spark.driver.memory", os.environ.get("TIDEMARK_SPARK_DRIVER_MEMORY", "2g"))
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
+    return spark
