@@ -54,7 +54,7 @@ demo: migrate  ## set up everything, produce events, run the Spark job, print a 
 test: lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
 
 lint: venv  ## ruff
-	$(BIN)/ruff check spark_jobs dags plugins tests
+	$(BIN)/ruff check .
 
 test-unit: venv  ## unit tests (no services)
 	$(BIN)/pytest -m "not integration" tests

@@ -110,7 +110,9 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(report.produced.items()))
     print(f"produced {report.committed:,} committed records to {report.topic} in {elapsed:.1f} s ({kinds})")
     if report.aborted:
-        print(f"aborted  {report.aborted:,} records in aborted transactions (never visible to read_committed)")
+        print(
+            f"aborted  {report.aborted:,} records in aborted transactions (never visible to read_committed)"
+        )
     return 0
 
 
@@ -131,8 +133,10 @@ def _print_land(report) -> None:  # noqa: ANN001 - LandReport, imported lazily
     if report.already_landed:
         print(f"range already landed as batch {report.batch_id}: {spans}; nothing written")
     else:
-        print(f"landed batch {report.batch_id}: {report.records:,} records read, {report.inserted:,} new rows "
-              f"in {report.table}; ranges {spans}")
+        print(
+            f"landed batch {report.batch_id}: {report.records:,} records read, {report.inserted:,} new rows "
+            f"in {report.table}; ranges {spans}"
+        )
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
@@ -143,8 +147,15 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs.producer import ProduceSpec, produce
     from spark_jobs.spark import build_session
 
-    spec = ProduceSpec(count=args.count, entities=50, skew=0.2, duplicate_rate=0.02, late_rate=0.05,
-                       malformed_rate=0.02, seed=int(time.time()))
+    spec = ProduceSpec(
+        count=args.count,
+        entities=50,
+        skew=0.2,
+        duplicate_rate=0.02,
+        late_rate=0.05,
+        malformed_rate=0.02,
+        seed=int(time.time()),
+    )
     report = produce(settings, spec, partitions=3)
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(report.produced.items()))
     print(f"1. produced {report.committed:,} events to Kafka topic {report.topic!r} ({kinds})")
@@ -160,12 +171,16 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     total = spark.read.format("delta").load(settings.table_path(TABLE)).count()
     conn = ledger.connect(settings.postgres_dsn)
     with conn, conn.cursor() as cur:
-        cur.execute("SELECT count(*), coalesce(sum(records_read), 0) FROM ledger_batches WHERE pipeline = 'land'")
+        cur.execute(
+            "SELECT count(*), coalesce(sum(records_read), 0) FROM ledger_batches WHERE pipeline = 'land'"
+        )
         batches, recorded = cur.fetchone()
     conn.close()
     print(f"\nDelta table {settings.table_path(TABLE)}: {total:,} rows")
-    print(f"PostgreSQL ledger: {batches} batches, {recorded:,} records  "
-          f"(psql -h 127.0.0.1 -p {settings.postgres_port} -U tidemark tidemark -c 'TABLE ledger_ranges')")
+    print(
+        f"PostgreSQL ledger: {batches} batches, {recorded:,} records  "
+        f"(psql -h 127.0.0.1 -p {settings.postgres_port} -U tidemark tidemark -c 'TABLE ledger_ranges')"
+    )
     print(f"Logs and data: {settings.home}   Stop everything: make down")
     return 0
 
@@ -196,11 +211,14 @@ def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
         return jars[0].name
 
     check("kafka broker jars", kafka_jars)
-    check("spark-submit on PATH", lambda: shutil.which("spark-submit") or _raise("activate .venv (make venv)"))
+    check(
+        "spark-submit on PATH", lambda: shutil.which("spark-submit") or _raise("activate .venv (make venv)")
+    )
     for name, service, port in (
         ("kafka", KafkaBroker(settings), settings.kafka_port),
         ("postgres", PostgresServer(settings), settings.postgres_port),
     ):
+
         def probe(service=service, port=port) -> str:  # noqa: ANN001
             if service.is_running():
                 return f"running on port {port}"
@@ -232,21 +250,39 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser("migrate", help="apply sql/ migrations in order (safe to re-run)")
 
     produce = sub.add_parser("produce", help="write synthetic events to Kafka (creates the topic)")
-    produce.add_argument("--count", type=_non_negative, default=10_000, help="records to produce (default 10000)")
+    produce.add_argument(
+        "--count", type=_non_negative, default=10_000, help="records to produce (default 10000)"
+    )
     produce.add_argument("--entities", type=_positive, default=100, help="distinct entity_ids (default 100)")
-    produce.add_argument("--skew", type=_rate, default=0.0, help="fraction sent to the hottest 1%% of entities")
-    produce.add_argument("--duplicate-rate", type=_rate, default=0.0, help="fraction resending an earlier event_id")
-    produce.add_argument("--late-rate", type=_rate, default=0.0, help="fraction with an out-of-order event time")
+    produce.add_argument(
+        "--skew", type=_rate, default=0.0, help="fraction sent to the hottest 1%% of entities"
+    )
+    produce.add_argument(
+        "--duplicate-rate", type=_rate, default=0.0, help="fraction resending an earlier event_id"
+    )
+    produce.add_argument(
+        "--late-rate", type=_rate, default=0.0, help="fraction with an out-of-order event time"
+    )
     produce.add_argument("--malformed-rate", type=_rate, default=0.0, help="fraction of malformed records")
-    produce.add_argument("--transaction-size", type=_non_negative, default=0,
-                         help="records per producer transaction (0: no transactions)")
+    produce.add_argument(
+        "--transaction-size",
+        type=_non_negative,
+        default=0,
+        help="records per producer transaction (0: no transactions)",
+    )
     produce.add_argument("--abort-rate", type=_rate, default=0.0, help="fraction of transactions aborted")
     produce.add_argument("--partitions", type=_positive, default=3, help="partitions if the topic is created")
     produce.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
     produce.add_argument("--seed", type=int, default=42, help="random seed; same seed, same records")
-    produce.add_argument("--id-prefix", default="", help="prefix for event_ids, to keep separate runs distinct")
-    produce.add_argument("--arrival-step-ms", type=_non_negative, default=0,
-                         help="simulate arrival times this far apart (topic uses CreateTime)")
+    produce.add_argument(
+        "--id-prefix", default="", help="prefix for event_ids, to keep separate runs distinct"
+    )
+    produce.add_argument(
+        "--arrival-step-ms",
+        type=_non_negative,
+        default=0,
+        help="simulate arrival times this far apart (topic uses CreateTime)",
+    )
 
     land = sub.add_parser("land", help="land the topic's current range raw into Delta (Spark job)")
     land.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
@@ -286,4 +322,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

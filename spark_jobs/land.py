@@ -80,7 +80,9 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
             metrics = table.history(1).select("operationMetrics").first()[0]
             inserted = int(metrics.get("numTargetRowsInserted", 0))
             rows.unpersist()
-            ledger.record_batch(cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records))
+            ledger.record_batch(
+                cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records)
+            )
     finally:
         conn.close()
     return LandReport(batch_id, ranges, records, inserted, path, already_landed=False)

@@ -63,9 +63,18 @@ def record_batch(
     if len(topics) != 1:
         raise ValueError(f"a batch reads exactly one topic, got {sorted(topics) or 'none'}")
     cur.execute(
-        """INSERT INTO ledger_batches (pipeline, batch_id, topic, records_read, accepted, duplicates, quarantined)
+        """INSERT INTO ledger_batches
+               (pipeline, batch_id, topic, records_read, accepted, duplicates, quarantined)
            VALUES (%s, %s, %s, %s, %s, %s, %s)""",
-        (pipeline, batch_id, topics.pop(), counts.read, counts.accepted, counts.duplicates, counts.quarantined),
+        (
+            pipeline,
+            batch_id,
+            topics.pop(),
+            counts.read,
+            counts.accepted,
+            counts.duplicates,
+            counts.quarantined,
+        ),
     )
     cur.executemany(
         """INSERT INTO ledger_ranges (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset)

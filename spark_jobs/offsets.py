@@ -86,7 +86,9 @@ def watermarks(settings: Settings, topic: str) -> Mapping[int, tuple[int, int]]:
     """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
+    consumer = Consumer(
+        settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False})
+    )
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         info = metadata.topics.get(topic)

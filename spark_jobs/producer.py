@@ -142,7 +142,9 @@ def generate(spec: ProduceSpec) -> Iterator[Record]:
         event_time, kind = clock, "valid"
         if roll < spec.late_rate:
             event_time, kind = clock - timedelta(hours=rng.randint(1, 48)), "late"
-        event = _event(f"{spec.id_prefix}ev-{spec.seed}-{i:09d}", entity, rng.choice(EVENT_TYPES), event_time, rng)
+        event = _event(
+            f"{spec.id_prefix}ev-{spec.seed}-{i:09d}", entity, rng.choice(EVENT_TYPES), event_time, rng
+        )
         roll -= spec.late_rate
         if 0 <= roll < spec.malformed_rate:
             malformed = MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))]
@@ -203,6 +205,10 @@ def produce(
 
     def finish_transaction() -> None:
         if abort_rng.random() < abort_rate:
+            # Deliver first: the aborted records then really sit in the log (as in production), and
+            # librdkafka does not race the abort against in-flight AddPartitionsToTxn
+            # (confluentinc/librdkafka#4849, INVALID_TXN_STATE).
+            producer.flush(60)
             producer.abort_transaction(60)
             report.aborted += sum(pending.values())
         else:

@@ -20,8 +20,8 @@ def spark_jars(settings: Settings) -> list[Path]:
     missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
     if missing:
         raise FileNotFoundError(
-            f"Spark jars missing in {settings.jars_dir / 'spark'} ({', '.join(m.rstrip('-') for m in missing)}). "
-            "Run `make jars`."
+            f"Spark jars missing in {settings.jars_dir / 'spark'} "
+            f"({', '.join(m.rstrip('-') for m in missing)}). Run `make jars`."
         )
     return jars
 
@@ -49,7 +49,9 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         master = os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
         if master.startswith("local"):
             # Stay on loopback: nothing outside this machine needs to reach a local driver.
-            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1"
+            )
         builder = (
             builder.master(master)
             .config("spark.jars", ",".join(str(j) for j in spark_jars(settings)))

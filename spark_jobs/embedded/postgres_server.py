@@ -72,7 +72,9 @@ class PostgresServer:
     def is_running(self) -> bool:
         if not self.data_dir.exists():
             return False
-        status = self._run([str(postgres_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "status"], check=False)
+        status = self._run(
+            [str(postgres_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "status"], check=False
+        )
         return status.returncode == 0
 
     def start(self, timeout: float = 60.0) -> str:
@@ -87,16 +89,35 @@ class PostgresServer:
         self._prepare_dirs()
         if not (self.data_dir / "PG_VERSION").exists():
             init = self._run(
-                [str(bin_dir / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "--auth=trust",
-                 "--encoding=UTF8", "--no-instructions"],
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--no-instructions",
+                ],
                 check=False,
             )
             if init.returncode != 0:
                 raise ServiceError(f"initdb failed:\n{init.stdout}{init.stderr}")
         options = f"-p {port} -k {self.socket_dir} -c listen_addresses=127.0.0.1"
         started = self._run(
-            [str(bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file), "-o", options,
-             "-w", "-t", str(int(timeout)), "start"],
+            [
+                str(bin_dir / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "start",
+            ],
             check=False,
         )
         if started.returncode != 0:
@@ -148,7 +169,8 @@ class PostgresServer:
             return "PostgreSQL is not running"
         pid = self.pid()
         stopped = self._run(
-            [str(postgres_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], check=False
+            [str(postgres_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
+            check=False,
         )
         if stopped.returncode != 0:
             raise ServiceError(f"PostgreSQL did not stop: {stopped.stderr.strip()}")

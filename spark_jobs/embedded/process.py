@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -55,20 +56,15 @@ def stop_pid(pid: int, timeout: float = 30.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            # Reap it if it is our child, otherwise just probe.
+        with contextlib.suppress(ChildProcessError):  # reap it if it is our child
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.2)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str, log: Path | None = None) -> None:

@@ -1,0 +1,79 @@
+"""Shared fixtures.
+
+Integration tests run against real services on their own ports and state folder
+(``.tidemark/test``), so they never touch a demo stack. The session starts what is not running and
+stops, at the end, only what it started. One SparkSession serves the whole session.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.settings import PROJECT_ROOT, Settings
+
+INTEGRATION_DIR = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    env = {
+        "TIDEMARK_HOME": os.environ.get("TIDEMARK_TEST_HOME", str(PROJECT_ROOT / ".tidemark" / "test")),
+        "TIDEMARK_KAFKA_PORT": os.environ.get("TIDEMARK_TEST_KAFKA_PORT", "29092"),
+        "TIDEMARK_KAFKA_CONTROLLER_PORT": os.environ.get("TIDEMARK_TEST_KAFKA_CONTROLLER_PORT", "29093"),
+        "TIDEMARK_POSTGRES_PORT": os.environ.get("TIDEMARK_TEST_POSTGRES_PORT", "25432"),
+        "TIDEMARK_JARS_DIR": str(PROJECT_ROOT / ".tidemark" / "jars"),
+    }
+    return Settings.from_env(env)
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings):
+    """Kafka and PostgreSQL running, database migrated."""
+    from spark_jobs.embedded import KafkaBroker, PostgresServer
+    from spark_jobs.migrations import migrate
+
+    services = [PostgresServer(settings), KafkaBroker(settings)]
+    started = [service for service in services if not service.is_running()]
+    try:
+        for service in services:
+            service.start()
+        migrate(settings.postgres_dsn)
+        yield settings
+    finally:
+        for service in reversed(started):
+            service.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(stack: Settings):
+    from spark_jobs.spark import build_session
+
+    session = build_session(stack, "tidemark-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def topic(stack: Settings) -> str:
+    """A fresh topic name per test (created by the producer)."""
+    return f"test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def pg(stack: Settings):
+    """A psycopg2 connection to the tidemark database, closed after the test."""
+    from spark_jobs.ledger import connect
+
+    conn = connect(stack.postgres_dsn)
+    yield conn
+    conn.close()
