@@ -13,6 +13,7 @@ import time
 from datetime import timedelta
 
 from spark_jobs.embedded import KafkaBroker, PostgresServer, ServiceError
+from spark_jobs.ingest import DataLossError, WriterBusy
 from spark_jobs.migrations import MigrationError
 from spark_jobs.offsets import TopicError
 from spark_jobs.settings import Settings
@@ -110,9 +111,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(report.produced.items()))
     print(f"produced {report.committed:,} committed records to {report.topic} in {elapsed:.1f} s ({kinds})")
     if report.aborted:
-        print(
-            f"aborted  {report.aborted:,} records in aborted transactions (never visible to read_committed)"
-        )
+        print(f"aborted  {report.aborted:,} records in aborted transactions (never visible to read_committed)")
     return 0
 
 
@@ -137,6 +136,38 @@ def _print_land(report) -> None:  # noqa: ANN001 - LandReport, imported lazily
             f"landed batch {report.batch_id}: {report.records:,} records read, {report.inserted:,} new rows "
             f"in {report.table}; ranges {spans}"
         )
+
+
+def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.ingest import describe, run_from_arguments
+    from spark_jobs.spark import build_session
+
+    result = run_from_arguments(lambda: build_session(settings, f"tidemark-{args.mode}"), settings, args)
+    print(describe(result))
+    return 0
+
+
+def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.ledger import connect
+
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                """SELECT session_id, started_at, ended_at, event_count, first_event_time, last_event_time
+                   FROM sessions WHERE entity_id = %s ORDER BY started_at""",
+                (args.entity_id,),
+            )
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    if not rows:
+        print(f"no sessions for entity {args.entity_id!r}")
+        return 1
+    print(f"{'session_id':34} {'started_at (arrival)':27} {'ended_at':27} {'events':>6}")
+    for session_id, started, ended, count, *_ in rows:
+        print(f"{session_id:34} {started.isoformat():27} {ended.isoformat():27} {count:>6}")
+    return 0
 
 
 def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
@@ -171,9 +202,7 @@ def cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
     total = spark.read.format("delta").load(settings.table_path(TABLE)).count()
     conn = ledger.connect(settings.postgres_dsn)
     with conn, conn.cursor() as cur:
-        cur.execute(
-            "SELECT count(*), coalesce(sum(records_read), 0) FROM ledger_batches WHERE pipeline = 'land'"
-        )
+        cur.execute("SELECT count(*), coalesce(sum(records_read), 0) FROM ledger_batches WHERE pipeline = 'land'")
         batches, recorded = cur.fetchone()
     conn.close()
     print(f"\nDelta table {settings.table_path(TABLE)}: {total:,} rows")
@@ -211,9 +240,7 @@ def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
         return jars[0].name
 
     check("kafka broker jars", kafka_jars)
-    check(
-        "spark-submit on PATH", lambda: shutil.which("spark-submit") or _raise("activate .venv (make venv)")
-    )
+    check("spark-submit on PATH", lambda: shutil.which("spark-submit") or _raise("activate .venv (make venv)"))
     for name, service, port in (
         ("kafka", KafkaBroker(settings), settings.kafka_port),
         ("postgres", PostgresServer(settings), settings.postgres_port),
@@ -250,19 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub.add_parser("migrate", help="apply sql/ migrations in order (safe to re-run)")
 
     produce = sub.add_parser("produce", help="write synthetic events to Kafka (creates the topic)")
-    produce.add_argument(
-        "--count", type=_non_negative, default=10_000, help="records to produce (default 10000)"
-    )
+    produce.add_argument("--count", type=_non_negative, default=10_000, help="records to produce (default 10000)")
     produce.add_argument("--entities", type=_positive, default=100, help="distinct entity_ids (default 100)")
-    produce.add_argument(
-        "--skew", type=_rate, default=0.0, help="fraction sent to the hottest 1%% of entities"
-    )
-    produce.add_argument(
-        "--duplicate-rate", type=_rate, default=0.0, help="fraction resending an earlier event_id"
-    )
-    produce.add_argument(
-        "--late-rate", type=_rate, default=0.0, help="fraction with an out-of-order event time"
-    )
+    produce.add_argument("--skew", type=_rate, default=0.0, help="fraction sent to the hottest 1%% of entities")
+    produce.add_argument("--duplicate-rate", type=_rate, default=0.0, help="fraction resending an earlier event_id")
+    produce.add_argument("--late-rate", type=_rate, default=0.0, help="fraction with an out-of-order event time")
     produce.add_argument("--malformed-rate", type=_rate, default=0.0, help="fraction of malformed records")
     produce.add_argument(
         "--transaction-size",
@@ -274,9 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--partitions", type=_positive, default=3, help="partitions if the topic is created")
     produce.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
     produce.add_argument("--seed", type=int, default=42, help="random seed; same seed, same records")
-    produce.add_argument(
-        "--id-prefix", default="", help="prefix for event_ids, to keep separate runs distinct"
-    )
+    produce.add_argument("--id-prefix", default="", help="prefix for event_ids, to keep separate runs distinct")
     produce.add_argument(
         "--arrival-step-ms",
         type=_non_negative,
@@ -286,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     land = sub.add_parser("land", help="land the topic's current range raw into Delta (Spark job)")
     land.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
+
+    from spark_jobs.ingest import add_backfill_arguments, add_scheduled_arguments
+
+    add_scheduled_arguments(sub.add_parser("ingest", help="scheduled run: process what arrived since the last run"))
+    add_backfill_arguments(sub.add_parser("backfill", help="re-process an offset or arrival-time range"))
+    sessions = sub.add_parser("sessions", help="show an entity's sessions (from PostgreSQL)")
+    sessions.add_argument("entity_id")
 
     demo = sub.add_parser("demo", help="produce demo events and run the Spark job; prints a summary")
     demo.add_argument("--count", type=_positive, default=5_000)
@@ -299,6 +323,9 @@ COMMANDS = {
     "doctor": cmd_doctor,
     "produce": cmd_produce,
     "land": cmd_land,
+    "ingest": cmd_ingest,
+    "backfill": cmd_ingest,
+    "sessions": cmd_sessions,
     "demo": cmd_demo,
 }
 
@@ -313,7 +340,16 @@ def main(argv: list[str] | None = None) -> int:
     handler = cmd_migrate if args.command == "db" else COMMANDS[args.command]
     try:
         return handler(settings, args)
-    except (ServiceError, ConnectionError, FileNotFoundError, ValueError, TopicError, MigrationError) as exc:
+    except (
+        ServiceError,
+        ConnectionError,
+        FileNotFoundError,
+        ValueError,
+        TopicError,
+        MigrationError,
+        DataLossError,
+        WriterBusy,
+    ) as exc:
         print(f"tidemark {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

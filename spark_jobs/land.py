@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_jobs import ledger
-from spark_jobs.offsets import PartitionRange, latest_ranges, spark_offsets
+from spark_jobs.kafka_source import read_range
+from spark_jobs.offsets import PartitionRange, latest_ranges
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 PIPELINE = "land"
 TABLE = "raw_events"
@@ -34,23 +35,6 @@ class LandReport:
     inserted: int
     table: str
     already_landed: bool
-
-
-def read_range(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> DataFrame:
-    """A bounded batch read of exactly ``ranges``, committed records only."""
-    starting, ending = spark_offsets(ranges)
-    reader = (
-        spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
-        .option("subscribe", ranges[0].topic)
-        .option("startingOffsets", starting)
-        .option("endingOffsets", ending)
-        .option("kafka.isolation.level", "read_committed")
-        .option("failOnDataLoss", "true")
-    )
-    for key, value in settings.kafka_options.items():
-        reader = reader.option(f"kafka.{key}", value)
-    return reader.load()
 
 
 def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> LandReport:
@@ -80,9 +64,7 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
             metrics = table.history(1).select("operationMetrics").first()[0]
             inserted = int(metrics.get("numTargetRowsInserted", 0))
             rows.unpersist()
-            ledger.record_batch(
-                cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records)
-            )
+            ledger.record_batch(cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records))
     finally:
         conn.close()
     return LandReport(batch_id, ranges, records, inserted, path, already_landed=False)

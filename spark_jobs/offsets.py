@@ -32,9 +32,7 @@ class PartitionRange:
         if self.start < 0:
             raise ValueError(f"start offset must be >= 0, got {self.start} for partition {self.partition}")
         if self.end < self.start:
-            raise ValueError(
-                f"partition {self.partition}: end offset {self.end} is before start offset {self.start}"
-            )
+            raise ValueError(f"partition {self.partition}: end offset {self.end} is before start offset {self.start}")
 
     @property
     def size(self) -> int:
@@ -58,9 +56,7 @@ def admin_client(settings: Settings):  # -> confluent_kafka.admin.AdminClient
     return AdminClient(settings.kafka_client_config())
 
 
-def ensure_topic(
-    settings: Settings, topic: str, partitions: int = 3, timestamp_type: str = "LogAppendTime"
-) -> bool:
+def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_type: str = "LogAppendTime") -> bool:
     """Create ``topic`` if it does not exist; returns True when it was created now."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
@@ -70,9 +66,7 @@ def ensure_topic(
     admin = admin_client(settings)
     if topic in admin.list_topics(timeout=10).topics:
         return False
-    futures = admin.create_topics(
-        [NewTopic(topic, partitions, 1, config={"message.timestamp.type": timestamp_type})]
-    )
+    futures = admin.create_topics([NewTopic(topic, partitions, 1, config={"message.timestamp.type": timestamp_type})])
     try:
         futures[topic].result(timeout=30)
     except KafkaException as exc:
@@ -86,9 +80,7 @@ def watermarks(settings: Settings, topic: str) -> Mapping[int, tuple[int, int]]:
     """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False})
-    )
+    consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         info = metadata.topics.get(topic)

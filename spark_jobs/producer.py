@@ -142,9 +142,7 @@ def generate(spec: ProduceSpec) -> Iterator[Record]:
         event_time, kind = clock, "valid"
         if roll < spec.late_rate:
             event_time, kind = clock - timedelta(hours=rng.randint(1, 48)), "late"
-        event = _event(
-            f"{spec.id_prefix}ev-{spec.seed}-{i:09d}", entity, rng.choice(EVENT_TYPES), event_time, rng
-        )
+        event = _event(f"{spec.id_prefix}ev-{spec.seed}-{i:09d}", entity, rng.choice(EVENT_TYPES), event_time, rng)
         roll -= spec.late_rate
         if 0 <= roll < spec.malformed_rate:
             malformed = MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,15 +50,15 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         master = os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
         if master.startswith("local"):
             # Stay on loopback: nothing outside this machine needs to reach a local driver.
-            builder = builder.config("spark.driver.host", "127.0.0.1").config(
-                "spark.driver.bindAddress", "127.0.0.1"
-            )
+            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         builder = (
             builder.master(master)
             .config("spark.jars", ",".join(str(j) for j in spark_jars(settings)))
             .config("spark.ui.enabled", os.environ.get("TIDEMARK_SPARK_UI", "false"))
             .config("spark.driver.memory", os.environ.get("TIDEMARK_SPARK_DRIVER_MEMORY", "2g"))
         )
+        # Python workers must run this interpreter (the venv), not whatever python3 is on PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
     return spark

@@ -72,9 +72,7 @@ class PostgresServer:
     def is_running(self) -> bool:
         if not self.data_dir.exists():
             return False
-        status = self._run(
-            [str(postgres_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "status"], check=False
-        )
+        status = self._run([str(postgres_bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "status"], check=False)
         return status.returncode == 0
 
     def start(self, timeout: float = 60.0) -> str:

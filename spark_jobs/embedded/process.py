@@ -119,7 +119,6 @@ def require_java(minimum: int = 17) -> str:
     major = java_major_version(java)
     if major < minimum:
         raise ServiceError(
-            f"{java} is Java {major}; tidemark needs Java {minimum} or newer. Install it or point "
-            "JAVA_HOME at one."
+            f"{java} is Java {major}; tidemark needs Java {minimum} or newer. Install it or point JAVA_HOME at one."
         )
     return java

@@ -14,12 +14,8 @@ def _rows(spark, settings: Settings, topic: str):
     return spark.read.format("delta").load(settings.table_path("raw_events")).where(F.col("topic") == topic)
 
 
-def test_land_writes_every_committed_record_once_and_a_replay_changes_nothing(
-    spark, stack, topic, pg
-) -> None:
-    spec = ProduceSpec(
-        count=2000, entities=20, duplicate_rate=0.05, late_rate=0.05, malformed_rate=0.05, seed=3
-    )
+def test_land_writes_every_committed_record_once_and_a_replay_changes_nothing(spark, stack, topic, pg) -> None:
+    spec = ProduceSpec(count=2000, entities=20, duplicate_rate=0.05, late_rate=0.05, malformed_rate=0.05, seed=3)
     report = produce(stack, spec, topic=topic, partitions=3)
     ranges = latest_ranges(stack, topic)
     assert sum(r.size for r in ranges) == report.committed == 2000

@@ -80,9 +80,7 @@ def _contract_violation(key: bytes | None, value: bytes) -> str | None:
 
 
 def test_every_malformed_kind_breaks_the_contract() -> None:
-    records = [
-        r for r in generate(ProduceSpec(count=4000, malformed_rate=0.5)) if r.kind.startswith("malformed:")
-    ]
+    records = [r for r in generate(ProduceSpec(count=4000, malformed_rate=0.5)) if r.kind.startswith("malformed:")]
     assert {r.kind.split(":", 1)[1] for r in records} == set(MALFORMED_KINDS)
     for record in records:
         assert _contract_violation(record.key, record.value) is not None, record.kind

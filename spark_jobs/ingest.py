@@ -1,0 +1,359 @@
+"""tidemark's ingest job: scheduled trigger-once runs and bounded backfills, one writer for both.
+
+spark-submit entry point::
+
+    spark-submit spark_jobs/ingest.py scheduled [--topic T] [--max-offsets-per-trigger N]
+    spark-submit spark_jobs/ingest.py backfill (--from-time ISO --to-time ISO | --offsets P:START-END,...)
+                                               [--dry-run] [--allow-data-loss]
+
+The ``tidemark ingest`` and ``tidemark backfill`` commands call the same functions.
+
+Scheduled runs are Structured Streaming with ``Trigger.AvailableNow``: Spark's offset write-ahead
+log in the checkpoint fixes each batch's range before it is processed, so a retried batch reads
+the same offsets whatever arrived since. A backfill resolves its range to offsets up front (a
+recorded plan) and processes it as one bounded batch. Both hold a per-topic lock in PostgreSQL so
+only one run writes the sinks at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_jobs import ledger
+from spark_jobs.kafka_source import read_range, stream_reader
+from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.sessionize import SessionRules
+from spark_jobs.settings import Settings
+from spark_jobs.writer import BatchResult, BatchWriter
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SCHEDULED = "ingest"
+BACKFILL = "backfill"
+
+
+class WriterBusy(RuntimeError):
+    """Another run holds the topic's single-writer lock."""
+
+
+class DataLossError(RuntimeError):
+    """Offsets a plan needs are no longer on the broker."""
+
+
+@contextmanager
+def single_writer(settings: Settings, topic: str, wait: bool = False) -> Iterator[None]:
+    """Hold the per-topic writer lock (a PostgreSQL advisory lock) for the duration of a run.
+
+    The lock is tied to this connection, so a run that dies releases it.
+    """
+    conn = ledger.connect(settings.postgres_dsn)
+    conn.autocommit = True
+    key = f"tidemark-writer:{topic}"
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
+            if not cur.fetchone()[0]:
+                if not wait:
+                    raise WriterBusy(
+                        f"another tidemark run (scheduled ingest or backfill) is writing topic {topic!r}. "
+                        "Only one may write at a time: wait for it to finish, or run with --wait to queue."
+                    )
+                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+        yield
+    finally:
+        conn.close()
+
+
+def _offset_log_ends(checkpoint: str, batch_id: int, topic: str) -> dict[int, int] | None:
+    """End offsets Spark's offset log froze for ``batch_id`` (None when the file is gone)."""
+    path = Path(checkpoint) / "offsets" / str(batch_id)
+    if not path.exists():
+        return None
+    # Format: a version line, a metadata line, then one JSON line per source.
+    source = json.loads(path.read_text().splitlines()[2])
+    return {int(p): int(o) for p, o in source[topic].items()}
+
+
+def streaming_ranges(settings: Settings, checkpoint: str, topic: str, batch_id: int) -> list[PartitionRange]:
+    """The frozen range of streaming batch ``batch_id``: previous batch's ends to this batch's ends."""
+    ends = _offset_log_ends(checkpoint, batch_id, topic)
+    if ends is None:
+        raise RuntimeError(f"no offset log entry for batch {batch_id} in {checkpoint}")
+    starts = _offset_log_ends(checkpoint, batch_id - 1, topic) if batch_id > 0 else None
+    if starts is None:
+        conn = ledger.connect(settings.postgres_dsn)
+        try:
+            with conn, conn.cursor() as cur:
+                previous = ledger.batch_ranges(cur, SCHEDULED, batch_id - 1) if batch_id > 0 else []
+        finally:
+            conn.close()
+        starts = {r.partition: r.end for r in previous if r.topic == topic}
+    low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()} if len(starts) < len(ends) else {}
+    return [PartitionRange(topic, p, min(starts.get(p, low.get(p, 0)), end), end) for p, end in sorted(ends.items())]
+
+
+def run_scheduled(
+    spark: SparkSession,
+    settings: Settings,
+    topic: str | None = None,
+    max_offsets_per_trigger: int | None = None,
+    rules: SessionRules | None = None,
+    fail_on_data_loss: bool = True,
+    wait: bool = False,
+) -> list[BatchResult]:
+    """Process everything that arrived since the last run (AvailableNow), batch by batch."""
+    topic = topic or settings.topic
+    if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
+        raise ValueError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
+    watermarks(settings, topic)  # an unknown topic fails here, before Spark starts a query
+    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
+    with single_writer(settings, topic, wait):
+        writer = BatchWriter(
+            spark, settings, SCHEDULED, lambda b: streaming_ranges(settings, checkpoint, topic, b), rules
+        )
+        query = (
+            stream_reader(spark, settings, topic, max_offsets_per_trigger, fail_on_data_loss)
+            .load()
+            .writeStream.foreachBatch(writer.write)
+            .trigger(availableNow=True)
+            .option("checkpointLocation", checkpoint)
+            .queryName(f"tidemark-{SCHEDULED}-{topic}")
+            .start()
+        )
+        query.awaitTermination()
+    return writer.results
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    ranges: list[PartitionRange]
+
+    @property
+    def topic(self) -> str:
+        return self.ranges[0].topic
+
+
+def parse_offsets(text: str) -> dict[int, tuple[int, int]]:
+    """``"0:100-200,1:0-50"`` -> ``{0: (100, 200), 1: (0, 50)}`` (end exclusive)."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            partition, span = part.split(":")
+            start, end = span.split("-")
+            ranges[int(partition)] = (int(start), int(end))
+        except ValueError:
+            raise ValueError(
+                f"bad offset range {part!r}: write PARTITION:START-END, e.g. 0:100-200 (END exclusive)"
+            ) from None
+    if not ranges:
+        raise ValueError("no offset ranges given: write PARTITION:START-END[,...], e.g. 0:100-200")
+    return ranges
+
+
+def plan_backfill(
+    settings: Settings,
+    topic: str,
+    offsets: Mapping[int, tuple[int, int]] | None = None,
+    from_time: datetime | None = None,
+    to_time: datetime | None = None,
+    allow_data_loss: bool = False,
+) -> BackfillPlan:
+    """Resolve a backfill to frozen per-partition ranges, checking them against the broker.
+
+    Either ``offsets`` or a ``[from_time, to_time)`` arrival-time range. Fails before any work with
+    a message that says what to fix.
+    """
+    if (offsets is None) == (from_time is None and to_time is None):
+        raise ValueError("give either offsets or a time range (from and to), not both and not neither")
+    held = watermarks(settings, topic)  # TopicError for an unknown topic
+    if offsets is None:
+        if from_time is None or to_time is None:
+            raise ValueError("a time range needs both --from-time and --to-time")
+        if from_time.tzinfo is None or to_time.tzinfo is None:
+            raise ValueError("times must carry a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
+        if to_time <= from_time:
+            raise ValueError(f"the range ends ({to_time.isoformat()}) before it starts ({from_time.isoformat()})")
+        offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
+    ranges = []
+    for partition, (start, end) in sorted(offsets.items()):
+        if partition not in held:
+            raise ValueError(f"topic {topic!r} has no partition {partition} (it has {sorted(held)})")
+        low, high = held[partition]
+        if end > high:
+            raise ValueError(
+                f"partition {partition}: end offset {end} is beyond the last written offset (high watermark {high})"
+            )
+        if start < low:
+            if not allow_data_loss:
+                raise DataLossError(
+                    f"partition {partition}: offsets [{start}, {low}) are no longer on the broker (retention or "
+                    f"deletion); the earliest available is {low}. Start at {low}, or pass --allow-data-loss "
+                    "to skip what is gone."
+                )
+            start = min(low, end)
+        ranges.append(PartitionRange(topic, partition, start, end))
+    return BackfillPlan(ranges)
+
+
+def _offsets_for_times(
+    settings: Settings,
+    topic: str,
+    held: Mapping[int, tuple[int, int]],
+    from_time: datetime,
+    to_time: datetime,
+) -> dict[int, tuple[int, int]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
+    try:
+
+        def resolve(when: datetime) -> dict[int, int]:
+            millis = int(when.timestamp() * 1000)
+            found = consumer.offsets_for_times([TopicPartition(topic, p, millis) for p in held], timeout=10)
+            # -1: no record at or after that time, so the range ends at the high watermark.
+            return {tp.partition: tp.offset if tp.offset >= 0 else held[tp.partition][1] for tp in found}
+
+        starts, ends = resolve(from_time), resolve(to_time)
+    finally:
+        consumer.close()
+    return {p: (starts[p], max(starts[p], ends[p])) for p in held}
+
+
+@dataclass(frozen=True)
+class DryRun:
+    ranges: list[PartitionRange]
+    records: dict[int, int]  # committed records per partition
+
+
+def run_backfill(
+    spark: SparkSession,
+    settings: Settings,
+    plan: BackfillPlan,
+    dry_run: bool = False,
+    rules: SessionRules | None = None,
+    wait: bool = False,
+) -> BatchResult | DryRun:
+    """Process ``plan`` as one bounded batch; a plan processed before is a no-op."""
+    if dry_run:
+        from pyspark.sql import functions as F
+
+        counted = read_range(spark, settings, plan.ranges).groupBy("partition").agg(F.count("*").alias("n")).collect()
+        records = {r.partition: 0 for r in plan.ranges} | {row["partition"]: row["n"] for row in counted}
+        return DryRun(plan.ranges, records)
+    with single_writer(settings, plan.topic, wait):
+        conn = ledger.connect(settings.postgres_dsn)
+        try:
+            with conn, conn.cursor() as cur:
+                batch_id = _recorded_plan(cur, plan)
+                if batch_id is None:
+                    batch_id = ledger.next_batch_id(cur, BACKFILL)
+        finally:
+            conn.close()
+        writer = BatchWriter(spark, settings, BACKFILL, lambda _: plan.ranges, rules)
+        writer.write(read_range(spark, settings, plan.ranges), batch_id)
+    return writer.results[-1]
+
+
+def _recorded_plan(cur, plan: BackfillPlan) -> int | None:  # noqa: ANN001
+    """The batch id of an earlier backfill with exactly these ranges, if any."""
+    cur.execute(
+        """SELECT batch_id FROM ledger_ranges WHERE pipeline = %s AND topic = %s
+           GROUP BY batch_id
+           HAVING array_agg(ARRAY[kafka_partition, start_offset, end_offset] ORDER BY kafka_partition)
+                  = %s::bigint[][]""",
+        (BACKFILL, plan.topic, [[r.partition, r.start, r.end] for r in sorted(plan.ranges)]),
+    )
+    row = cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+def session_rules(gap_minutes: float, max_hours: float) -> SessionRules:
+    return SessionRules(gap=timedelta(minutes=gap_minutes), max_length=timedelta(hours=max_hours))
+
+
+def _add_common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
+    p.add_argument("--gap-minutes", type=float, default=30.0, help="session inactivity gap (default 30)")
+    p.add_argument("--max-session-hours", type=float, default=24.0, help="maximum session length (default 24)")
+    p.add_argument("--wait", action="store_true", help="wait for a running writer instead of failing")
+
+
+def add_scheduled_arguments(p: argparse.ArgumentParser) -> None:
+    _add_common_arguments(p)
+    p.add_argument("--max-offsets-per-trigger", type=int, help="records per batch at most")
+    p.set_defaults(mode="scheduled")
+
+
+def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
+    _add_common_arguments(p)
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--offsets", help="PARTITION:START-END[,...], END exclusive")
+    group.add_argument("--from-time", type=datetime.fromisoformat, help="arrival time range start (ISO-8601)")
+    p.add_argument("--to-time", type=datetime.fromisoformat, help="arrival time range end (exclusive)")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved ranges and counts only")
+    p.add_argument("--allow-data-loss", action="store_true", help="skip offsets that are gone")
+    p.set_defaults(mode="backfill")
+
+
+def run_from_arguments(
+    spark_factory, settings: Settings, args: argparse.Namespace
+) -> list[BatchResult] | BatchResult | DryRun:  # noqa: ANN001
+    """Validate the arguments (before Spark starts), then run the job."""
+    topic = args.topic or settings.topic
+    rules = session_rules(args.gap_minutes, args.max_session_hours)
+    if args.mode == "scheduled":
+        return run_scheduled(spark_factory(), settings, topic, args.max_offsets_per_trigger, rules, wait=args.wait)
+    offsets = parse_offsets(args.offsets) if args.offsets else None
+    plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss)
+    return run_backfill(spark_factory(), settings, plan, args.dry_run, rules, wait=args.wait)
+
+
+def describe(result: list[BatchResult] | BatchResult | DryRun) -> str:
+    """Human-readable summary of a run."""
+    if isinstance(result, DryRun):
+        lines = ["dry run: nothing written. Resolved ranges:"]
+        lines += [
+            f"  {r.topic} p{r.partition} [{r.start}, {r.end}): {result.records.get(r.partition, 0):,} committed records"
+            for r in result.ranges
+        ]
+        lines.append(f"  total {sum(result.records.values()):,} records")
+        return "\n".join(lines)
+    results = result if isinstance(result, list) else [result]
+    if not results:
+        return "no new records"
+    lines = []
+    for r in results:
+        spans = ", ".join(f"p{x.partition} [{x.start}, {x.end})" for x in r.ranges)
+        if r.skipped:
+            lines.append(f"{r.pipeline} batch {r.batch_id}: already in the ledger, nothing written ({spans})")
+        else:
+            lines.append(
+                f"{r.pipeline} batch {r.batch_id}: read {r.read:,} = accepted {r.accepted:,} + duplicates "
+                f"{r.duplicates:,} + quarantined {r.quarantined:,}; sessions written {r.sessions_written:,}, "
+                f"removed {r.sessions_deleted:,} ({spans})"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from spark_jobs.spark import build_session
+
+    parser = argparse.ArgumentParser(description="tidemark ingest job")
+    sub = parser.add_subparsers(required=True, metavar="MODE")
+    add_scheduled_arguments(sub.add_parser("scheduled", help="process what arrived since the last run"))
+    add_backfill_arguments(sub.add_parser("backfill", help="re-process an offset or arrival-time range"))
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    print(describe(run_from_arguments(lambda: build_session(settings, f"tidemark-{args.mode}"), settings, args)))
+
+
+if __name__ == "__main__":
+    main()
