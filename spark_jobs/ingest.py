@@ -40,6 +40,11 @@ SCHEDULED = "ingest"
 BACKFILL = "backfill"
 
 
+def pipeline_name(kind: str, topic: str) -> str:
+    """Ledger pipeline of a topic's scheduled runs (``ingest:<topic>``) or backfills (``backfill:<topic>``)."""
+    return f"{kind}:{topic}"
+
+
 class WriterBusy(RuntimeError):
     """Another run holds the topic's single-writer lock."""
 
@@ -92,7 +97,9 @@ def streaming_ranges(settings: Settings, checkpoint: str, topic: str, batch_id: 
         conn = ledger.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
-                previous = ledger.batch_ranges(cur, SCHEDULED, batch_id - 1) if batch_id > 0 else []
+                previous = (
+                    ledger.batch_ranges(cur, pipeline_name(SCHEDULED, topic), batch_id - 1) if batch_id > 0 else []
+                )
         finally:
             conn.close()
         starts = {r.partition: r.end for r in previous if r.topic == topic}
@@ -117,7 +124,11 @@ def run_scheduled(
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
     with single_writer(settings, topic, wait):
         writer = BatchWriter(
-            spark, settings, SCHEDULED, lambda b: streaming_ranges(settings, checkpoint, topic, b), rules
+            spark,
+            settings,
+            pipeline_name(SCHEDULED, topic),
+            lambda b: streaming_ranges(settings, checkpoint, topic, b),
+            rules,
         )
         query = (
             stream_reader(spark, settings, topic, max_offsets_per_trigger, fail_on_data_loss)
@@ -254,10 +265,10 @@ def run_backfill(
             with conn, conn.cursor() as cur:
                 batch_id = _recorded_plan(cur, plan)
                 if batch_id is None:
-                    batch_id = ledger.next_batch_id(cur, BACKFILL)
+                    batch_id = ledger.next_batch_id(cur, pipeline_name(BACKFILL, plan.topic))
         finally:
             conn.close()
-        writer = BatchWriter(spark, settings, BACKFILL, lambda _: plan.ranges, rules)
+        writer = BatchWriter(spark, settings, pipeline_name(BACKFILL, plan.topic), lambda _: plan.ranges, rules)
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
     return writer.results[-1]
 
@@ -269,7 +280,7 @@ def _recorded_plan(cur, plan: BackfillPlan) -> int | None:  # noqa: ANN001
            GROUP BY batch_id
            HAVING array_agg(ARRAY[kafka_partition, start_offset, end_offset] ORDER BY kafka_partition)
                   = %s::bigint[][]""",
-        (BACKFILL, plan.topic, [[r.partition, r.start, r.end] for r in sorted(plan.ranges)]),
+        (pipeline_name(BACKFILL, plan.topic), plan.topic, [[r.partition, r.start, r.end] for r in sorted(plan.ranges)]),
     )
     row = cur.fetchone()
     return None if row is None else int(row[0])

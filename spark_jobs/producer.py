@@ -48,7 +48,7 @@ class ProduceSpec:
     # When set, each record carries this simulated arrival time (ms) as its Kafka timestamp; the
     # topic must use CreateTime. Consecutive records are this far apart.
     arrival_step: timedelta | None = None
-    id_prefix: str = ""  # makes event_ids of separate runs distinct
+    id_prefix: str = ""  # prefixes event_ids and entity_ids, to keep separate runs distinct
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -124,7 +124,7 @@ def generate(spec: ProduceSpec) -> Iterator[Record]:
     arrival = spec.start
     for i in range(spec.count):
         entity_index = rng.randrange(hot) if rng.random() < spec.skew else rng.randrange(spec.entities)
-        entity = f"entity-{entity_index:06d}"
+        entity = f"{spec.id_prefix}entity-{entity_index:06d}"
         # Each entity's event clock moves forward by seconds to ~45 minutes.
         clock = clocks.get(entity_index, spec.start + timedelta(seconds=entity_index))
         clock += timedelta(seconds=rng.choice((5, 30, 90, 300, 900, 2700)))

@@ -132,8 +132,16 @@ class BatchWriter:
         conn = ledger.connect(self.settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
-                done = ledger.batch_exists(cur, self.pipeline, batch_id)
-            if done:
+                recorded = ledger.batch_ranges(cur, self.pipeline, batch_id)
+            if recorded and recorded != sorted(ranges):
+                # Same batch id, different offsets: the checkpoint was reset or moved. Skipping would
+                # silently drop data and re-processing would break the ledger, so stop.
+                raise RuntimeError(
+                    f"the ledger has batch {batch_id} of {self.pipeline} with ranges {recorded}, but this run "
+                    f"froze {sorted(ranges)}. Was the checkpoint deleted or moved? Restore it, or give this "
+                    "stream a new pipeline name."
+                )
+            if recorded:
                 self.results.append(BatchResult(self.pipeline, batch_id, ranges, 0, 0, 0, 0, 0, 0, skipped=True))
                 return
             result = self._write_new_batch(conn, batch_df, batch_id, ranges)
