@@ -269,7 +269,14 @@ def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
         return jars[0].name
 
     check("kafka broker jars", kafka_jars)
-    check("spark-submit on PATH", lambda: shutil.which("spark-submit") or _raise("activate .venv (make venv)"))
+
+    def spark_submit() -> str:
+        found = shutil.which("spark-submit")
+        if found is None:
+            raise FileNotFoundError("spark-submit is not on PATH: activate .venv (make venv)")
+        return found
+
+    check("spark-submit on PATH", spark_submit)
     for name, service, port in (
         ("kafka", KafkaBroker(settings), settings.kafka_port),
         ("postgres", PostgresServer(settings), settings.postgres_port),
@@ -286,10 +293,6 @@ def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
     for name, ok, detail in checks:
         print(f"{'ok  ' if ok else 'FAIL'}  {name:22} {detail}")
     return 0 if all(ok for _, ok, _ in checks) else 1
-
-
-def _raise(message: str) -> str:
-    raise RuntimeError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
