@@ -9,7 +9,7 @@ Scheduled (streaming) runs and backfills both call :meth:`BatchWriter.write` wit
    arrival (timestamp, partition, offset) is the ``events`` row, the others are ``duplicates``;
 4. the sessions of the entities the batch touched are recomputed from stored events, starting at
    an anchor no new record can affect, and replace the stored ones in Delta (MERGE, stale IDs
-   deleted) and then in PostgreSQL (COPY to staging, upsert, delete stale IDs) in the same
+   deleted) and then in PostgreSQL (COPY to staging, upsert, delete replaced IDs) in the same
    transaction as the batch's ledger row.
 
 Every step is an idempotent MERGE of absolute values, so a batch that fails anywhere and is run
@@ -162,11 +162,14 @@ class BatchWriter:
             *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
         )
         quarantined = quarantined_rows.count()
-        if quarantined:
+        new_quarantined = quarantined_rows.join(
+            self._table("quarantine").toDF().select(*COORDINATES), list(COORDINATES), "left_anti"
+        )
+        if quarantined and not new_quarantined.isEmpty():
             (
                 self._table("quarantine")
                 .alias("t")
-                .merge(quarantined_rows.alias("s"), _coordinates_match("t", "s"))
+                .merge(new_quarantined.alias("s"), _coordinates_match("t", "s"))
                 .whenNotMatchedInsertAll()
                 .execute()
             )
@@ -185,44 +188,47 @@ class BatchWriter:
         ranked = (
             candidates.unionByName(stored)
             .groupBy(*EVENT_COLUMNS)
-            .agg(F.max("in_batch").alias("in_batch"))  # a replayed record is both stored and in the batch
+            # A replayed record is both stored and in the batch.
+            .agg(F.max("in_batch").alias("in_batch"), F.min("in_batch").alias("new"))
+            .withColumn("new", F.col("in_batch") & F.col("new"))  # in the batch and not in `events`
             .withColumn("rank", F.row_number().over(arrival_order))
             .localCheckpoint(eager=True)  # freeze before the MERGEs below change the tables it read
         )
-        winners = ranked.where("rank = 1")
         counts = ranked.where("in_batch").groupBy((F.col("rank") == 1).alias("won")).count().collect()
         accepted = next((row["count"] for row in counts if row["won"]), 0)
         duplicates = next((row["count"] for row in counts if not row["won"]), 0)
 
-        # Entities whose sessions may change, and the earliest arrival that changed for each.
-        touched = winners.where("in_batch").groupBy("entity_id").agg(F.min("arrival_time").alias("first_new_arrival"))
-        (
-            self._table("events")
-            .alias("t")
-            .merge(winners.select(*EVENT_COLUMNS).alias("s"), "t.event_id = s.event_id")
-            .whenMatchedUpdateAll(condition=f"NOT ({_coordinates_match('t', 's')})")
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
-        # Losers go to duplicates; a stored copy that lost to an earlier one found now moves there,
-        # and a copy that now wins leaves it.
-        duplicate_changes = ranked.select(
-            *COORDINATES, "arrival_time", "event_id", "entity_id", (F.col("rank") > 1).alias("is_duplicate")
-        )
-        (
-            self._table("duplicates")
-            .alias("t")
-            .merge(duplicate_changes.alias("s"), _coordinates_match("t", "s"))
-            .whenMatchedDelete(condition="NOT s.is_duplicate")
-            .whenNotMatchedInsert(
-                condition="s.is_duplicate",
-                values={c: f"s.`{c}`" for c in (*COORDINATES, "arrival_time", "event_id", "entity_id")},
+        # Only new winners change anything: a first arrival, or an earlier copy that takes over a
+        # stored row. A replay has none, so it rewrites no Delta file and touches no session.
+        new_winners = ranked.where("rank = 1 AND new").localCheckpoint(eager=True)
+        if not new_winners.isEmpty():
+            (
+                self._table("events")
+                .alias("t")
+                .merge(new_winners.select(*EVENT_COLUMNS).alias("s"), "t.event_id = s.event_id")
+                .whenMatchedUpdateAll()
+                .whenNotMatchedInsertAll()
+                .execute()
             )
-            .execute()
+        # Losers go to duplicates (a stored row that lost to an earlier copy found now moves there);
+        # copies already there are left alone.
+        losers = ranked.where("rank > 1").select(*COORDINATES, "arrival_time", "event_id", "entity_id")
+        new_losers = losers.join(self._table("duplicates").toDF().select(*COORDINATES), list(COORDINATES), "left_anti")
+        if not new_losers.isEmpty():
+            self._table("duplicates").alias("t").merge(
+                new_losers.alias("s"), _coordinates_match("t", "s")
+            ).whenNotMatchedInsertAll().execute()
+        # Entities whose sessions may change, and the earliest arrival in the batch for each. All of
+        # the batch's entities, not only new winners: a retry after a crash between the Delta and
+        # the PostgreSQL writes finds its events stored already, yet PostgreSQL still needs them.
+        touched = (
+            ranked.where("rank = 1 AND in_batch")
+            .groupBy("entity_id")
+            .agg(F.min("arrival_time").alias("first_new_arrival"))
         )
 
         # 3. sessions of the touched entities, recomputed from the anchor on.
-        written, stale_ids = self._recompute_sessions(touched)
+        recomputed, anchors = self._recompute_sessions(touched)
         self._crash("after_delta")
 
         # 4. PostgreSQL: sessions and the ledger row, one transaction.
@@ -231,7 +237,7 @@ class BatchWriter:
             cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
             if ledger.batch_exists(cur, self.pipeline, batch_id):
                 raise RuntimeError(f"batch {batch_id} of {self.pipeline} was committed concurrently")
-            upsert_sessions(cur, written, stale_ids)
+            written, deleted = upsert_sessions(cur, recomputed, anchors)
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, counts_row)
         return BatchResult(
             self.pipeline,
@@ -241,15 +247,21 @@ class BatchWriter:
             accepted,
             duplicates,
             quarantined,
-            len(written),
-            len(stale_ids),
+            written,
+            deleted,
             skipped=False,
         )
 
-    def _recompute_sessions(self, touched: DataFrame) -> tuple[list[tuple], list[str]]:
-        """Replace the touched entities' sessions from their anchor on; returns (rows, stale IDs)."""
+    def _recompute_sessions(self, touched: DataFrame) -> tuple[list[tuple], list[tuple]]:
+        """Replace the touched entities' sessions from their anchor on in Delta.
+
+        Returns the recomputed rows and the ``(entity_id, anchor)`` pairs, both as text for COPY,
+        so PostgreSQL can be brought to the same state whatever it held before.
+        """
         from pyspark.sql import functions as F
 
+        if touched.isEmpty():
+            return [], []
         gap_seconds = int(self.rules.gap.total_seconds())
         sessions = self._table("sessions").toDF()
         # The first stored session that a new record could join or follow within the gap; new
@@ -268,51 +280,87 @@ class BatchWriter:
             )
             .localCheckpoint(eager=True)
         )
-        events = self._table("events").toDF().join(anchors, "entity_id").where("arrival_time >= anchor")
+        # Files are written in arrival order, so the literal lower bound lets Delta skip old files.
+        earliest = anchors.agg(F.min("anchor")).first()[0]
+        events = (
+            self._table("events")
+            .toDF()
+            .where(F.col("arrival_time") >= F.lit(earliest))
+            .join(anchors, "entity_id")
+            .where("arrival_time >= anchor")
+        )
         recomputed = sessionize(events, self.rules).localCheckpoint(eager=True)
-        replaced = (
-            sessions.join(anchors, "entity_id")
-            .where("started_at >= anchor")
-            .select("session_id")
-            .join(recomputed.select("session_id"), "session_id", "left_anti")
+        stored = sessions.join(anchors, "entity_id").where("started_at >= anchor").select(*SESSION_COLUMNS)
+        # Only rows that differ from what is stored go into the MERGE: a replay commits nothing.
+        changes = (
+            recomputed.join(stored, list(SESSION_COLUMNS), "left_anti")
+            .withColumn("op", F.lit("upsert"))
+            .unionByName(
+                stored.select("session_id")
+                .join(recomputed.select("session_id"), "session_id", "left_anti")
+                .withColumn("op", F.lit("delete")),
+                allowMissingColumns=True,
+            )
             .localCheckpoint(eager=True)
         )
-        changes = recomputed.withColumn("op", F.lit("upsert")).unionByName(
-            replaced.withColumn("op", F.lit("delete")), allowMissingColumns=True
-        )
-        differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in SESSION_COLUMNS)
-        (
-            self._table("sessions")
-            .alias("t")
-            .merge(changes.alias("s"), "t.session_id = s.session_id")
-            .whenMatchedDelete(condition="s.op = 'delete'")
-            .whenMatchedUpdate(
-                condition=f"s.op = 'upsert' AND ({differs})", set={c: f"s.`{c}`" for c in SESSION_COLUMNS}
+        if not changes.isEmpty():
+            differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in SESSION_COLUMNS)
+            (
+                self._table("sessions")
+                .alias("t")
+                .merge(changes.alias("s"), "t.session_id = s.session_id")
+                .whenMatchedDelete(condition="s.op = 'delete'")
+                .whenMatchedUpdate(
+                    condition=f"s.op = 'upsert' AND ({differs})", set={c: f"s.`{c}`" for c in SESSION_COLUMNS}
+                )
+                .whenNotMatchedInsert(condition="s.op = 'upsert'", values={c: f"s.`{c}`" for c in SESSION_COLUMNS})
+                .execute()
             )
-            .whenNotMatchedInsert(condition="s.op = 'upsert'", values={c: f"s.`{c}`" for c in SESSION_COLUMNS})
-            .execute()
-        )
-        as_text = recomputed.select(
-            *[
-                F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX").alias(c)
-                if c in ("started_at", "ended_at", "first_event_time", "last_event_time")
-                else F.col(c)
-                for c in SESSION_COLUMNS
-            ]
-        )
-        rows = [tuple(row) for row in as_text.toLocalIterator()]
-        return rows, [row["session_id"] for row in replaced.collect()]
+        return _as_text(recomputed, SESSION_COLUMNS), _as_text(anchors, ("entity_id", "anchor"))
 
 
-def upsert_sessions(cur, rows: list[tuple], stale_ids: list[str]) -> None:  # noqa: ANN001 - psycopg2 cursor
-    """COPY ``rows`` (SESSION_COLUMNS order) to a staging table, upsert them, delete ``stale_ids``."""
+def _as_text(df: DataFrame, columns: tuple[str, ...]) -> list[tuple]:
+    """Rows with timestamps formatted for PostgreSQL's COPY (UTC offset included)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    types = dict((f.name, f.dataType) for f in df.schema.fields)
+    formatted = df.select(
+        *[
+            F.date_format(c, "yyyy-MM-dd HH:mm:ss.SSSSSSXXX").alias(c) if isinstance(types[c], TimestampType) else c
+            for c in columns
+        ]
+    )
+    return [tuple(row) for row in formatted.toLocalIterator()]
+
+
+def upsert_sessions(cur, rows: list[tuple], anchors: list[tuple]) -> tuple[int, int]:  # noqa: ANN001 - psycopg2 cursor
+    """Make PostgreSQL's sessions of the ``anchors`` entities, from each anchor on, equal ``rows``.
+
+    ``rows`` (SESSION_COLUMNS order) are COPYed to staging and upserted; sessions of those entities
+    that start at or after the entity's anchor and are not in ``rows`` are deleted. Returns
+    (rows inserted or changed, rows deleted); both are 0 when PostgreSQL already matched.
+    """
     cur.execute("CREATE TEMP TABLE IF NOT EXISTS sessions_staging (LIKE sessions INCLUDING DEFAULTS) ON COMMIT DROP")
+    cur.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS session_anchors (entity_id text PRIMARY KEY, anchor timestamptz NOT NULL) "
+        "ON COMMIT DROP"
+    )
+    _copy(cur, "sessions_staging", SESSION_COLUMNS, rows)
+    _copy(cur, "session_anchors", ("entity_id", "anchor"), anchors)
+    written = 0
     if rows:
-        buffer = io.StringIO()
-        for row in rows:
-            buffer.write("\t".join("\\N" if value is None else str(value) for value in row) + "\n")
-        buffer.seek(0)
-        cur.copy_expert(f"COPY sessions_staging ({', '.join(SESSION_COLUMNS)}) FROM STDIN", buffer)
         cur.execute((QUERIES / "upsert_sessions.sql").read_text())
-    if stale_ids:
-        cur.execute("DELETE FROM sessions WHERE session_id = ANY(%s)", (stale_ids,))
+        written = cur.rowcount
+    cur.execute((QUERIES / "delete_replaced_sessions.sql").read_text())
+    return written, cur.rowcount
+
+
+def _copy(cur, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:  # noqa: ANN001
+    if not rows:
+        return
+    buffer = io.StringIO()
+    for row in rows:
+        buffer.write("\t".join("\\N" if value is None else str(value) for value in row) + "\n")
+    buffer.seek(0)
+    cur.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN", buffer)

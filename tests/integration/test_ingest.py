@@ -99,23 +99,53 @@ def test_scheduled_run_then_backfills_of_the_same_range_leave_identical_sinks(sp
         settings.topic,
         offsets={r.partition: (r.start, r.end) for r in latest_ranges(settings, settings.topic)},
     )
+    versions = delta_versions(spark, settings)
     backfill = ingest.run_backfill(spark, settings, plan)
     assert not backfill.skipped and backfill.read == report.committed
     assert snapshot(spark, settings, pg, prefix) == first
+    assert backfill.sessions_written == 0 and backfill.sessions_deleted == 0
+    assert files_rewritten_since(spark, settings, versions) == 0, "a replay of processed data rewrote Delta files"
 
+    versions = delta_versions(spark, settings)
     again = ingest.run_backfill(spark, settings, plan)
     assert again.skipped and again.batch_id == backfill.batch_id
     assert snapshot(spark, settings, pg, prefix) == first
+    assert delta_versions(spark, settings) == versions, "a batch already in the ledger committed to Delta"
     assert ingest.run_scheduled(spark, settings) == []
 
 
-def _send(settings: Settings, topic: str, events: list[dict]) -> None:
+def _send(settings: Settings, topic: str, events: list[dict], arrivals: list[datetime] | None = None) -> None:
+    """Send ``events`` keyed by entity; ``arrivals`` sets their timestamps (CreateTime topics only)."""
     from confluent_kafka import Producer
 
     producer = Producer(settings.kafka_client_config())
-    for event in events:
-        producer.produce(topic, key=event["entity_id"].encode(), value=json.dumps(event).encode())
+    for i, event in enumerate(events):
+        timestamp = {"timestamp": int(arrivals[i].timestamp() * 1000)} if arrivals else {}
+        producer.produce(topic, key=event["entity_id"].encode(), value=json.dumps(event).encode(), **timestamp)
     assert producer.flush(30) == 0
+
+
+def delta_versions(spark, settings: Settings) -> dict[str, int]:
+    from delta.tables import DeltaTable
+
+    return {
+        name: DeltaTable.forPath(spark, settings.table_path(name)).history(1).first()["version"]
+        for name in ("events", "duplicates", "quarantine", "sessions")
+    }
+
+
+def files_rewritten_since(spark, settings: Settings, versions: dict[str, int]) -> int:
+    """Data files added or removed in every Delta commit after ``versions``."""
+    from delta.tables import DeltaTable
+
+    total = 0
+    for name, version in versions.items():
+        for commit in DeltaTable.forPath(spark, settings.table_path(name)).history().collect():
+            if commit["version"] > version:
+                metrics = commit["operationMetrics"] or {}
+                total += sum(int(metrics.get(k, 0)) for k in ("numTargetFilesAdded", "numTargetFilesRemoved"))
+                total += int(metrics.get("numFiles", 0)) + int(metrics.get("numAddedFiles", 0))
+    return total
 
 
 def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg) -> None:
@@ -149,6 +179,35 @@ def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg)
     started_ms = int(after[0]["started_at"].replace(tzinfo=UTC).timestamp() * 1000)
     assert after[0]["session_id"] == session_id(entity, started_ms)
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_a_backfill_that_adds_missing_records_replaces_the_sessions_in_both_sinks(spark, run, pg) -> None:
+    """A, B, C arrive 20 min apart; processed without B they are two sessions, with B one."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    entity = f"{prefix}user"
+    arrivals = [datetime(2026, 4, 1, 9, tzinfo=UTC) + timedelta(minutes=20 * i) for i in range(3)]
+    events = [
+        {"event_id": f"{prefix}{n}", "entity_id": entity, "event_type": "view", "event_time": t.isoformat()}
+        for n, t in zip("ABC", arrivals, strict=True)
+    ]
+    _send(settings, settings.topic, events, arrivals)
+
+    for offsets in ({0: (0, 1)}, {0: (2, 3)}):  # B (offset 1) is missing
+        ingest.run_backfill(spark, settings, ingest.plan_backfill(settings, settings.topic, offsets=offsets))
+    before = sorted(delta_rows(spark, settings, "sessions"), key=lambda r: r["started_at"])
+    assert [r["event_count"] for r in before] == [1, 1]
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+    result = ingest.run_backfill(spark, settings, ingest.plan_backfill(settings, settings.topic, offsets={0: (1, 2)}))
+    assert result.sessions_deleted == 1
+    after = delta_rows(spark, settings, "sessions")
+    assert len(after) == 1
+    assert after[0]["session_id"] == before[0]["session_id"]  # A still starts it
+    assert after[0]["event_count"] == 3
+    snap = snapshot(spark, settings, pg, prefix)
+    assert_sinks_agree(snap)
+    assert len(snap["postgres_sessions_text"]) == 1, "the absorbed session must be gone from PostgreSQL too"
 
 
 @pytest.mark.parametrize("crash_at", ["after_delta", "after_postgres"])
@@ -240,6 +299,46 @@ def test_a_second_writer_on_the_same_topic_is_refused(spark, run) -> None:
         with pytest.raises(ingest.WriterBusy):
             ingest.run_scheduled(spark, settings)
     assert not ingest.run_backfill(spark, settings, plan).skipped
+
+
+def test_backfill_dry_run_from_the_command_line_prints_the_plan_and_writes_nothing(run, pg) -> None:
+    import os
+    import subprocess
+    import sys
+
+    settings, prefix = run
+    produce(settings, ProduceSpec(count=40, entities=2, id_prefix=prefix), topic=settings.topic, partitions=2)
+    env = os.environ | {
+        "TIDEMARK_HOME": str(settings.home),
+        "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TIDEMARK_POSTGRES_DSN": settings.postgres_dsn,
+        "TIDEMARK_LAKE_ROOT": settings.lake_root,
+        "TIDEMARK_CHECKPOINT_ROOT": settings.checkpoint_root,
+        "TIDEMARK_JARS_DIR": str(settings.jars_dir),
+    }
+    now = datetime.now(UTC)
+    command = [sys.executable, "-m", "spark_jobs.cli", "backfill", "--topic", settings.topic, "--dry-run"]
+    hour = timedelta(hours=1)
+    window = ["--from-time", (now - hour).isoformat(), "--to-time", (now + hour).isoformat()]
+    done = subprocess.run(command + window, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "dry run: nothing written" in done.stdout
+    assert "total 40 records" in done.stdout
+    assert f"{settings.topic} p0 [0, " in done.stdout and f"{settings.topic} p1 [0, " in done.stdout
+    assert not os.path.exists(settings.lake_root), "a dry run created Delta tables"
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT count(*) FROM ledger_ranges WHERE topic = %s", (settings.topic,))
+        assert cur.fetchone()[0] == 0
+
+    bad = subprocess.run(
+        [*command, "--from-time", now.isoformat(), "--to-time", (now - hour).isoformat()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0
+    assert "before it starts" in bad.stderr
 
 
 def test_session_id_is_the_same_in_python_spark_and_postgres(spark, pg) -> None:
