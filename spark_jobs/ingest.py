@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import ledger
 from spark_jobs.kafka_source import read_range, stream_reader
-from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.offsets import PartitionRange, offsets_for_time, watermarks
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
 from spark_jobs.writer import BatchResult, BatchWriter
@@ -221,20 +221,7 @@ def _offsets_for_times(
     from_time: datetime,
     to_time: datetime,
 ) -> dict[int, tuple[int, int]]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
-    try:
-
-        def resolve(when: datetime) -> dict[int, int]:
-            millis = int(when.timestamp() * 1000)
-            found = consumer.offsets_for_times([TopicPartition(topic, p, millis) for p in held], timeout=10)
-            # -1: no record at or after that time, so the range ends at the high watermark.
-            return {tp.partition: tp.offset if tp.offset >= 0 else held[tp.partition][1] for tp in found}
-
-        starts, ends = resolve(from_time), resolve(to_time)
-    finally:
-        consumer.close()
+    starts, ends = offsets_for_time(settings, topic, from_time, held), offsets_for_time(settings, topic, to_time, held)
     return {p: (starts[p], max(starts[p], ends[p])) for p in held}
 
 
@@ -327,16 +314,20 @@ def run_from_arguments(
     return run_backfill(spark_factory(), settings, plan, args.dry_run, rules, wait=args.wait)
 
 
+def describe_plan(ranges: list[PartitionRange], records: Mapping[int, int]) -> str:
+    """One line per partition range with its committed-record count, then the total."""
+    lines = [
+        f"  {r.topic} p{r.partition} [{r.start}, {r.end}): {records.get(r.partition, 0):,} committed records"
+        for r in ranges
+    ]
+    lines.append(f"  total {sum(records.get(r.partition, 0) for r in ranges):,} records")
+    return "\n".join(lines)
+
+
 def describe(result: list[BatchResult] | BatchResult | DryRun) -> str:
     """Human-readable summary of a run."""
     if isinstance(result, DryRun):
-        lines = ["dry run: nothing written. Resolved ranges:"]
-        lines += [
-            f"  {r.topic} p{r.partition} [{r.start}, {r.end}): {result.records.get(r.partition, 0):,} committed records"
-            for r in result.ranges
-        ]
-        lines.append(f"  total {sum(result.records.values()):,} records")
-        return "\n".join(lines)
+        return "dry run: nothing written. Resolved ranges:\n" + describe_plan(result.ranges, result.records)
     results = result if isinstance(result, list) else [result]
     if not results:
         return "no new records"

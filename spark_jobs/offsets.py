@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from spark_jobs.settings import Settings
 
@@ -97,6 +98,72 @@ def watermarks(settings: Settings, topic: str) -> Mapping[int, tuple[int, int]]:
         consumer.close()
 
 
+def offsets_for_time(
+    settings: Settings, topic: str, when: datetime, held: Mapping[int, tuple[int, int]] | None = None
+) -> dict[int, int]:
+    """Per partition, the first offset whose (arrival) timestamp is at or after ``when``.
+
+    A partition with no such record gets its high watermark, so ``[from, to)`` ranges built from
+    two calls never reach past what the broker holds. ``held`` is :func:`watermarks`' answer.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    held = watermarks(settings, topic) if held is None else held
+    consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
+    try:
+        millis = int(when.timestamp() * 1000)
+        found = consumer.offsets_for_times([TopicPartition(topic, p, millis) for p in held], timeout=10)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset if tp.offset >= 0 else held[tp.partition][1] for tp in found}
+
+
 def latest_ranges(settings: Settings, topic: str) -> list[PartitionRange]:
     """Everything the broker holds now: [low watermark, high watermark) per partition."""
     return [PartitionRange(topic, p, low, high) for p, (low, high) in watermarks(settings, topic).items()]
+
+
+def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60.0) -> int:
+    """Committed records in ``r``, counted by reading with ``read_committed``.
+
+    Offset arithmetic (``end - start``) over-counts: transaction markers and aborted records take
+    offsets, and compaction leaves gaps. The count stops at the first record at or past ``end``
+    or at the partition's end (its last stable offset).
+    """
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    if r.size == 0:
+        return 0
+    consumer = Consumer(
+        settings.kafka_client_config(
+            **{
+                "group.id": "tidemark-reconcile",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "fetch.max.bytes": 16 * 1024 * 1024,
+            }
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
+        count, idle = 0, 0.0
+        while True:
+            messages = consumer.consume(num_messages=10_000, timeout=1.0)
+            if not messages:
+                idle += 1.0
+                if idle >= timeout_s:
+                    raise TimeoutError(f"no records from {r} for {timeout_s:.0f} s; is the broker up?")
+                continue
+            idle = 0.0
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return count
+                    raise KafkaException(error)
+                if message.offset() >= r.end:
+                    return count
+                count += 1
+    finally:
+        consumer.close()

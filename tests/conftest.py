@@ -8,6 +8,8 @@ stops, at the end, only what it started. One SparkSession serves the whole sessi
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -16,6 +18,16 @@ import pytest
 from spark_jobs.settings import PROJECT_ROOT, Settings
 
 INTEGRATION_DIR = Path(__file__).parent / "integration"
+VENV_BIN = Path(sys.executable).parent
+
+# Airflow reads its configuration when first imported: point it at this project's DAGs and plugins
+# and at a metadata database of the tests' own (SQLite, created by the `airflow_db` fixture).
+os.environ.setdefault("AIRFLOW_HOME", str(PROJECT_ROOT / ".tidemark" / "test" / "airflow"))
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(PROJECT_ROOT / "dags")
+os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(PROJECT_ROOT / "plugins")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# SparkSubmitOperator runs `spark-submit` from PATH: the venv's.
+os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -77,3 +89,35 @@ def pg(stack: Settings):
     conn = connect(stack.postgres_dsn)
     yield conn
     conn.close()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """Airflow's metadata database for the tests (SQLite under .tidemark/test/airflow), migrated."""
+    home = Path(os.environ["AIRFLOW_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], check=True, capture_output=True, timeout=300)
+    return home
+
+
+@pytest.fixture
+def database(stack: Settings):
+    """A fresh, migrated PostgreSQL database for one test; yields settings pointing at it."""
+    from dataclasses import replace
+
+    from spark_jobs.ledger import connect
+    from spark_jobs.migrations import migrate
+
+    name = f"tidemark_{uuid.uuid4().hex[:10]}"
+    admin = connect(stack.postgres_dsn.replace("user=tidemark", "user=postgres"))  # the embedded superuser
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}" OWNER tidemark')
+    dsn = stack.postgres_dsn.replace("dbname=tidemark", f"dbname={name}")
+    migrate(dsn)
+    try:
+        yield replace(stack, postgres_dsn=dsn)
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        admin.close()

@@ -1,0 +1,54 @@
+"""
+### tidemark_ingest
+
+Every 15 minutes (``TIDEMARK_INGEST_SCHEDULE``, a cron expression, read when the file is parsed),
+process what arrived on the topic since the last run: a trigger-once Structured Streaming run of
+``spark_jobs/ingest.py`` submitted through the ``spark_default`` connection. On success it updates
+the ``tidemark_sinks`` Asset, which schedules ``tidemark_reconcile``.
+
+Runs made by Airflow's **Backfill** (UI, CLI or API) re-read their own data interval's
+arrival-time range as one bounded batch instead; that is idempotent, so backfilling intervals that
+were already processed changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import CronDataIntervalTimetable, dag, task
+from tidemark_airflow.assets import SINKS
+from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.operators import TidemarkSparkSubmitOperator
+
+SCHEDULE = os.environ.get("TIDEMARK_INGEST_SCHEDULE", "*/15 * * * *")
+TOPIC = os.environ.get("TIDEMARK_TOPIC", "events")
+
+
+@dag(
+    schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": AlertNotifier()},
+    tags=["tidemark"],
+    doc_md=__doc__,
+)
+def tidemark_ingest():
+    @task
+    def choose_range(dag_run=None, data_interval_start=None, data_interval_end=None) -> list[str]:  # noqa: ANN001
+        """Scheduled and manual runs: what is new. Backfill runs: the data interval's arrival range."""
+        from tidemark_airflow.runs import ingest_arguments
+
+        return ingest_arguments(dag_run.run_type, data_interval_start, data_interval_end, TOPIC)
+
+    TidemarkSparkSubmitOperator(
+        task_id="ingest",
+        job="ingest",
+        application_args=choose_range(),
+        outlets=[SINKS],
+        execution_timeout=timedelta(hours=2),
+    )
+
+
+tidemark_ingest()

@@ -1,0 +1,74 @@
+"""From Airflow connections to tidemark's settings.
+
+Spark jobs and tidemark's own code read ``TIDEMARK_*`` variables (spark_jobs/settings.py). Under
+Airflow the Kafka and PostgreSQL addresses and secrets come from connections instead:
+
+* ``tidemark_kafka``: any connection type; its extra is a JSON object of Kafka client options
+  (librdkafka names), at least ``bootstrap.servers``; SASL/SSL options pass through.
+* ``tidemark_postgres``: a Postgres connection to the tidemark database (the pipeline role).
+
+:func:`tidemark_env` turns them into ``TIDEMARK_*`` variables, read at task run time, never while a
+DAG file is parsed. Everything else (lake and checkpoint roots, topic, jars) comes from the
+worker's own ``TIDEMARK_*`` environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+KAFKA_CONN_ID = "tidemark_kafka"
+POSTGRES_CONN_ID = "tidemark_postgres"
+PASSED_THROUGH = (
+    "TIDEMARK_HOME",
+    "TIDEMARK_TOPIC",
+    "TIDEMARK_LAKE_ROOT",
+    "TIDEMARK_CHECKPOINT_ROOT",
+    "TIDEMARK_JARS_DIR",
+    "TIDEMARK_SHUFFLE_PARTITIONS",
+)
+
+
+def kafka_env(extra: Mapping[str, object], conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
+    """``TIDEMARK_KAFKA_*`` variables from a Kafka connection's extra (librdkafka options)."""
+    options = {str(k): str(v) for k, v in extra.items()}
+    servers = options.pop("bootstrap.servers", "")
+    if not servers:
+        raise ValueError(
+            f"connection {conn_id!r} has no bootstrap.servers in its extra; set it to a JSON object like "
+            '{"bootstrap.servers": "host:9092"} (plus any SASL/SSL client options)'
+        )
+    env = {"TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": servers}
+    for key, value in options.items():
+        env["TIDEMARK_KAFKA_OPT_" + key.upper().replace(".", "_")] = value
+    return env
+
+
+def postgres_dsn(host: str | None, port: int | None, database: str | None, login: str | None, password: str | None,
+                 extra: Mapping[str, object] | None = None) -> str:  # fmt: skip
+    """A libpq DSN from a connection's fields; extra keys (sslmode, ...) become DSN parameters."""
+    from psycopg2.extensions import make_dsn
+
+    if not host or not database:
+        raise ValueError("the PostgreSQL connection needs a host and a database (schema) name")
+    params = {"host": host, "port": port or 5432, "dbname": database, "user": login, "password": password}
+    params |= {k: v for k, v in (extra or {}).items() if k in ("sslmode", "sslrootcert", "sslcert", "sslkey")}
+    return make_dsn(**{k: v for k, v in params.items() if v not in (None, "")})
+
+
+def tidemark_env(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID) -> dict[str, str]:
+    """The ``TIDEMARK_*`` environment a tidemark job needs, from the connections and this worker."""
+    from airflow.sdk import BaseHook
+
+    kafka = BaseHook.get_connection(kafka_conn_id)
+    pg = BaseHook.get_connection(postgres_conn_id)
+    env = {key: os.environ[key] for key in PASSED_THROUGH if os.environ.get(key)}
+    env |= kafka_env(kafka.extra_dejson, kafka_conn_id)
+    env["TIDEMARK_POSTGRES_DSN"] = postgres_dsn(pg.host, pg.port, pg.schema, pg.login, pg.password, pg.extra_dejson)
+    return env
+
+
+def tidemark_settings(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID):  # -> Settings
+    from spark_jobs.settings import Settings
+
+    return Settings.from_env(dict(os.environ) | tidemark_env(kafka_conn_id, postgres_conn_id))

@@ -1,0 +1,108 @@
+"""What a DAG run asks the ingest job to do, decided (and checked) before Spark starts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+BACKFILL_RUN_TYPE = "backfill"  # DagRunType.BACKFILL_JOB: a run created by Airflow's own Backfill
+
+
+def ingest_arguments(run_type: object, interval_start: datetime | None, interval_end: datetime | None,
+                     topic: str) -> list[str]:  # fmt: skip
+    """Arguments of ``spark_jobs/ingest.py`` for a ``tidemark_ingest`` run.
+
+    A scheduled or manual run processes whatever arrived since the last one (the streaming
+    checkpoint knows where that is). A run that Airflow's Backfill created re-reads its own data
+    interval's arrival-time range as one bounded batch; that is idempotent, so backfilling an
+    interval that was already processed changes nothing.
+    """
+    kind = getattr(run_type, "value", run_type)
+    common = ["--topic", topic, "--wait"]
+    if kind != BACKFILL_RUN_TYPE:
+        return ["scheduled", *common]
+    if interval_start is None or interval_end is None or interval_end <= interval_start:
+        raise ValueError(
+            f"a backfill run needs a data interval with its end after its start, got [{interval_start}, "
+            f"{interval_end}); the DAG's timetable must give data intervals"
+        )
+    return ["backfill", *common, "--from-time", interval_start.isoformat(), "--to-time", interval_end.isoformat()]
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """The ``tidemark_backfill`` trigger form, parsed."""
+
+    topic: str
+    from_time: datetime | None
+    to_time: datetime | None
+    offsets: str | None
+    dry_run: bool
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, object]) -> BackfillRequest:
+        topic = str(params.get("topic") or "").strip()
+        if not topic:
+            raise ValueError("topic is empty: name the Kafka topic to backfill")
+        offsets = str(params.get("offsets") or "").strip() or None
+        from_time = _timestamp(params.get("from_time"), "from_time")
+        to_time = _timestamp(params.get("to_time"), "to_time")
+        if offsets and (from_time or to_time):
+            raise ValueError("give either offsets or from_time/to_time, not both")
+        if not offsets and not (from_time and to_time):
+            raise ValueError(
+                "give a time range (both from_time and to_time) or offsets like 0:100-200,1:0-50 (end exclusive)"
+            )
+        return cls(topic, from_time, to_time, offsets, bool(params.get("dry_run")))
+
+    def arguments(self, plan_offsets: str) -> list[str]:
+        """``spark_jobs/ingest.py`` arguments for the *resolved* plan: exactly the offsets printed."""
+        return ["backfill", "--topic", self.topic, "--offsets", plan_offsets, "--wait"]
+
+
+def _timestamp(value: object, name: str) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    else:
+        try:
+            parsed = datetime.fromisoformat(str(value))
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not an ISO-8601 timestamp, e.g. 2026-01-01T00:00:00+00:00") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"{name}={value!r} has no UTC offset; add one, e.g. 2026-01-01T00:00:00+00:00")
+    return parsed
+
+
+def offsets_argument(ranges) -> str:  # noqa: ANN001
+    """``0:100-200,1:0-50`` for the ingest job's ``--offsets``."""
+    return ",".join(f"{r.partition}:{r.start}-{r.end}" for r in ranges)
+
+
+def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # noqa: ANN001 - a logger
+    """Check the trigger form and resolve it against the broker; log the plan with record counts.
+
+    Returns the ingest job's arguments for exactly the plan logged, or None for a dry run. Bad
+    parameters raise AirflowFailException (no retry: the form must be fixed) with what to fix.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from spark_jobs.ingest import DataLossError, describe_plan, parse_offsets, plan_backfill
+    from spark_jobs.offsets import TopicError
+    from tidemark_airflow.connections import tidemark_settings
+    from tidemark_airflow.hooks import KafkaOffsetsHook
+
+    try:
+        request = BackfillRequest.from_params(params)
+        settings = tidemark_settings()
+        offsets = parse_offsets(request.offsets) if request.offsets else None
+        plan = plan_backfill(settings, request.topic, offsets, request.from_time, request.to_time)
+    except (ValueError, TopicError, DataLossError) as exc:
+        raise AirflowFailException(f"invalid backfill parameters: {exc}") from None
+    kafka = KafkaOffsetsHook()
+    counts = {r.partition: kafka.count_committed(r.topic, r.partition, r.start, r.end) for r in plan.ranges}
+    log.info("resolved backfill plan%s:\n%s", " (dry run: nothing will be written)" if request.dry_run else "",
+             describe_plan(plan.ranges, counts))  # fmt: skip
+    return None if request.dry_run else request.arguments(offsets_argument(plan.ranges))
