@@ -17,6 +17,7 @@ import os
 from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import CronDataIntervalTimetable, dag, task
+
 from tidemark_airflow.assets import SINKS
 from tidemark_airflow.notifiers import AlertNotifier
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator

@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag
+
 from tidemark_airflow.assets import SINKS
 from tidemark_airflow.notifiers import AlertNotifier
 from tidemark_airflow.operators import ReconcileOperator, TidemarkSparkSubmitOperator
