@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars up down status doctor migrate demo test test-unit test-integration lint lock clean
+.PHONY: help venv jars up down status doctor migrate demo airflow test test-unit test-integration lint lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -50,6 +50,9 @@ migrate: up  ## apply sql/ migrations
 
 demo: migrate  ## set up everything, produce events, run the Spark job, print a summary
 	$(TIDEMARK) demo
+
+airflow: migrate  ## run Airflow with the tidemark DAGs on http://127.0.0.1:8080 until Ctrl-C
+	$(TIDEMARK) airflow
 
 test: lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
 

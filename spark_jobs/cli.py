@@ -49,8 +49,45 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
+    """Run Airflow with tidemark's DAGs in the foreground until Ctrl-C (or SIGTERM), then stop it all."""
+    import signal
+
+    from spark_jobs.embedded.airflow import AirflowServices
+
+    airflow = AirflowServices(settings, port=args.port, parallelism=args.parallelism)
+    print(f"starting Airflow (api-server, scheduler, dag-processor, triggerer) under {airflow.home} ...")
+    airflow.start()
+    user, password = airflow.login()
+    print(
+        f"\nAirflow is ready: {airflow.url}\n  log in as {user} / {password}  (stored in {airflow.password_file})\n"
+        f"  DAGs: tidemark_ingest, tidemark_backfill, tidemark_reconcile; component logs in {airflow.home / 'logs'}\n"
+        "  Ctrl-C stops every component.",
+        flush=True,
+    )
+
+    def interrupt(signum, frame) -> None:  # noqa: ANN001 - signal handler signature
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        while all(component in airflow.running() for component in ("api-server", "scheduler")):
+            time.sleep(2)
+        print("an Airflow component exited; stopping the others (see its log)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        print(f"stopping Airflow: {', '.join(airflow.stop()) or 'nothing was running'}")
+
+
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     errors = []
+    from spark_jobs.embedded.airflow import AirflowServices
+
+    stopped = AirflowServices(settings).stop()
+    if stopped:
+        print(f"Airflow stopped ({', '.join(stopped)})")
     for service in (KafkaBroker(settings), PostgresServer(settings)):
         try:
             print(service.stop())
@@ -302,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("up", help="start Kafka (KRaft) and PostgreSQL; waits until both accept connections")
     sub.add_parser("down", help="stop what `up` started")
     sub.add_parser("status", help="show whether the services run")
+    airflow = sub.add_parser("airflow", help="run Airflow with the tidemark DAGs on 127.0.0.1 until Ctrl-C")
+    airflow.add_argument("--port", type=_positive, default=8080, help="API server / UI port (default 8080)")
+    airflow.add_argument("--parallelism", type=_positive, default=4, help="task slots (default 4, for 2 cores)")
     sub.add_parser("doctor", help="check Java, jars, ports and services and say what to fix")
 
     db = sub.add_parser("db", help="database commands")
@@ -358,6 +398,7 @@ COMMANDS = {
     "ingest": cmd_ingest,
     "backfill": cmd_ingest,
     "sessions": cmd_sessions,
+    "airflow": cmd_airflow,
     "demo": cmd_demo,
 }
 

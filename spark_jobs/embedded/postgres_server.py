@@ -145,20 +145,23 @@ class PostgresServer:
     def superuser_dsn(self) -> str:
         return f"host=127.0.0.1 port={self.settings.postgres_port} dbname=postgres user=postgres"
 
-    def ensure_database(self) -> None:
-        """Create the ``tidemark`` login role and its database if they are missing."""
+    def ensure_database(self, name: str = "tidemark", owner: str = "tidemark") -> None:
+        """Create the login role ``owner`` and the database ``name`` it owns, if they are missing."""
         import psycopg2
+        from psycopg2 import sql
 
         conn = psycopg2.connect(self.superuser_dsn())
         conn.autocommit = True
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_roles WHERE rolname = 'tidemark'")
+                cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (owner,))
                 if cur.fetchone() is None:
-                    cur.execute("CREATE ROLE tidemark LOGIN")
-                cur.execute("SELECT 1 FROM pg_database WHERE datname = 'tidemark'")
+                    cur.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(owner)))
+                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
                 if cur.fetchone() is None:
-                    cur.execute("CREATE DATABASE tidemark OWNER tidemark")
+                    cur.execute(
+                        sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(owner))
+                    )
         finally:
             conn.close()
 
