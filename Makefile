@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars up down status doctor migrate demo airflow test test-unit test-integration lint lock clean
+.PHONY: help venv jars up down status doctor migrate demo airflow bench test test-unit test-integration lint lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ demo: migrate  ## set up everything, produce events, run the Spark job, print a 
 
 airflow: migrate  ## run Airflow with the tidemark DAGs on http://127.0.0.1:8080 until Ctrl-C
 	$(TIDEMARK) airflow
+
+bench: venv jars  ## benchmarks against same-run baselines (own Kafka/PostgreSQL on 39092/35432); BENCH_ARGS="--events 1000000 --stages b2,p1"
+	$(TIDEMARK) bench $(BENCH_ARGS)
 
 test: lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
 

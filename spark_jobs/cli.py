@@ -81,6 +81,12 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
         print(f"stopping Airflow: {', '.join(airflow.stop()) or 'nothing was running'}")
 
 
+def cmd_bench(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.bench import run_from_arguments
+
+    return run_from_arguments(args)  # the bench builds its own settings: own ports and state
+
+
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     errors = []
     from spark_jobs.embedded.airflow import AirflowServices
@@ -383,6 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
     sessions = sub.add_parser("sessions", help="show an entity's sessions (from PostgreSQL)")
     sessions.add_argument("entity_id")
 
+    from spark_jobs.bench import add_arguments as add_bench_arguments
+
+    add_bench_arguments(
+        sub.add_parser("bench", help="benchmark the pipeline against baselines measured in the same run")
+    )
     demo = sub.add_parser("demo", help="produce demo events and run the Spark job; prints a summary")
     demo.add_argument("--count", type=_positive, default=5_000)
     return parser
@@ -399,6 +410,7 @@ COMMANDS = {
     "backfill": cmd_ingest,
     "sessions": cmd_sessions,
     "airflow": cmd_airflow,
+    "bench": cmd_bench,
     "demo": cmd_demo,
 }
 

@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import pandas as pd
     from pyspark.sql import DataFrame
 
 SESSION_ID_SPARK_SQL = "substr(sha2(concat(entity_id, '|', cast(unix_millis(started_at) AS string)), 256), 1, 32)"
@@ -38,10 +37,6 @@ SESSION_COLUMNS = (
     "last_event_time",
     "event_count",
     "duration_seconds",
-)
-SESSION_SCHEMA = (
-    "session_id string, entity_id string, started_at timestamp, ended_at timestamp, "
-    "first_event_time timestamp, last_event_time timestamp, event_count long, duration_seconds double"
 )
 
 
@@ -63,10 +58,11 @@ class SessionRules:
 
 
 def split_sessions(arrivals: list[datetime], rules: SessionRules) -> list[int]:
-    """Session number of each arrival (``arrivals`` sorted in arrival order).
+    """Session number of each arrival (``arrivals`` sorted in arrival order): the rules, in Python.
 
     A new session starts when the gap since the previous record exceeds ``rules.gap``, or when the
-    record arrives ``rules.max_length`` or more after the session's first record.
+    record arrives ``rules.max_length`` or more after the session's first record. This is the
+    reference :func:`sessionize` is tested against.
     """
     numbers: list[int] = []
     number, start, previous = -1, None, None
@@ -78,36 +74,82 @@ def split_sessions(arrivals: list[datetime], rules: SessionRules) -> list[int]:
     return numbers
 
 
-def _sessions_of_entity(events: pd.DataFrame, rules: SessionRules) -> pd.DataFrame:
-    import pandas as pd
-
-    events = events.sort_values(["arrival_time", "partition", "offset"], kind="mergesort")
-    events["session"] = split_sessions(list(events["arrival_time"]), rules)
-    grouped = events.groupby("session", sort=True)
-    sessions = pd.DataFrame(
-        {
-            "entity_id": grouped["entity_id"].first(),
-            "started_at": grouped["arrival_time"].first(),
-            "ended_at": grouped["arrival_time"].last(),
-            "first_event_time": grouped["event_time"].first(),
-            "last_event_time": grouped["event_time"].last(),
-            "event_count": grouped.size().astype("int64"),
-        }
-    )
-    sessions["duration_seconds"] = (sessions["ended_at"] - sessions["started_at"]).dt.total_seconds()
-    started_ms = sessions["started_at"].map(lambda t: int(pd.Timestamp(t).value // 1_000_000))
-    sessions["session_id"] = [session_id(e, ms) for e, ms in zip(sessions["entity_id"], started_ms, strict=True)]
-    return sessions[list(SESSION_COLUMNS)]
-
-
 def sessionize(events: DataFrame, rules: SessionRules) -> DataFrame:
     """Accepted events (entity_id, arrival_time, partition, offset, event_time) -> sessions.
 
     Every event of an entity from the first one given must be present: the caller chooses where
     to start (see ``writer``), sessions before that point are not recomputed.
+
+    All in Spark SQL, no Python workers: a window over each entity in arrival order cuts *bursts*
+    at every gap longer than ``rules.gap``; a burst shorter than ``rules.max_length`` is one
+    session. Only a burst that long (rare: a day without a pause) is cut further, by folding over
+    its sorted arrivals, because each cut there depends on the previous one.
     """
-    return (
-        events.select("entity_id", "arrival_time", "partition", "offset", "event_time")
-        .groupBy("entity_id")
-        .applyInPandas(lambda pdf: _sessions_of_entity(pdf, rules), schema=SESSION_SCHEMA)
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    gap_us = int(rules.gap.total_seconds() * 1_000_000)
+    max_us = int(rules.max_length.total_seconds() * 1_000_000)
+    order = ("arrival_time", "partition", "offset")
+    by_entity = Window.partitionBy("entity_id").orderBy(*order)
+    arrival_us = F.unix_micros("arrival_time")
+    bursts = (
+        events.select("entity_id", *order, "event_time")
+        .withColumn("us", arrival_us)
+        .withColumn("gap_cut", F.coalesce(F.col("us") - F.lag("us").over(by_entity) > gap_us, F.lit(True)))
+        .withColumn("burst", F.sum(F.col("gap_cut").cast("long")).over(by_entity))
     )
+    by_burst = Window.partitionBy("entity_id", "burst")
+    bursts = bursts.withColumn("burst_span", F.max("us").over(by_burst) - F.min("us").over(by_burst))
+    short = bursts.where(F.col("burst_span") < max_us).withColumn("part", F.lit(0))
+    # Long bursts: fold over the sorted arrivals; a record starts a new part when it arrives
+    # max_length or more after the current part's first record.
+    fold = (
+        "aggregate(arrivals, "
+        "named_struct('start', CAST(NULL AS BIGINT), 'n', -1, 'parts', CAST(array() AS ARRAY<INT>)), "
+        f"(acc, a) -> CASE WHEN acc.start IS NULL OR a.us - acc.start >= {max_us} "
+        "THEN named_struct('start', a.us, 'n', acc.n + 1, 'parts', concat(acc.parts, array(acc.n + 1))) "
+        "ELSE named_struct('start', acc.start, 'n', acc.n, 'parts', concat(acc.parts, array(acc.n))) END, "
+        "acc -> acc.parts)"
+    )
+    long = (
+        bursts.where(F.col("burst_span") >= max_us)
+        .groupBy("entity_id", "burst")
+        .agg(
+            F.array_sort(F.collect_list(F.struct("us", "partition", "offset", "arrival_time", "event_time"))).alias(
+                "arrivals"
+            )
+        )
+        .select("entity_id", "burst", "arrivals", F.expr(fold).alias("parts"))
+        .select("entity_id", "burst", F.arrays_zip("arrivals", "parts").alias("zipped"))
+        .select("entity_id", "burst", F.explode("zipped").alias("z"))
+        .select(
+            "entity_id",
+            "burst",
+            F.col("z.arrivals.arrival_time").alias("arrival_time"),
+            F.col("z.arrivals.partition").alias("partition"),
+            F.col("z.arrivals.offset").alias("offset"),
+            F.col("z.arrivals.event_time").alias("event_time"),
+            F.col("z.parts").alias("part"),
+        )
+    )
+    columns = ["entity_id", "burst", "part", *order, "event_time"]
+    position = F.struct(*order)
+    sessions = (
+        short.select(*columns)
+        .unionByName(long.select(*columns))
+        .groupBy("entity_id", "burst", "part")
+        .agg(
+            F.min("arrival_time").alias("started_at"),
+            F.max("arrival_time").alias("ended_at"),
+            F.min_by("event_time", position).alias("first_event_time"),
+            F.max_by("event_time", position).alias("last_event_time"),
+            F.count(F.lit(1)).alias("event_count"),
+        )
+        .withColumn(
+            "duration_seconds",
+            (F.unix_micros("ended_at") - F.unix_micros("started_at")).cast("double") / 1_000_000,
+        )
+        .withColumn("session_id", F.expr(SESSION_ID_SPARK_SQL))
+    )
+    return sessions.select(*SESSION_COLUMNS)

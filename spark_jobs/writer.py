@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,10 +77,7 @@ class BatchResult:
     sessions_written: int
     sessions_deleted: int
     skipped: bool  # the ledger already had this batch
-
-
-def _coordinates_match(left: str, right: str) -> str:
-    return " AND ".join(f"{left}.`{c}` = {right}.`{c}`" for c in COORDINATES)
+    seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
@@ -92,6 +90,17 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
             column_name, column_type = column.split(" ")
             builder = builder.addColumn(column_name, column_type)
         builder.execute()
+
+
+class _Stopwatch:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 3)
+        self._last = now
 
 
 class BatchWriter:
@@ -121,6 +130,13 @@ class BatchWriter:
         from delta.tables import DeltaTable
 
         return DeltaTable.forPath(self.spark, self.settings.table_path(name))
+
+    def _append_new(self, name: str, rows: DataFrame) -> None:
+        """Append the ``rows`` whose coordinates ``name`` does not hold yet (so a retry adds nothing twice)."""
+        new = rows.join(self._table(name).toDF().select(*COORDINATES), list(COORDINATES), "left_anti")
+        new = new.localCheckpoint(eager=True)  # computed once, before the append changes the table
+        if not new.isEmpty():
+            new.write.format("delta").mode("append").save(self.settings.table_path(name))
 
     def _crash(self, point: str) -> None:
         if self.crash_at == point:
@@ -154,26 +170,20 @@ class BatchWriter:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
+        clock = _Stopwatch()
         parsed = parse_records(batch_df).localCheckpoint(eager=True)
         read = parsed.count()
 
+        clock.lap("parse")
         # 1. quarantine
         quarantined_rows = parsed.where("quarantine_reason IS NOT NULL").select(
             *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
         )
         quarantined = quarantined_rows.count()
-        new_quarantined = quarantined_rows.join(
-            self._table("quarantine").toDF().select(*COORDINATES), list(COORDINATES), "left_anti"
-        )
-        if quarantined and not new_quarantined.isEmpty():
-            (
-                self._table("quarantine")
-                .alias("t")
-                .merge(new_quarantined.alias("s"), _coordinates_match("t", "s"))
-                .whenNotMatchedInsertAll()
-                .execute()
-            )
+        if quarantined:
+            self._append_new("quarantine", quarantined_rows)
 
+        clock.lap("quarantine")
         # 2. dedupe: first arrival per event_id wins, across this batch and everything stored.
         candidates = (
             parsed.where("quarantine_reason IS NULL").select(*EVENT_COLUMNS).withColumn("in_batch", F.lit(True))
@@ -192,32 +202,37 @@ class BatchWriter:
             .agg(F.max("in_batch").alias("in_batch"), F.min("in_batch").alias("new"))
             .withColumn("new", F.col("in_batch") & F.col("new"))  # in the batch and not in `events`
             .withColumn("rank", F.row_number().over(arrival_order))
+            # whether `events` already holds a copy of this event_id
+            .withColumn("has_stored", F.max(~F.col("new")).over(Window.partitionBy("event_id")))
             .localCheckpoint(eager=True)  # freeze before the MERGEs below change the tables it read
         )
         counts = ranked.where("in_batch").groupBy((F.col("rank") == 1).alias("won")).count().collect()
         accepted = next((row["count"] for row in counts if row["won"]), 0)
         duplicates = next((row["count"] for row in counts if not row["won"]), 0)
 
+        clock.lap("dedupe")
         # Only new winners change anything: a first arrival, or an earlier copy that takes over a
         # stored row. A replay has none, so it rewrites no Delta file and touches no session.
-        new_winners = ranked.where("rank = 1 AND new").localCheckpoint(eager=True)
-        if not new_winners.isEmpty():
+        # First arrivals are appended; only takeovers (rare) need a MERGE.
+        new_winners = ranked.where("rank = 1 AND new")
+        first_arrivals = new_winners.where("NOT has_stored").select(*EVENT_COLUMNS)
+        if not first_arrivals.isEmpty():
+            first_arrivals.write.format("delta").mode("append").save(self.settings.table_path("events"))
+        takeovers = new_winners.where("has_stored").select(*EVENT_COLUMNS)
+        if not takeovers.isEmpty():
             (
                 self._table("events")
                 .alias("t")
-                .merge(new_winners.select(*EVENT_COLUMNS).alias("s"), "t.event_id = s.event_id")
+                .merge(takeovers.alias("s"), "t.event_id = s.event_id")
                 .whenMatchedUpdateAll()
-                .whenNotMatchedInsertAll()
                 .execute()
             )
+        clock.lap("events")
         # Losers go to duplicates (a stored row that lost to an earlier copy found now moves there);
         # copies already there are left alone.
         losers = ranked.where("rank > 1").select(*COORDINATES, "arrival_time", "event_id", "entity_id")
-        new_losers = losers.join(self._table("duplicates").toDF().select(*COORDINATES), list(COORDINATES), "left_anti")
-        if not new_losers.isEmpty():
-            self._table("duplicates").alias("t").merge(
-                new_losers.alias("s"), _coordinates_match("t", "s")
-            ).whenNotMatchedInsertAll().execute()
+        self._append_new("duplicates", losers)
+        clock.lap("duplicates")
         # Entities whose sessions may change, and the earliest arrival in the batch for each. All of
         # the batch's entities, not only new winners: a retry after a crash between the Delta and
         # the PostgreSQL writes finds its events stored already, yet PostgreSQL still needs them.
@@ -229,6 +244,7 @@ class BatchWriter:
 
         # 3. sessions of the touched entities, recomputed from the anchor on.
         recomputed, anchors = self._recompute_sessions(touched)
+        clock.lap("sessions")
         self._crash("after_delta")
 
         # 4. PostgreSQL: sessions and the ledger row, one transaction.
@@ -239,6 +255,7 @@ class BatchWriter:
                 raise RuntimeError(f"batch {batch_id} of {self.pipeline} was committed concurrently")
             written, deleted = upsert_sessions(cur, recomputed, anchors)
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, counts_row)
+        clock.lap("postgres")
         return BatchResult(
             self.pipeline,
             batch_id,
@@ -250,6 +267,7 @@ class BatchWriter:
             written,
             deleted,
             skipped=False,
+            seconds=clock.laps,
         )
 
     def _recompute_sessions(self, touched: DataFrame) -> tuple[list[tuple], list[tuple]]:
@@ -291,18 +309,23 @@ class BatchWriter:
         )
         recomputed = sessionize(events, self.rules).localCheckpoint(eager=True)
         stored = sessions.join(anchors, "entity_id").where("started_at >= anchor").select(*SESSION_COLUMNS)
-        # Only rows that differ from what is stored go into the MERGE: a replay commits nothing.
+        # Only rows that differ from what is stored are written: a replay commits nothing. New
+        # session IDs are appended; changed and replaced ones go through a MERGE.
+        stored_ids = stored.select("session_id")
+        changed = recomputed.join(stored, list(SESSION_COLUMNS), "left_anti")
+        inserts = changed.join(stored_ids, "session_id", "left_anti").select(*SESSION_COLUMNS)
         changes = (
-            recomputed.join(stored, list(SESSION_COLUMNS), "left_anti")
+            changed.join(stored_ids, "session_id", "left_semi")
             .withColumn("op", F.lit("upsert"))
             .unionByName(
-                stored.select("session_id")
-                .join(recomputed.select("session_id"), "session_id", "left_anti")
-                .withColumn("op", F.lit("delete")),
+                stored_ids.join(recomputed.select("session_id"), "session_id", "left_anti").withColumn(
+                    "op", F.lit("delete")
+                ),
                 allowMissingColumns=True,
             )
             .localCheckpoint(eager=True)
         )
+        inserts = inserts.localCheckpoint(eager=True)
         if not changes.isEmpty():
             differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in SESSION_COLUMNS)
             (
@@ -313,9 +336,10 @@ class BatchWriter:
                 .whenMatchedUpdate(
                     condition=f"s.op = 'upsert' AND ({differs})", set={c: f"s.`{c}`" for c in SESSION_COLUMNS}
                 )
-                .whenNotMatchedInsert(condition="s.op = 'upsert'", values={c: f"s.`{c}`" for c in SESSION_COLUMNS})
                 .execute()
             )
+        if not inserts.isEmpty():
+            inserts.write.format("delta").mode("append").save(self.settings.table_path("sessions"))
         return _as_text(recomputed, SESSION_COLUMNS), _as_text(anchors, ("entity_id", "anchor"))
 
 

@@ -100,7 +100,7 @@ def test_checks_are_throughput_ratios_for_rates_and_time_ratios_for_growth_and_e
     assert checks["E1/E0"].value == pytest.approx(1.6) and checks["E1/E0"].result == "FAIL"
     assert checks["R/P1"].value == pytest.approx(0.2) and checks["R/P1"].result == "info"
     assert checks["files"].result == "PASS" and checks["rows"].result == "FAIL"
-    assert "P2r/B3" not in checks and "P1/B2a" not in checks  # not measured, not reported
+    assert "P2r/B3" not in checks and "P1/B2L" not in checks  # not measured, not reported
 
 
 def test_only_measured_stages_give_checks() -> None:
@@ -133,7 +133,7 @@ def test_results_document_is_json_with_summary() -> None:
     assert again["stages"]["P1"]["events_per_second"] == 25.0
     assert again["checks"][0] == {
         "check": "P1/B2",
-        "description": "full ingest vs Spark raw landing, events/s",
+        "description": "full ingest vs AvailableNow raw append, events/s",
         "value": 0.25,
         "target": ">= 0.5",
         "result": "FAIL",

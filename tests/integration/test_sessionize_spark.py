@@ -1,0 +1,59 @@
+"""Spark's sessionize against the Python reference rules, on data with every kind of boundary."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+from spark_jobs.sessionize import SESSION_COLUMNS, SessionRules, session_id, sessionize, split_sessions
+
+
+def reference_sessions(rows: list[tuple], rules: SessionRules) -> set[tuple]:
+    """Sessions by the Python rules: rows are (entity_id, arrival_time, partition, offset, event_time)."""
+    sessions = set()
+    for entity in {r[0] for r in rows}:
+        ordered = sorted((r for r in rows if r[0] == entity), key=lambda r: (r[1], r[2], r[3]))
+        numbers = split_sessions([r[1] for r in ordered], rules)
+        for number in sorted(set(numbers)):
+            members = [r for r, n in zip(ordered, numbers, strict=True) if n == number]
+            started, ended = members[0][1], members[-1][1]
+            sessions.add(
+                (
+                    session_id(entity, int(started.timestamp() * 1000)),
+                    entity,
+                    started,
+                    ended,
+                    members[0][4],
+                    members[-1][4],
+                    len(members),
+                    (ended - started).total_seconds(),
+                )
+            )
+    return sessions
+
+
+def test_spark_sessions_equal_the_python_reference(spark) -> None:
+    rules = SessionRules(gap=timedelta(minutes=30), max_length=timedelta(hours=2))
+    generator = random.Random(7)
+    base = datetime(2026, 2, 1, tzinfo=UTC)
+    rows = []
+    for e in range(25):
+        clock = base + timedelta(minutes=generator.randint(0, 600))
+        for i in range(generator.randint(1, 60)):
+            # mostly short steps (long bursts cut by max_length), sometimes a long pause, some ties
+            step = generator.choice([0, 0.001, 5, 10, 20, 29.99, 30, 31, 45, 240])
+            clock += timedelta(minutes=step)
+            event_time = clock - timedelta(minutes=generator.randint(0, 300))  # late, out of order
+            rows.append((f"entity-{e}", clock, generator.randint(0, 2), i, event_time))
+    df = spark.createDataFrame(
+        rows, "entity_id string, arrival_time timestamp, partition int, offset long, event_time timestamp"
+    )
+    actual = {
+        tuple(r[c].replace(tzinfo=UTC) if isinstance(r[c], datetime) else r[c] for c in SESSION_COLUMNS)
+        for r in sessionize(df, rules).collect()
+    }
+    expected = reference_sessions(rows, rules)
+    assert any(n > 1 for *_, n, _ in expected), "the data should have multi-record sessions"
+    unlimited = SessionRules(gap=rules.gap, max_length=timedelta(days=1000))
+    assert len(reference_sessions(rows, unlimited)) < len(expected), "the data should hit the maximum length"
+    assert actual == expected
