@@ -41,7 +41,8 @@ def tidemark_ingest():
         """Scheduled and manual runs: what is new. Backfill runs: the data interval's arrival range."""
         from tidemark_airflow.runs import ingest_arguments
 
-        return ingest_arguments(dag_run.run_type, data_interval_start, data_interval_end, TOPIC)
+        limit = int(os.environ.get("TIDEMARK_MAX_OFFSETS_PER_TRIGGER") or 0) or None  # bounds each batch
+        return ingest_arguments(dag_run.run_type, data_interval_start, data_interval_end, TOPIC, limit)
 
     TidemarkSparkSubmitOperator(
         task_id="ingest",

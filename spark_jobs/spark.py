@@ -36,8 +36,7 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.appName(app_name)
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        SparkSession.builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.shuffle.partitions", os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", "4"))
         .config("spark.sql.session.timeZone", "UTC")
@@ -45,8 +44,10 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.ui.showConsoleProgress", "false")
     )
-    # pyspark sets PYSPARK_GATEWAY_PORT when spark-submit started this process.
+    # pyspark sets PYSPARK_GATEWAY_PORT when spark-submit started this process; then the submit
+    # command's --name (the Airflow task's) names the application.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        builder = builder.appName(app_name)
         master = os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
         if master.startswith("local"):
             # Stay on loopback: nothing outside this machine needs to reach a local driver.

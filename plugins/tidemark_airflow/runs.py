@@ -10,7 +10,7 @@ BACKFILL_RUN_TYPE = "backfill"  # DagRunType.BACKFILL_JOB: a run created by Airf
 
 
 def ingest_arguments(run_type: object, interval_start: datetime | None, interval_end: datetime | None,
-                     topic: str) -> list[str]:  # fmt: skip
+                     topic: str, max_offsets_per_trigger: int | None = None) -> list[str]:  # fmt: skip
     """Arguments of ``spark_jobs/ingest.py`` for a ``tidemark_ingest`` run.
 
     A scheduled or manual run processes whatever arrived since the last one (the streaming
@@ -21,7 +21,8 @@ def ingest_arguments(run_type: object, interval_start: datetime | None, interval
     kind = getattr(run_type, "value", run_type)
     common = ["--topic", topic, "--wait"]
     if kind != BACKFILL_RUN_TYPE:
-        return ["scheduled", *common]
+        limit = ["--max-offsets-per-trigger", str(max_offsets_per_trigger)] if max_offsets_per_trigger else []
+        return ["scheduled", *common, *limit]
     if interval_start is None or interval_end is None or interval_end <= interval_start:
         raise ValueError(
             f"a backfill run needs a data interval with its end after its start, got [{interval_start}, "
