@@ -872,6 +872,7 @@ class Bench:
 
     def stage_replay(self) -> None:
         from spark_jobs import ingest, ledger
+        from spark_jobs.writer import files_rewritten_since, table_versions
 
         sink = self.main_sink()
         s = sink.settings
@@ -890,7 +891,7 @@ class Bench:
                         (ingest.pipeline_name(ingest.BACKFILL, self.main_topic),),
                     )
                 conn.close()
-            versions = delta_versions(self.spark, s)
+            versions = table_versions(self.spark, s)
             before = postgres_fingerprint(s)
             result = self.measure(m, lambda: ingest.run_backfill(self.spark, s, plan))
             _ensure(not result.skipped and result.read == self.committed, f"the replay did not re-read: {result}")
@@ -1195,33 +1196,6 @@ def append_available_now(spark: SparkSession, settings: Settings, topic: str) ->
         .start(settings.table_path("raw_append"))
     )
     query.awaitTermination()
-
-
-DELTA_TABLES = ("events", "duplicates", "quarantine", "sessions")
-
-
-def delta_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    from delta.tables import DeltaTable
-
-    return {
-        name: DeltaTable.forPath(spark, settings.table_path(name)).history(1).first()["version"]
-        for name in DELTA_TABLES
-    }
-
-
-def files_rewritten_since(spark: SparkSession, settings: Settings, versions: dict[str, int]) -> int:
-    """Data files added or removed by every Delta commit after ``versions`` (as the ingest tests count)."""
-    from delta.tables import DeltaTable
-
-    total = 0
-    for name, version in versions.items():
-        for commit in DeltaTable.forPath(spark, settings.table_path(name)).history().collect():
-            if commit["version"] > version:
-                metrics = commit["operationMetrics"] or {}
-                total += sum(int(metrics.get(k, 0)) for k in ("numTargetFilesAdded", "numTargetFilesRemoved"))
-                total += int(metrics.get("numFiles", 0)) + int(metrics.get("numAddedFiles", 0))
-                total += int(metrics.get("numRemovedFiles", 0))
-    return total
 
 
 def postgres_fingerprint(settings: Settings) -> tuple:

@@ -92,6 +92,30 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         builder.execute()
 
 
+def table_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    """The latest commit version of each sink table."""
+    from delta.tables import DeltaTable
+
+    return {
+        name: DeltaTable.forPath(spark, settings.table_path(name)).history(1).first()["version"]
+        for name in TABLE_SCHEMAS
+    }
+
+
+def files_rewritten_since(spark: SparkSession, settings: Settings, versions: dict[str, int]) -> int:
+    """Data files added or removed by the sink tables' commits after ``versions`` (0 for a replay)."""
+    from delta.tables import DeltaTable
+
+    counted = ("numTargetFilesAdded", "numTargetFilesRemoved", "numFiles", "numAddedFiles", "numRemovedFiles")
+    total = 0
+    for name, version in versions.items():
+        for commit in DeltaTable.forPath(spark, settings.table_path(name)).history().collect():
+            if commit["version"] > version:
+                metrics = commit["operationMetrics"] or {}
+                total += sum(int(metrics.get(key, 0)) for key in counted)
+    return total
+
+
 class _Stopwatch:
     def __init__(self) -> None:
         self.laps: dict[str, float] = {}

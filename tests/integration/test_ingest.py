@@ -18,6 +18,7 @@ from spark_jobs.offsets import TopicError, ensure_topic, latest_ranges
 from spark_jobs.producer import ProduceSpec, produce
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
 from spark_jobs.settings import Settings
+from spark_jobs.writer import files_rewritten_since, table_versions
 
 SESSION_TEXT = (
     "concat_ws('|', session_id, entity_id, date_format(started_at, 'yyyy-MM-dd HH:mm:ss.SSS'), "
@@ -99,18 +100,18 @@ def test_scheduled_run_then_backfills_of_the_same_range_leave_identical_sinks(sp
         settings.topic,
         offsets={r.partition: (r.start, r.end) for r in latest_ranges(settings, settings.topic)},
     )
-    versions = delta_versions(spark, settings)
+    versions = table_versions(spark, settings)
     backfill = ingest.run_backfill(spark, settings, plan)
     assert not backfill.skipped and backfill.read == report.committed
     assert snapshot(spark, settings, pg, prefix) == first
     assert backfill.sessions_written == 0 and backfill.sessions_deleted == 0
     assert files_rewritten_since(spark, settings, versions) == 0, "a replay of processed data rewrote Delta files"
 
-    versions = delta_versions(spark, settings)
+    versions = table_versions(spark, settings)
     again = ingest.run_backfill(spark, settings, plan)
     assert again.skipped and again.batch_id == backfill.batch_id
     assert snapshot(spark, settings, pg, prefix) == first
-    assert delta_versions(spark, settings) == versions, "a batch already in the ledger committed to Delta"
+    assert table_versions(spark, settings) == versions, "a batch already in the ledger committed to Delta"
     assert ingest.run_scheduled(spark, settings) == []
 
 
@@ -123,29 +124,6 @@ def _send(settings: Settings, topic: str, events: list[dict], arrivals: list[dat
         timestamp = {"timestamp": int(arrivals[i].timestamp() * 1000)} if arrivals else {}
         producer.produce(topic, key=event["entity_id"].encode(), value=json.dumps(event).encode(), **timestamp)
     assert producer.flush(30) == 0
-
-
-def delta_versions(spark, settings: Settings) -> dict[str, int]:
-    from delta.tables import DeltaTable
-
-    return {
-        name: DeltaTable.forPath(spark, settings.table_path(name)).history(1).first()["version"]
-        for name in ("events", "duplicates", "quarantine", "sessions")
-    }
-
-
-def files_rewritten_since(spark, settings: Settings, versions: dict[str, int]) -> int:
-    """Data files added or removed in every Delta commit after ``versions``."""
-    from delta.tables import DeltaTable
-
-    total = 0
-    for name, version in versions.items():
-        for commit in DeltaTable.forPath(spark, settings.table_path(name)).history().collect():
-            if commit["version"] > version:
-                metrics = commit["operationMetrics"] or {}
-                total += sum(int(metrics.get(k, 0)) for k in ("numTargetFilesAdded", "numTargetFilesRemoved"))
-                total += int(metrics.get("numFiles", 0)) + int(metrics.get("numAddedFiles", 0))
-    return total
 
 
 def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg) -> None:
