@@ -23,12 +23,16 @@ _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
 )
 
 
-def _field(name: str) -> str:
-    return f"variant_get(doc, '$.{name}')"
+FIELDS = (*REQUIRED_FIELDS, "properties")
 
 
 def _reason_sql() -> str:
-    """One SQL CASE naming the first contract violation of a row, NULL when there is none."""
+    """One SQL CASE naming the first contract violation of a row, NULL when there is none.
+
+    It reads the columns :func:`parse_records` extracts once per record: ``doc`` (the Variant),
+    ``doc_type``, and per field ``v_<name>`` (its Variant), ``t_<name>`` (its type) and, for the
+    required ones, ``s_<name>`` (its text).
+    """
     checks = [
         ("key IS NULL", "'null_key'"),
         (
@@ -38,30 +42,23 @@ def _reason_sql() -> str:
         ("value IS NULL", "'null_value'"),
         ("NOT is_valid_utf8(cast(value AS string))", "'not_utf8'"),
         ("doc IS NULL", "'invalid_json'"),
-        ("NOT startswith(schema_of_variant(doc), 'OBJECT')", "'not_an_object'"),
+        ("NOT startswith(doc_type, 'OBJECT')", "'not_an_object'"),
     ]
     for name in REQUIRED_FIELDS:
-        checks.append(
-            (
-                f"{_field(name)} IS NULL OR schema_of_variant({_field(name)}) = 'VOID'",
-                f"'missing_field: {name}'",
-            )
-        )
-        checks.append((f"schema_of_variant({_field(name)}) <> 'STRING'", f"'wrong_type: {name} must be a string'"))
+        checks.append((f"v_{name} IS NULL OR t_{name} = 'VOID'", f"'missing_field: {name}'"))
+        checks.append((f"t_{name} <> 'STRING'", f"'wrong_type: {name} must be a string'"))
     checks += [
-        (f"length({_field('event_id')}::string) = 0", "'missing_field: event_id is empty'"),
-        (f"length({_field('entity_id')}::string) = 0", "'missing_field: entity_id is empty'"),
+        ("length(s_event_id) = 0", "'missing_field: event_id is empty'"),
+        ("length(s_entity_id) = 0", "'missing_field: entity_id is empty'"),
         (
-            f"NOT regexp_like({_field('event_time')}::string, '{_ISO_WITH_OFFSET}') "
-            f"OR try_to_timestamp({_field('event_time')}::string) IS NULL",
+            f"NOT regexp_like(s_event_time, '{_ISO_WITH_OFFSET}') OR try_to_timestamp(s_event_time) IS NULL",
             "'bad_event_time: not ISO-8601 with an offset'",
         ),
         (
-            f"{_field('properties')} IS NOT NULL AND schema_of_variant({_field('properties')}) NOT IN ('VOID') "
-            f"AND NOT startswith(schema_of_variant({_field('properties')}), 'OBJECT')",
+            "v_properties IS NOT NULL AND t_properties NOT IN ('VOID') AND NOT startswith(t_properties, 'OBJECT')",
             "'wrong_type: properties must be an object'",
         ),
-        (f"cast(key AS string) <> {_field('entity_id')}::string", "'key_mismatch: key is not the entity_id'"),
+        ("cast(key AS string) <> s_entity_id", "'key_mismatch: key is not the entity_id'"),
     ]
     whens = "\n".join(f"WHEN {condition} THEN {reason}" for condition, reason in checks)
     return f"CASE {whens} ELSE NULL END"
@@ -88,7 +85,18 @@ def parse_records(raw: DataFrame) -> DataFrame:
             "THEN try_parse_json(cast(value AS string)) END"
         ).alias("doc"),
     )
-    checked = with_doc.withColumn("quarantine_reason", F.expr(_reason_sql()))
+    # Each field is extracted, typed and cast once, and the checks and the output read those.
+    fields = with_doc.select(
+        "*",
+        F.expr("schema_of_variant(doc)").alias("doc_type"),
+        *[F.expr(f"variant_get(doc, '$.{name}')").alias(f"v_{name}") for name in FIELDS],
+    )
+    fields = fields.select(
+        "*",
+        *[F.expr(f"schema_of_variant(v_{name})").alias(f"t_{name}") for name in FIELDS],
+        *[F.expr(f"v_{name}::string").alias(f"s_{name}") for name in REQUIRED_FIELDS],
+    )
+    checked = fields.withColumn("quarantine_reason", F.expr(_reason_sql()))
     valid = F.col("quarantine_reason").isNull()
 
     def parsed(expression: str):  # noqa: ANN202 - a Column
@@ -101,10 +109,10 @@ def parse_records(raw: DataFrame) -> DataFrame:
         "arrival_time",
         "key",
         "value",
-        parsed(f"{_field('event_id')}::string").alias("event_id"),
-        parsed(f"{_field('entity_id')}::string").alias("entity_id"),
-        parsed(f"{_field('event_type')}::string").alias("event_type"),
-        parsed(f"try_to_timestamp({_field('event_time')}::string)").alias("event_time"),
-        parsed(f"to_json({_field('properties')})").alias("properties"),
+        parsed("s_event_id").alias("event_id"),
+        parsed("s_entity_id").alias("entity_id"),
+        parsed("s_event_type").alias("event_type"),
+        parsed("try_to_timestamp(s_event_time)").alias("event_time"),
+        parsed("to_json(v_properties)").alias("properties"),
         "quarantine_reason",
     )
