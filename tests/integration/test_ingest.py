@@ -16,22 +16,10 @@ import pytest
 from spark_jobs import ingest
 from spark_jobs.offsets import TopicError, ensure_topic, latest_ranges
 from spark_jobs.producer import ProduceSpec, produce
+from spark_jobs.reconcile import SESSION_ROW_TEXT_POSTGRES, SESSION_ROW_TEXT_SPARK
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
 from spark_jobs.settings import Settings
 from spark_jobs.writer import files_rewritten_since, table_versions
-
-SESSION_TEXT = (
-    "concat_ws('|', session_id, entity_id, date_format(started_at, 'yyyy-MM-dd HH:mm:ss.SSS'), "
-    "date_format(ended_at, 'yyyy-MM-dd HH:mm:ss.SSS'), date_format(first_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), "
-    "date_format(last_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), event_count, cast(duration_seconds AS decimal(18,3)))"
-)
-PG_SESSION_TEXT = (
-    "concat_ws('|', session_id, entity_id, to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(first_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(last_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), event_count, "
-    "duration_seconds::numeric(18,3))"
-)
 
 
 @pytest.fixture
@@ -53,9 +41,9 @@ def snapshot(spark, settings: Settings, pg, prefix: str) -> dict[str, set]:
         name: {r[0] for r in delta_rows(spark, settings, name, "sha2(to_json(struct(*)), 256)")}
         for name in ("events", "duplicates", "quarantine", "sessions")
     }
-    tables["delta_sessions_text"] = {r[0] for r in delta_rows(spark, settings, "sessions", SESSION_TEXT)}
+    tables["delta_sessions_text"] = {r[0] for r in delta_rows(spark, settings, "sessions", SESSION_ROW_TEXT_SPARK)}
     with pg, pg.cursor() as cur:
-        cur.execute(f"SELECT {PG_SESSION_TEXT} FROM sessions WHERE entity_id LIKE %s", (prefix + "%",))
+        cur.execute(f"SELECT {SESSION_ROW_TEXT_POSTGRES} FROM sessions WHERE entity_id LIKE %s", (prefix + "%",))
         tables["postgres_sessions_text"] = {r[0] for r in cur.fetchall()}
     return tables
 
