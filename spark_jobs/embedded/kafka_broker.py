@@ -23,6 +23,15 @@ from spark_jobs.settings import Settings
 HEAP = "-Xmx512m"
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id (base64url of a UUID) that does not start with '-', which the tool would read
+    as an option (Kafka's own Uuid.randomUuid skips those too)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 @dataclass(frozen=True)
 class KafkaBroker:
     settings: Settings
@@ -70,12 +79,13 @@ class KafkaBroker:
         classpath = f"{self.jars}/*"
         base = [java, HEAP, "-cp", classpath, f"-Dlog4j2.configurationFile={log4j}"]
         if not (self._dir / "data" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-            subprocess.run(
-                [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(properties)],
-                check=True,
+            formatted = subprocess.run(
+                [*base, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(properties)],
                 capture_output=True,
+                text=True,
             )
+            if formatted.returncode != 0:
+                raise ServiceError(f"Kafka's storage format failed: {(formatted.stderr or formatted.stdout).strip()}")
         with open(self._dir / "stdout.log", "ab") as out:
             process = subprocess.Popen(
                 [*base, "-XX:+UseG1GC", "kafka.Kafka", str(properties)],

@@ -41,3 +41,11 @@ def test_kafka_options_pass_through_to_clients(tmp_path: Path) -> None:
 def test_bad_port_names_the_variable(tmp_path: Path, value: str) -> None:
     with pytest.raises(ValueError, match="TIDEMARK_POSTGRES_PORT"):
         Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_POSTGRES_PORT": value})
+
+
+def test_kafka_cluster_ids_never_start_with_a_dash() -> None:
+    from spark_jobs.embedded.kafka_broker import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(2000)]  # about 31 of 2000 raw UUIDs would start with '-'
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids) and len(set(ids)) == len(ids)
