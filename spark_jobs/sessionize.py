@@ -99,9 +99,21 @@ def sessionize(events: DataFrame, rules: SessionRules) -> DataFrame:
         .withColumn("gap_cut", F.coalesce(F.col("us") - F.lag("us").over(by_entity) > gap_us, F.lit(True)))
         .withColumn("burst", F.sum(F.col("gap_cut").cast("long")).over(by_entity))
     )
-    by_burst = Window.partitionBy("entity_id", "burst")
-    bursts = bursts.withColumn("burst_span", F.max("us").over(by_burst) - F.min("us").over(by_burst))
-    short = bursts.where(F.col("burst_span") < max_us).withColumn("part", F.lit(0))
+    position = F.struct(*order)
+
+    def summarize(rows: DataFrame, keys: list[str]) -> DataFrame:
+        return rows.groupBy(*keys).agg(
+            F.min("arrival_time").alias("started_at"),
+            F.max("arrival_time").alias("ended_at"),
+            F.min_by("event_time", position).alias("first_event_time"),
+            F.max_by("event_time", position).alias("last_event_time"),
+            F.count(F.lit(1)).alias("event_count"),
+        )
+
+    # Each burst summarized; the rows are already partitioned by entity, so this adds no shuffle.
+    summaries = summarize(bursts, ["entity_id", "burst"])
+    span = F.unix_micros("ended_at") - F.unix_micros("started_at")
+    short = summaries.where(span < max_us).drop("burst")
     # Long bursts: fold over the sorted arrivals; a record starts a new part when it arrives
     # max_length or more after the current part's first record.
     fold = (
@@ -112,8 +124,9 @@ def sessionize(events: DataFrame, rules: SessionRules) -> DataFrame:
         "ELSE named_struct('start', acc.start, 'n', acc.n, 'parts', concat(acc.parts, array(acc.n))) END, "
         "acc -> acc.parts)"
     )
-    long = (
-        bursts.where(F.col("burst_span") >= max_us)
+    long_bursts = summaries.where(span >= max_us).select("entity_id", "burst")
+    long_rows = (
+        bursts.join(long_bursts, ["entity_id", "burst"], "left_semi")
         .groupBy("entity_id", "burst")
         .agg(
             F.array_sort(F.collect_list(F.struct("us", "partition", "offset", "arrival_time", "event_time"))).alias(
@@ -121,31 +134,17 @@ def sessionize(events: DataFrame, rules: SessionRules) -> DataFrame:
             )
         )
         .select("entity_id", "burst", "arrivals", F.expr(fold).alias("parts"))
-        .select("entity_id", "burst", F.arrays_zip("arrivals", "parts").alias("zipped"))
-        .select("entity_id", "burst", F.explode("zipped").alias("z"))
+        .select("entity_id", "burst", F.explode(F.arrays_zip("arrivals", "parts")).alias("z"))
         .select(
             "entity_id",
             "burst",
-            F.col("z.arrivals.arrival_time").alias("arrival_time"),
-            F.col("z.arrivals.partition").alias("partition"),
-            F.col("z.arrivals.offset").alias("offset"),
-            F.col("z.arrivals.event_time").alias("event_time"),
             F.col("z.parts").alias("part"),
+            *[F.col(f"z.arrivals.{c}").alias(c) for c in (*order, "event_time")],
         )
     )
-    columns = ["entity_id", "burst", "part", *order, "event_time"]
-    position = F.struct(*order)
+    long = summarize(long_rows, ["entity_id", "burst", "part"]).drop("burst", "part")
     sessions = (
-        short.select(*columns)
-        .unionByName(long.select(*columns))
-        .groupBy("entity_id", "burst", "part")
-        .agg(
-            F.min("arrival_time").alias("started_at"),
-            F.max("arrival_time").alias("ended_at"),
-            F.min_by("event_time", position).alias("first_event_time"),
-            F.max_by("event_time", position).alias("last_event_time"),
-            F.count(F.lit(1)).alias("event_count"),
-        )
+        short.unionByName(long)
         .withColumn(
             "duration_seconds",
             (F.unix_micros("ended_at") - F.unix_micros("started_at")).cast("double") / 1_000_000,

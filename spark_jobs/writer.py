@@ -81,15 +81,33 @@ class BatchResult:
 
 
 def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create the Delta tables if they do not exist (idempotent)."""
-    from delta.tables import DeltaTable
+    """Create the Delta tables that do not exist yet (idempotent).
 
-    for name, schema in TABLE_SCHEMAS.items():
-        builder = DeltaTable.createIfNotExists(spark).location(settings.table_path(name))
-        for column in schema.split(", "):
-            column_name, column_type = column.split(" ")
-            builder = builder.addColumn(column_name, column_type)
-        builder.execute()
+    A table whose ``_delta_log`` already holds commits is left alone without loading it: every
+    run calls this, and loading four snapshots costs more than an empty run's work. Missing
+    tables (a first run) are created concurrently.
+    """
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def missing(name: str) -> bool:
+        log = hadoop_path(f"{settings.table_path(name).rstrip('/')}/_delta_log")
+        fs = log.getFileSystem(conf)
+        return not (fs.exists(log) and len(fs.listStatus(log)) > 0)
+
+    def create(name: str) -> Callable[[], None]:
+        def run() -> None:
+            from delta.tables import DeltaTable
+
+            builder = DeltaTable.createIfNotExists(spark).location(settings.table_path(name))
+            for column in TABLE_SCHEMAS[name].split(", "):
+                column_name, column_type = column.split(" ")
+                builder = builder.addColumn(column_name, column_type)
+            builder.execute()
+
+        return run
+
+    run_concurrently([create(name) for name in TABLE_SCHEMAS if missing(name)])
 
 
 def table_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
@@ -155,11 +173,15 @@ class BatchWriter:
 
         return DeltaTable.forPath(self.spark, self.settings.table_path(name))
 
-    def _append_new(self, name: str, rows: DataFrame) -> None:
-        """Append the ``rows`` whose coordinates ``name`` does not hold yet (so a retry adds nothing twice)."""
-        new = rows.join(self._table(name).toDF().select(*COORDINATES), list(COORDINATES), "left_anti")
-        new = new.localCheckpoint(eager=True)  # computed once, before the append changes the table
-        if not new.isEmpty():
+    def _append_new(self, name: str, rows: DataFrame, where: str) -> None:
+        """Append the ``rows`` whose coordinates ``name`` does not hold yet (so a retry adds nothing twice).
+
+        ``where`` bounds the stored rows compared (all of ``rows`` fall inside it), so the cost
+        follows the batch, not the table.
+        """
+        stored = self._table(name).toDF().where(where).select(*COORDINATES)
+        new = rows.join(stored, list(COORDINATES), "left_anti").localCheckpoint(eager=True)
+        if not new.isEmpty():  # an empty append would still commit a table version
             new.write.format("delta").mode("append").save(self.settings.table_path(name))
 
     def _crash(self, point: str) -> None:
@@ -191,59 +213,122 @@ class BatchWriter:
         self._crash("after_postgres")
 
     def _write_new_batch(self, conn, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange]) -> BatchResult:  # noqa: ANN001
-        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         clock = _Stopwatch()
-        parsed = parse_records(batch_df).localCheckpoint(eager=True)
-        read = parsed.count()
-
+        # Read and validated once. Only quarantined records keep their raw key and value.
+        quarantined_flag = F.col("quarantine_reason").isNotNull()
+        parsed = parse_records(batch_df)
+        parsed = parsed.select(
+            *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
+        ).localCheckpoint(eager=True)
+        totals = parsed.agg(F.count(F.lit(1)).alias("read"), F.count("quarantine_reason").alias("quarantined")).first()
         clock.lap("parse")
-        # 1. quarantine
-        quarantined_rows = parsed.where("quarantine_reason IS NOT NULL").select(
+
+        ranked = self._rank(parsed)
+        counts = (
+            ranked.agg(
+                F.count_if(F.col("in_batch") & (F.col("rank") == 1)).alias("accepted"),
+                F.count_if(F.col("in_batch") & (F.col("rank") > 1)).alias("duplicates"),
+                F.count_if(F.col("new") & ~F.col("has_stored")).alias("first_arrivals"),
+                F.count_if(F.col("new") & F.col("has_stored")).alias("takeovers"),
+                F.count_if(F.col("rank") > 1).alias("losers"),
+                F.min(F.when(F.col("rank") > 1, F.col("offset"))).alias("losers_from"),
+                F.max(F.when(F.col("rank") > 1, F.col("offset"))).alias("losers_to"),
+            )
+            .first()
+            .asDict()
+        )
+        clock.lap("dedupe")
+
+        sessions = self._recompute_sessions(ranked, takeovers=counts["takeovers"] > 0)
+        session_rows = _as_text(sessions.recomputed, SESSION_COLUMNS)
+        anchor_rows = _as_text(sessions.anchors, ("entity_id", "anchor"))
+        clock.lap("sessions")
+
+        # The four tables are written concurrently: each write is idempotent on its own (appends
+        # skip what is stored, MERGEs set absolute values), so any subset that fails is completed
+        # by a retry. Small writes are mostly Delta log latency, which overlaps well.
+        quarantined_rows = parsed.where(quarantined_flag).select(
             *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
         )
-        quarantined = quarantined_rows.count()
-        if quarantined:
-            self._append_new("quarantine", quarantined_rows)
+        losers = ranked.where("rank > 1").select(*COORDINATES, "arrival_time", "event_id", "entity_id")
+        writes = []
+        if totals["quarantined"]:
+            writes.append(lambda: self._append_new("quarantine", quarantined_rows, _range_filter(ranges)))
+        if counts["losers"]:
+            span = f"offset >= {counts['losers_from']} AND offset <= {counts['losers_to']}"
+            writes.append(lambda: self._append_new("duplicates", losers, span))
+        if counts["first_arrivals"] or counts["takeovers"]:
+            writes.append(lambda: self._write_events(ranked, counts))
+        if sessions.changed or sessions.inserted:
+            writes.append(lambda: self._write_sessions(sessions))
+        run_concurrently(writes)
+        clock.lap("delta")
+        self._crash("after_delta")
 
-        clock.lap("quarantine")
-        # 2. dedupe: first arrival per event_id wins, across this batch and everything stored.
-        candidates = (
-            parsed.where("quarantine_reason IS NULL").select(*EVENT_COLUMNS).withColumn("in_batch", F.lit(True))
+        # PostgreSQL: sessions and the ledger row, one transaction.
+        counts_row = ledger.BatchCounts(
+            read=totals["read"],
+            accepted=counts["accepted"],
+            duplicates=counts["duplicates"],
+            quarantined=totals["quarantined"],
         )
-        events = self._table("events").toDF()
+        with conn, conn.cursor() as cur:
+            cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
+            if ledger.batch_exists(cur, self.pipeline, batch_id):
+                raise RuntimeError(f"batch {batch_id} of {self.pipeline} was committed concurrently")
+            written, deleted = upsert_sessions(cur, session_rows, anchor_rows)
+            ledger.record_batch(cur, self.pipeline, batch_id, ranges, counts_row)
+        clock.lap("postgres")
+        return BatchResult(
+            self.pipeline,
+            batch_id,
+            ranges,
+            counts_row.read,
+            counts_row.accepted,
+            counts_row.duplicates,
+            counts_row.quarantined,
+            written,
+            deleted,
+            skipped=False,
+            seconds=clock.laps,
+        )
+
+    def _rank(self, parsed: DataFrame) -> DataFrame:
+        """Valid records and the stored copies of their event_ids, ranked per event_id in arrival order.
+
+        ``rank`` 1 is the first arrival (the ``events`` row); a replayed record is both stored and
+        in the batch, with the same coordinates, so both copies have the same rank. ``new`` marks
+        a winner that ``events`` does not hold yet, ``has_stored`` an event_id ``events`` holds.
+        """
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        candidates = parsed.where("quarantine_reason IS NULL").select(*EVENT_COLUMNS, F.lit(True).alias("in_batch"))
         stored = (
-            events.join(candidates.select("event_id").distinct(), "event_id", "left_semi")
-            .select(*EVENT_COLUMNS)
-            .withColumn("in_batch", F.lit(False))
+            self._table("events")
+            .toDF()
+            .join(candidates.select("event_id"), "event_id", "left_semi")
+            .select(*EVENT_COLUMNS, F.lit(False).alias("in_batch"))
         )
-        arrival_order = Window.partitionBy("event_id").orderBy("arrival_time", "partition", "offset")
-        ranked = (
+        by_event = Window.partitionBy("event_id")
+        stored_first = F.max(~F.col("in_batch") & (F.col("rank") == 1)).over(by_event)
+        return (
             candidates.unionByName(stored)
-            .groupBy(*EVENT_COLUMNS)
-            # A replayed record is both stored and in the batch.
-            .agg(F.max("in_batch").alias("in_batch"), F.min("in_batch").alias("new"))
-            .withColumn("new", F.col("in_batch") & F.col("new"))  # in the batch and not in `events`
-            .withColumn("rank", F.row_number().over(arrival_order))
-            # whether `events` already holds a copy of this event_id
-            .withColumn("has_stored", F.max(~F.col("new")).over(Window.partitionBy("event_id")))
-            .localCheckpoint(eager=True)  # freeze before the MERGEs below change the tables it read
+            .withColumn("rank", F.dense_rank().over(by_event.orderBy("arrival_time", "partition", "offset", "topic")))
+            .withColumn("has_stored", F.max(~F.col("in_batch")).over(by_event))
+            .withColumn("new", F.col("in_batch") & (F.col("rank") == 1) & ~stored_first)
+            .localCheckpoint(eager=True)  # frozen before the writes change the tables it read
         )
-        counts = ranked.where("in_batch").groupBy((F.col("rank") == 1).alias("won")).count().collect()
-        accepted = next((row["count"] for row in counts if row["won"]), 0)
-        duplicates = next((row["count"] for row in counts if not row["won"]), 0)
 
-        clock.lap("dedupe")
-        # Only new winners change anything: a first arrival, or an earlier copy that takes over a
-        # stored row. A replay has none, so it rewrites no Delta file and touches no session.
-        # First arrivals are appended; only takeovers (rare) need a MERGE.
-        new_winners = ranked.where("rank = 1 AND new")
-        first_arrivals = new_winners.where("NOT has_stored").select(*EVENT_COLUMNS)
-        if not first_arrivals.isEmpty():
+    def _write_events(self, ranked: DataFrame, counts: dict) -> None:
+        """First arrivals are appended; an earlier copy found now takes over its stored row (MERGE)."""
+        if counts["first_arrivals"]:
+            first_arrivals = ranked.where("new AND NOT has_stored").select(*EVENT_COLUMNS)
             first_arrivals.write.format("delta").mode("append").save(self.settings.table_path("events"))
-        takeovers = new_winners.where("has_stored").select(*EVENT_COLUMNS)
-        if not takeovers.isEmpty():
+        if counts["takeovers"]:
+            takeovers = ranked.where("new AND has_stored").select(*EVENT_COLUMNS)
             (
                 self._table("events")
                 .alias("t")
@@ -251,120 +336,127 @@ class BatchWriter:
                 .whenMatchedUpdateAll()
                 .execute()
             )
-        clock.lap("events")
-        # Losers go to duplicates (a stored row that lost to an earlier copy found now moves there);
-        # copies already there are left alone.
-        losers = ranked.where("rank > 1").select(*COORDINATES, "arrival_time", "event_id", "entity_id")
-        self._append_new("duplicates", losers)
-        clock.lap("duplicates")
-        # Entities whose sessions may change, and the earliest arrival in the batch for each. All of
-        # the batch's entities, not only new winners: a retry after a crash between the Delta and
-        # the PostgreSQL writes finds its events stored already, yet PostgreSQL still needs them.
-        touched = (
-            ranked.where("rank = 1 AND in_batch")
-            .groupBy("entity_id")
-            .agg(F.min("arrival_time").alias("first_new_arrival"))
-        )
 
-        # 3. sessions of the touched entities, recomputed from the anchor on.
-        recomputed, anchors = self._recompute_sessions(touched)
-        clock.lap("sessions")
-        self._crash("after_delta")
+    def _recompute_sessions(self, ranked: DataFrame, takeovers: bool) -> _SessionChanges:
+        """The touched entities' sessions from their anchor on, against what ``sessions`` holds.
 
-        # 4. PostgreSQL: sessions and the ledger row, one transaction.
-        counts_row = ledger.BatchCounts(read=read, accepted=accepted, duplicates=duplicates, quarantined=quarantined)
-        with conn, conn.cursor() as cur:
-            cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
-            if ledger.batch_exists(cur, self.pipeline, batch_id):
-                raise RuntimeError(f"batch {batch_id} of {self.pipeline} was committed concurrently")
-            written, deleted = upsert_sessions(cur, recomputed, anchors)
-            ledger.record_batch(cur, self.pipeline, batch_id, ranges, counts_row)
-        clock.lap("postgres")
-        return BatchResult(
-            self.pipeline,
-            batch_id,
-            ranges,
-            read,
-            accepted,
-            duplicates,
-            quarantined,
-            written,
-            deleted,
-            skipped=False,
-            seconds=clock.laps,
-        )
-
-    def _recompute_sessions(self, touched: DataFrame) -> tuple[list[tuple], list[tuple]]:
-        """Replace the touched entities' sessions from their anchor on in Delta.
-
-        Returns the recomputed rows and the ``(entity_id, anchor)`` pairs, both as text for COPY,
-        so PostgreSQL can be brought to the same state whatever it held before.
+        Touched are all of the batch's entities, not only those with new winners: a retry after a
+        crash between the Delta and the PostgreSQL writes finds its events stored already, yet
+        PostgreSQL still needs them. The events are what ``events`` holds plus the batch's new
+        winners (minus the stored rows they take over), so this needs no write to happen first.
         """
         from pyspark.sql import functions as F
 
-        if touched.isEmpty():
-            return [], []
+        touched = (
+            ranked.where("rank = 1 AND in_batch").groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
+        )
         gap_seconds = int(self.rules.gap.total_seconds())
-        sessions = self._table("sessions").toDF()
+        stored_sessions = self._table("sessions").toDF()
         # The first stored session that a new record could join or follow within the gap; new
         # records cannot change anything that ended more than one gap before them.
         open_sessions = (
-            sessions.join(touched, "entity_id")
-            .where(F.col("ended_at") >= F.col("first_new_arrival") - F.expr(f"INTERVAL {gap_seconds} SECONDS"))
+            stored_sessions.join(touched, "entity_id")
+            .where(F.col("ended_at") >= F.col("first_new") - F.expr(f"INTERVAL {gap_seconds} SECONDS"))
             .groupBy("entity_id")
             .agg(F.min("started_at").alias("open_start"))
         )
         anchors = (
             touched.join(open_sessions, "entity_id", "left")
-            .select(
-                "entity_id",
-                F.least("first_new_arrival", F.coalesce("open_start", "first_new_arrival")).alias("anchor"),
-            )
+            .select("entity_id", F.least("first_new", F.coalesce("open_start", "first_new")).alias("anchor"))
             .localCheckpoint(eager=True)
         )
         # Files are written in arrival order, so the literal lower bound lets Delta skip old files.
         earliest = anchors.agg(F.min("anchor")).first()[0]
-        events = (
+        if earliest is None:  # no valid record in the batch
+            none = self.spark.createDataFrame([], TABLE_SCHEMAS["sessions"])
+            return _SessionChanges(anchors, none, none, 0, 0)
+        columns = ("entity_id", "arrival_time", "partition", "offset", "event_time", "event_id")
+        stored_events = (
             self._table("events")
             .toDF()
             .where(F.col("arrival_time") >= F.lit(earliest))
             .join(anchors, "entity_id")
             .where("arrival_time >= anchor")
+            .select(*columns)
         )
-        recomputed = sessionize(events, self.rules).localCheckpoint(eager=True)
-        stored = sessions.join(anchors, "entity_id").where("started_at >= anchor").select(*SESSION_COLUMNS)
-        # Only rows that differ from what is stored are written: a replay commits nothing. New
-        # session IDs are appended; changed and replaced ones go through a MERGE.
-        stored_ids = stored.select("session_id")
-        changed = recomputed.join(stored, list(SESSION_COLUMNS), "left_anti")
-        inserts = changed.join(stored_ids, "session_id", "left_anti").select(*SESSION_COLUMNS)
-        changes = (
-            changed.join(stored_ids, "session_id", "left_semi")
-            .withColumn("op", F.lit("upsert"))
-            .unionByName(
-                stored_ids.join(recomputed.select("session_id"), "session_id", "left_anti").withColumn(
-                    "op", F.lit("delete")
-                ),
-                allowMissingColumns=True,
+        if takeovers:
+            stored_events = stored_events.join(
+                ranked.where("new AND has_stored").select("event_id"), "event_id", "left_anti"
+            )
+        events = stored_events.unionByName(ranked.where("new").select(*columns))
+        recomputed = sessionize(events, self.rules)
+        stored = stored_sessions.join(anchors, "entity_id").where("started_at >= anchor").select(*SESSION_COLUMNS)
+        # One comparison decides every row: insert (new ID), update (same ID, other values),
+        # delete (a stored ID no longer produced), or unchanged. Unchanged rows are not written,
+        # so a replay commits nothing.
+        r, s = recomputed.alias("r"), stored.alias("s")
+        differs = " OR ".join(f"NOT (r.`{c}` <=> s.`{c}`)" for c in SESSION_COLUMNS[1:])
+        compared = (
+            r.join(s, F.col("r.session_id") == F.col("s.session_id"), "full_outer")
+            .select(
+                F.coalesce("r.session_id", "s.session_id").alias("session_id"),
+                *[F.col(f"r.{c}").alias(c) for c in SESSION_COLUMNS[1:]],
+                F.expr(
+                    "CASE WHEN s.session_id IS NULL THEN 'insert' WHEN r.session_id IS NULL THEN 'delete' "
+                    f"WHEN {differs} THEN 'update' ELSE 'same' END"
+                ).alias("op"),
             )
             .localCheckpoint(eager=True)
         )
-        inserts = inserts.localCheckpoint(eager=True)
-        if not changes.isEmpty():
-            differs = " OR ".join(f"NOT (t.`{c}` <=> s.`{c}`)" for c in SESSION_COLUMNS)
+        ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
+        return _SessionChanges(
+            anchors,
+            compared,
+            compared.where("op <> 'delete'").select(*SESSION_COLUMNS),
+            ops.get("update", 0) + ops.get("delete", 0),
+            ops.get("insert", 0),
+        )
+
+    def _write_sessions(self, sessions: _SessionChanges) -> None:
+        """Changed and replaced session IDs through a MERGE, new ones appended."""
+        if sessions.changed:
             (
                 self._table("sessions")
                 .alias("t")
-                .merge(changes.alias("s"), "t.session_id = s.session_id")
+                .merge(sessions.compared.where("op IN ('update', 'delete')").alias("s"), "t.session_id = s.session_id")
                 .whenMatchedDelete(condition="s.op = 'delete'")
-                .whenMatchedUpdate(
-                    condition=f"s.op = 'upsert' AND ({differs})", set={c: f"s.`{c}`" for c in SESSION_COLUMNS}
-                )
+                .whenMatchedUpdate(condition="s.op = 'update'", set={c: f"s.`{c}`" for c in SESSION_COLUMNS})
                 .execute()
             )
-        if not inserts.isEmpty():
+        if sessions.inserted:
+            inserts = sessions.compared.where("op = 'insert'").select(*SESSION_COLUMNS)
             inserts.write.format("delta").mode("append").save(self.settings.table_path("sessions"))
-        return _as_text(recomputed, SESSION_COLUMNS), _as_text(anchors, ("entity_id", "anchor"))
+
+
+@dataclass(frozen=True)
+class _SessionChanges:
+    anchors: DataFrame  # (entity_id, anchor): each touched entity's sessions from here on were recomputed
+    compared: DataFrame  # recomputed and stored sessions with op: insert, update, delete or same
+    recomputed: DataFrame  # the touched entities' sessions from their anchors on
+    changed: int  # rows to update or delete
+    inserted: int  # new session IDs
+
+
+def _range_filter(ranges: list[PartitionRange]) -> str:
+    """SQL predicate for the coordinates inside ``ranges`` (lets Delta skip files by offset stats)."""
+    return " OR ".join(
+        f"(topic = '{r.topic}' AND partition = {r.partition} AND offset >= {r.start} AND offset < {r.end})"
+        for r in ranges
+    )
+
+
+def run_concurrently(steps: list[Callable[[], None]]) -> None:
+    """Run Spark/Delta steps in threads (one Spark job queue each); wait for all, raise the first failure."""
+    if len(steps) <= 1:
+        for step in steps:
+            step()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="tidemark-delta") as pool:
+        futures = [pool.submit(step) for step in steps]
+    for future in futures:
+        future.result()
 
 
 def _as_text(df: DataFrame, columns: tuple[str, ...]) -> list[tuple]:
