@@ -24,14 +24,16 @@ _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
 
 
 FIELDS = (*REQUIRED_FIELDS, "properties")
+# JSON's insignificant whitespace, as the characters themselves (see the note on backslashes above).
+_JSON_WHITESPACE = " \t\r\n"
 
 
 def _reason_sql() -> str:
     """One SQL CASE naming the first contract violation of a row, NULL when there is none.
 
-    It reads the columns :func:`parse_records` extracts once per record: ``doc`` (the Variant),
-    ``doc_type``, and per field ``v_<name>`` (its Variant), ``t_<name>`` (its type) and, for the
-    required ones, ``s_<name>`` (its text).
+    It reads the columns :func:`parse_records` extracts once per record: ``text`` (the value as a
+    string), ``doc`` (the Variant), ``ts_event_time``, and per field ``v_<name>`` (its Variant),
+    ``t_<name>`` (its type) and, for the required ones, ``s_<name>`` (its text).
     """
     checks = [
         ("key IS NULL", "'null_key'"),
@@ -40,9 +42,10 @@ def _reason_sql() -> str:
             f"'oversized: value is larger than {MAX_VALUE_BYTES} bytes'",
         ),
         ("value IS NULL", "'null_value'"),
-        ("NOT is_valid_utf8(cast(value AS string))", "'not_utf8'"),
+        ("NOT is_valid_utf8(text)", "'not_utf8'"),
         ("doc IS NULL", "'invalid_json'"),
-        ("NOT startswith(doc_type, 'OBJECT')", "'not_an_object'"),
+        # The document parsed, so it is an object exactly when its first character is '{'.
+        (f"NOT startswith(TRIM(LEADING '{_JSON_WHITESPACE}' FROM text), '{{')", "'not_an_object'"),
     ]
     for name in REQUIRED_FIELDS:
         checks.append((f"v_{name} IS NULL OR t_{name} = 'VOID'", f"'missing_field: {name}'"))
@@ -51,7 +54,7 @@ def _reason_sql() -> str:
         ("length(s_event_id) = 0", "'missing_field: event_id is empty'"),
         ("length(s_entity_id) = 0", "'missing_field: entity_id is empty'"),
         (
-            f"NOT regexp_like(s_event_time, '{_ISO_WITH_OFFSET}') OR try_to_timestamp(s_event_time) IS NULL",
+            f"NOT regexp_like(s_event_time, '{_ISO_WITH_OFFSET}') OR ts_event_time IS NULL",
             "'bad_event_time: not ISO-8601 with an offset'",
         ),
         (
@@ -80,22 +83,23 @@ def parse_records(raw: DataFrame) -> DataFrame:
         F.col("timestamp").alias("arrival_time"),
         "key",
         "value",
+        F.expr("cast(value AS string)").alias("text"),
+    ).select(
+        "*",
         F.expr(
-            f"CASE WHEN octet_length(value) <= {MAX_VALUE_BYTES} AND is_valid_utf8(cast(value AS string)) "
-            "THEN try_parse_json(cast(value AS string)) END"
+            f"CASE WHEN octet_length(value) <= {MAX_VALUE_BYTES} AND is_valid_utf8(text) THEN try_parse_json(text) END"
         ).alias("doc"),
     )
     # Each field is extracted, typed and cast once, and the checks and the output read those.
     fields = with_doc.select(
         "*",
-        F.expr("schema_of_variant(doc)").alias("doc_type"),
         *[F.expr(f"variant_get(doc, '$.{name}')").alias(f"v_{name}") for name in FIELDS],
     )
     fields = fields.select(
         "*",
         *[F.expr(f"schema_of_variant(v_{name})").alias(f"t_{name}") for name in FIELDS],
         *[F.expr(f"v_{name}::string").alias(f"s_{name}") for name in REQUIRED_FIELDS],
-    )
+    ).withColumn("ts_event_time", F.expr("try_to_timestamp(s_event_time)"))
     checked = fields.withColumn("quarantine_reason", F.expr(_reason_sql()))
     valid = F.col("quarantine_reason").isNull()
 
@@ -112,7 +116,7 @@ def parse_records(raw: DataFrame) -> DataFrame:
         parsed("s_event_id").alias("event_id"),
         parsed("s_entity_id").alias("entity_id"),
         parsed("s_event_type").alias("event_type"),
-        parsed("try_to_timestamp(s_event_time)").alias("event_time"),
+        parsed("ts_event_time").alias("event_time"),
         parsed("to_json(v_properties)").alias("properties"),
         "quarantine_reason",
     )

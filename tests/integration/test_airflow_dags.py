@@ -44,9 +44,7 @@ def airflow_connections(settings: Settings) -> dict[str, str]:
 def deployment(database: Settings, topic: str, airflow_db, monkeypatch):
     """Settings for this test (own topic, lake, database) and the environment Airflow runs with."""
     home = database.home / "runs" / uuid.uuid4().hex[:8]
-    settings = replace(
-        database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic
-    )
+    settings = replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
     env = airflow_connections(settings) | {
         "TIDEMARK_TOPIC": topic,
         "TIDEMARK_LAKE_ROOT": settings.lake_root,

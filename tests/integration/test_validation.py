@@ -28,3 +28,26 @@ def test_each_malformed_kind_gets_its_reason_and_valid_records_pass(spark) -> No
         else:
             assert reason is None, (record.kind, reason, record.value[:200])
     assert seen == set(MALFORMED_KINDS), "every malformed kind should occur in the sample"
+
+
+def test_whitespace_around_a_document_is_allowed_and_only_objects_pass(spark) -> None:
+    body = (
+        '{"event_id": "e1", "entity_id": "u1", "event_type": "click", '
+        '"event_time": "2026-03-01T00:00:00+00:00", "properties": {"a": [1, 2]}}'
+    )
+    values = {
+        0: " \t\r\n" + body + "\n",  # JSON allows this whitespace around the document
+        1: ' \n[{"event_id": "e1"}]',
+        2: "\t 42 ",
+        3: '"a string"',
+    }
+    arrival = datetime(2026, 3, 1, tzinfo=UTC)
+    raw = spark.createDataFrame(
+        [("events", 0, offset, arrival, b"u1", value.encode()) for offset, value in values.items()],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    rows = {row["offset"]: row for row in parse_records(raw).collect()}
+
+    assert rows[0]["quarantine_reason"] is None
+    assert (rows[0]["event_id"], rows[0]["properties"]) == ("e1", '{"a":[1,2]}')
+    assert [rows[offset]["quarantine_reason"] for offset in (1, 2, 3)] == ["not_an_object"] * 3

@@ -125,7 +125,10 @@ def test_postgres_connection_becomes_a_libpq_dsn() -> None:
 
 
 def test_webhook_url_from_a_full_url_or_from_parts() -> None:
-    assert webhook_url("https://hooks.slack.com/services/T/B/X", None, None, {}) == "https://hooks.slack.com/services/T/B/X"
+    assert (
+        webhook_url("https://hooks.slack.com/services/T/B/X", None, None, {})
+        == "https://hooks.slack.com/services/T/B/X"
+    )
     assert webhook_url("alerts.internal", "http", 8080, {"endpoint": "/hook"}) == "http://alerts.internal:8080/hook"
     assert webhook_url(None, None, None, {"url": "https://x/y"}) == "https://x/y"
     with pytest.raises(ValueError, match="needs the webhook URL"):
