@@ -376,8 +376,8 @@ class BatchWriter:
         # Files are written in arrival order, so the literal lower bound lets Delta skip old files.
         earliest = anchors.agg(F.min("anchor")).first()[0]
         if earliest is None:  # no valid record in the batch
-            none = self.spark.createDataFrame([], TABLE_SCHEMAS["sessions"])
-            return _SessionChanges(anchors, none, none, 0, 0)
+            none = self.spark.createDataFrame([], f"{TABLE_SCHEMAS['sessions']}, op string")
+            return _SessionChanges(anchors, none, 0, 0)
         columns = ("entity_id", "arrival_time", "partition", "offset", "event_time", "event_id")
         stored_events = (
             self._table("events")
@@ -412,13 +412,7 @@ class BatchWriter:
             .localCheckpoint(eager=True)
         )
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
-        return _SessionChanges(
-            anchors,
-            compared,
-            compared.where("op <> 'delete'").select(*SESSION_COLUMNS),
-            ops.get("update", 0) + ops.get("delete", 0),
-            ops.get("insert", 0),
-        )
+        return _SessionChanges(anchors, compared, ops.get("update", 0) + ops.get("delete", 0), ops.get("insert", 0))
 
     def _write_sessions(self, sessions: _SessionChanges) -> None:
         """Changed and replaced session IDs through a MERGE, new ones appended."""
@@ -440,9 +434,13 @@ class BatchWriter:
 class _SessionChanges:
     anchors: DataFrame  # (entity_id, anchor): each touched entity's sessions from here on were recomputed
     compared: DataFrame  # recomputed and stored sessions with op: insert, update, delete or same
-    recomputed: DataFrame  # the touched entities' sessions from their anchors on
     changed: int  # rows to update or delete
     inserted: int  # new session IDs
+
+    @property
+    def recomputed(self) -> DataFrame:
+        """The touched entities' sessions from their anchors on."""
+        return self.compared.where("op <> 'delete'").select(*SESSION_COLUMNS)
 
 
 def _range_filter(ranges: list[PartitionRange], alias: str) -> str:

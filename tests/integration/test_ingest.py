@@ -321,3 +321,16 @@ def test_session_id_is_the_same_in_python_spark_and_postgres(spark, pg) -> None:
         )
         postgres_id = cur.fetchone()[0]
     assert python_id == spark_id == postgres_id
+
+
+def test_a_batch_of_only_malformed_records_is_quarantined_and_recorded(spark, run, pg) -> None:
+    settings, prefix = run
+    spec = ProduceSpec(count=40, entities=4, malformed_rate=1.0, seed=8, id_prefix=prefix)
+    report = produce(settings, spec, topic=settings.topic, partitions=2)
+
+    results = ingest.run_scheduled(spark, settings)
+    assert [(r.read, r.accepted, r.duplicates, r.quarantined) for r in results] == [(40, 0, 0, 40)]
+    assert results[0].sessions_written == 0 and results[0].sessions_deleted == 0
+    assert_offset_coverage(spark, settings, report.committed)
+    assert delta_rows(spark, settings, "sessions") == []
+    assert ingest.run_scheduled(spark, settings) == [], "the batch should be in the ledger"
