@@ -19,19 +19,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs import ledger
+from spark_jobs.errors import ConfigError
 from spark_jobs.kafka_source import read_range, stream_reader
-from spark_jobs.offsets import PartitionRange, offsets_for_time, watermarks
+from spark_jobs.lock import single_writer
+from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, plan_backfill
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
-from spark_jobs.writer import BatchResult, BatchWriter
+from spark_jobs.writer import BatchResult, BatchWriter, Fault, rebuild_all_sessions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,36 +46,19 @@ def pipeline_name(kind: str, topic: str) -> str:
     return f"{kind}:{topic}"
 
 
-class WriterBusy(RuntimeError):
-    """Another run holds the topic's single-writer lock."""
-
-
-class DataLossError(RuntimeError):
-    """Offsets a plan needs are no longer on the broker."""
-
-
-@contextmanager
-def single_writer(settings: Settings, topic: str, wait: bool = False) -> Iterator[None]:
-    """Hold the per-topic writer lock (a PostgreSQL advisory lock) for the duration of a run.
-
-    The lock is tied to this connection, so a run that dies releases it.
-    """
+def _check_session_rules(spark: SparkSession, settings: Settings, rebuild: bool) -> None:
+    """Before any batch: the run's session rules must be the stored ones, or it rebuilds every session."""
     conn = ledger.connect(settings.postgres_dsn)
-    conn.autocommit = True
-    key = f"tidemark-writer:{topic}"
     try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
-            if not cur.fetchone()[0]:
-                if not wait:
-                    raise WriterBusy(
-                        f"another tidemark run (scheduled ingest or backfill) is writing topic {topic!r}. "
-                        "Only one may write at a time: wait for it to finish, or run with --wait to queue."
-                    )
-                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
-        yield
+        with conn, conn.cursor() as cur:
+            stored = ledger.stored_session_rules(cur)
+            if stored is None or stored == settings.session_rules:
+                return
+            if not rebuild:
+                ledger.check_session_rules(cur, settings.session_rules)  # raises, saying what to do
     finally:
         conn.close()
+    rebuild_all_sessions(spark, settings)
 
 
 def _offset_log_ends(checkpoint: str, batch_id: int, topic: str) -> dict[int, int] | None:
@@ -112,23 +96,29 @@ def run_scheduled(
     settings: Settings,
     topic: str | None = None,
     max_offsets_per_trigger: int | None = None,
-    rules: SessionRules | None = None,
     fail_on_data_loss: bool = True,
     wait: bool = False,
+    rebuild_sessions: bool = False,
+    fault: Fault | None = None,
 ) -> list[BatchResult]:
-    """Process everything that arrived since the last run (AvailableNow), batch by batch."""
+    """Process everything that arrived since the last run (AvailableNow), batch by batch.
+
+    ``rebuild_sessions`` first recomputes every stored session when the settings' session rules
+    differ from the stored ones (otherwise such a run fails). ``fault`` is for tests (see writer).
+    """
     topic = topic or settings.topic
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
-        raise ValueError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
+        raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
     watermarks(settings, topic)  # an unknown topic fails here, before Spark starts a query
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
     with single_writer(settings, topic, wait):
+        _check_session_rules(spark, settings, rebuild_sessions)
         writer = BatchWriter(
             spark,
             settings,
             pipeline_name(SCHEDULED, topic),
             lambda b: streaming_ranges(settings, checkpoint, topic, b),
-            rules,
+            fault,
         )
         query = (
             stream_reader(spark, settings, topic, max_offsets_per_trigger, fail_on_data_loss)
@@ -144,88 +134,6 @@ def run_scheduled(
 
 
 @dataclass(frozen=True)
-class BackfillPlan:
-    ranges: list[PartitionRange]
-
-    @property
-    def topic(self) -> str:
-        return self.ranges[0].topic
-
-
-def parse_offsets(text: str) -> dict[int, tuple[int, int]]:
-    """``"0:100-200,1:0-50"`` -> ``{0: (100, 200), 1: (0, 50)}`` (end exclusive)."""
-    ranges: dict[int, tuple[int, int]] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            partition, span = part.split(":")
-            start, end = span.split("-")
-            ranges[int(partition)] = (int(start), int(end))
-        except ValueError:
-            raise ValueError(
-                f"bad offset range {part!r}: write PARTITION:START-END, e.g. 0:100-200 (END exclusive)"
-            ) from None
-    if not ranges:
-        raise ValueError("no offset ranges given: write PARTITION:START-END[,...], e.g. 0:100-200")
-    return ranges
-
-
-def plan_backfill(
-    settings: Settings,
-    topic: str,
-    offsets: Mapping[int, tuple[int, int]] | None = None,
-    from_time: datetime | None = None,
-    to_time: datetime | None = None,
-    allow_data_loss: bool = False,
-) -> BackfillPlan:
-    """Resolve a backfill to frozen per-partition ranges, checking them against the broker.
-
-    Either ``offsets`` or a ``[from_time, to_time)`` arrival-time range. Fails before any work with
-    a message that says what to fix.
-    """
-    if (offsets is None) == (from_time is None and to_time is None):
-        raise ValueError("give either offsets or a time range (from and to), not both and not neither")
-    held = watermarks(settings, topic)  # TopicError for an unknown topic
-    if offsets is None:
-        if from_time is None or to_time is None:
-            raise ValueError("a time range needs both --from-time and --to-time")
-        if from_time.tzinfo is None or to_time.tzinfo is None:
-            raise ValueError("times must carry a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
-        if to_time <= from_time:
-            raise ValueError(f"the range ends ({to_time.isoformat()}) before it starts ({from_time.isoformat()})")
-        offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
-    ranges = []
-    for partition, (start, end) in sorted(offsets.items()):
-        if partition not in held:
-            raise ValueError(f"topic {topic!r} has no partition {partition} (it has {sorted(held)})")
-        low, high = held[partition]
-        if end > high:
-            raise ValueError(
-                f"partition {partition}: end offset {end} is beyond the last written offset (high watermark {high})"
-            )
-        if start < low:
-            if not allow_data_loss:
-                raise DataLossError(
-                    f"partition {partition}: offsets [{start}, {low}) are no longer on the broker (retention or "
-                    f"deletion); the earliest available is {low}. Start at {low}, or pass --allow-data-loss "
-                    "to skip what is gone."
-                )
-            start = min(low, end)
-        ranges.append(PartitionRange(topic, partition, start, end))
-    return BackfillPlan(ranges)
-
-
-def _offsets_for_times(
-    settings: Settings,
-    topic: str,
-    held: Mapping[int, tuple[int, int]],
-    from_time: datetime,
-    to_time: datetime,
-) -> dict[int, tuple[int, int]]:
-    starts, ends = offsets_for_time(settings, topic, from_time, held), offsets_for_time(settings, topic, to_time, held)
-    return {p: (starts[p], max(starts[p], ends[p])) for p in held}
-
-
-@dataclass(frozen=True)
 class DryRun:
     ranges: list[PartitionRange]
     records: dict[int, int]  # committed records per partition
@@ -236,8 +144,9 @@ def run_backfill(
     settings: Settings,
     plan: BackfillPlan,
     dry_run: bool = False,
-    rules: SessionRules | None = None,
     wait: bool = False,
+    rebuild_sessions: bool = False,
+    fault: Fault | None = None,
 ) -> BatchResult | DryRun:
     """Process ``plan`` as one bounded batch; a plan processed before is a no-op."""
     if dry_run:
@@ -247,6 +156,7 @@ def run_backfill(
         records = {r.partition: 0 for r in plan.ranges} | {row["partition"]: row["n"] for row in counted}
         return DryRun(plan.ranges, records)
     with single_writer(settings, plan.topic, wait):
+        _check_session_rules(spark, settings, rebuild_sessions)
         conn = ledger.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
@@ -255,7 +165,7 @@ def run_backfill(
                     batch_id = ledger.next_batch_id(cur, pipeline_name(BACKFILL, plan.topic))
         finally:
             conn.close()
-        writer = BatchWriter(spark, settings, pipeline_name(BACKFILL, plan.topic), lambda _: plan.ranges, rules)
+        writer = BatchWriter(spark, settings, pipeline_name(BACKFILL, plan.topic), lambda _: plan.ranges, fault)
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
     return writer.results[-1]
 
@@ -273,14 +183,19 @@ def _recorded_plan(cur, plan: BackfillPlan) -> int | None:  # noqa: ANN001
     return None if row is None else int(row[0])
 
 
-def session_rules(gap_minutes: float, max_hours: float) -> SessionRules:
-    return SessionRules(gap=timedelta(minutes=gap_minutes), max_length=timedelta(hours=max_hours))
-
-
 def _add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
-    p.add_argument("--gap-minutes", type=float, default=30.0, help="session inactivity gap (default 30)")
-    p.add_argument("--max-session-hours", type=float, default=24.0, help="maximum session length (default 24)")
+    p.add_argument(
+        "--gap-minutes", type=float, help="session inactivity gap (default: TIDEMARK_SESSION_GAP_MINUTES or 30)"
+    )
+    p.add_argument(
+        "--max-session-hours", type=float, help="maximum session length (default: TIDEMARK_SESSION_MAX_HOURS or 24)"
+    )
+    p.add_argument(
+        "--rebuild-sessions",
+        action="store_true",
+        help="if the session rules changed, recompute every stored session under the new ones first",
+    )
     p.add_argument("--wait", action="store_true", help="wait for a running writer instead of failing")
 
 
@@ -301,27 +216,34 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(mode="backfill")
 
 
+def settings_for(settings: Settings, args: argparse.Namespace) -> Settings:
+    """``settings`` with the run's flags applied (topic, session rules)."""
+    rules = settings.session_rules
+    gap = timedelta(minutes=args.gap_minutes) if args.gap_minutes is not None else rules.gap
+    longest = timedelta(hours=args.max_session_hours) if args.max_session_hours is not None else rules.max_length
+    return replace(settings, topic=args.topic or settings.topic, session_rules=SessionRules(gap, longest))
+
+
 def run_from_arguments(
     spark_factory, settings: Settings, args: argparse.Namespace
 ) -> list[BatchResult] | BatchResult | DryRun:  # noqa: ANN001
     """Validate the arguments (before Spark starts), then run the job."""
-    topic = args.topic or settings.topic
-    rules = session_rules(args.gap_minutes, args.max_session_hours)
+    settings = settings_for(settings, args)
+    topic = settings.topic
     if args.mode == "scheduled":
-        return run_scheduled(spark_factory(), settings, topic, args.max_offsets_per_trigger, rules, wait=args.wait)
+        return run_scheduled(
+            spark_factory(),
+            settings,
+            topic,
+            args.max_offsets_per_trigger,
+            wait=args.wait,
+            rebuild_sessions=args.rebuild_sessions,
+        )
     offsets = parse_offsets(args.offsets) if args.offsets else None
     plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss)
-    return run_backfill(spark_factory(), settings, plan, args.dry_run, rules, wait=args.wait)
-
-
-def describe_plan(ranges: list[PartitionRange], records: Mapping[int, int]) -> str:
-    """One line per partition range with its committed-record count, then the total."""
-    lines = [
-        f"  {r.topic} p{r.partition} [{r.start}, {r.end}): {records.get(r.partition, 0):,} committed records"
-        for r in ranges
-    ]
-    lines.append(f"  total {sum(records.get(r.partition, 0) for r in ranges):,} records")
-    return "\n".join(lines)
+    return run_backfill(
+        spark_factory(), settings, plan, args.dry_run, wait=args.wait, rebuild_sessions=args.rebuild_sessions
+    )
 
 
 def describe(result: list[BatchResult] | BatchResult | DryRun) -> str:

@@ -18,13 +18,13 @@ from spark_jobs import ledger
 from spark_jobs.kafka_source import read_range
 from spark_jobs.offsets import PartitionRange, latest_ranges
 from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 PIPELINE = "land"
 TABLE = "raw_events"
-COORDINATES = ("topic", "partition", "offset")
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,8 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
             records = rows.count()
             if not DeltaTable.isDeltaTable(spark, path):
                 rows.limit(0).write.format("delta").partitionBy("partition").save(path)
-            table = DeltaTable.forPath(spark, path)
-            condition = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
-            (table.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute())
-            metrics = table.history(1).select("operationMetrics").first()[0]
+            delta.insert_new(spark, path, rows)
+            metrics = delta.table(spark, path).history(1).select("operationMetrics").first()[0]
             inserted = int(metrics.get("numTargetRowsInserted", 0))
             rows.unpersist()
             ledger.record_batch(cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records))

@@ -1,14 +1,18 @@
 """The per-batch ledger in PostgreSQL: which frozen ranges a pipeline processed, with its counts.
 
 Writers call :func:`record_batch` on the cursor of the transaction that carries the batch's own
-Postgres writes, so both commit or neither does (DESIGN invariant 5).
+Postgres writes, so both commit or neither does (docs/design.md, "Exactly-once PostgreSQL effect").
+The ledger also records the session rules the stored sessions were built with.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+from spark_jobs.errors import ServiceUnavailable, SessionRulesChanged
 from spark_jobs.offsets import PartitionRange
+from spark_jobs.sessionize import SessionRules
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,7 @@ def connect(dsn: str):  # -> psycopg2 connection
     try:
         return psycopg2.connect(dsn, connect_timeout=10)
     except psycopg2.OperationalError as exc:
-        raise ConnectionError(
+        raise ServiceUnavailable(
             f"cannot connect to PostgreSQL ({dsn!r}): {str(exc).strip()}. Start it with `tidemark up` "
             "or fix TIDEMARK_POSTGRES_DSN."
         ) from None
@@ -57,15 +61,17 @@ def record_batch(
     batch_id: int,
     ranges: list[PartitionRange],
     counts: BatchCounts,
+    rules: SessionRules | None = None,
 ) -> None:
-    """Insert the ledger rows of one batch (call inside the batch's transaction)."""
+    """Insert the ledger rows of one batch (call inside the batch's transaction); ``rules`` it sessionized with."""
     topics = {r.topic for r in ranges}
     if len(topics) != 1:
         raise ValueError(f"a batch reads exactly one topic, got {sorted(topics) or 'none'}")
     cur.execute(
         """INSERT INTO ledger_batches
-               (pipeline, batch_id, topic, records_read, accepted, duplicates, quarantined)
-           VALUES (%s, %s, %s, %s, %s, %s, %s)""",
+               (pipeline, batch_id, topic, records_read, accepted, duplicates, quarantined,
+                session_gap_seconds, session_max_seconds)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         (
             pipeline,
             batch_id,
@@ -74,10 +80,43 @@ def record_batch(
             counts.accepted,
             counts.duplicates,
             counts.quarantined,
+            rules.gap.total_seconds() if rules else None,
+            rules.max_length.total_seconds() if rules else None,
         ),
     )
     cur.executemany(
         """INSERT INTO ledger_ranges (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset)
            VALUES (%s, %s, %s, %s, %s, %s)""",
         [(pipeline, batch_id, r.topic, r.partition, r.start, r.end) for r in ranges],
+    )
+
+
+def stored_session_rules(cur) -> SessionRules | None:  # noqa: ANN001
+    """The rules the stored sessions follow (None before the first batch)."""
+    cur.execute("SELECT gap_seconds, max_length_seconds FROM session_rules ORDER BY changed_at DESC LIMIT 1")
+    row = cur.fetchone()
+    return None if row is None else SessionRules(timedelta(seconds=row[0]), timedelta(seconds=row[1]))
+
+
+def describe_rules(rules: SessionRules) -> str:
+    return f"gap {rules.gap.total_seconds() / 60:g} min, maximum {rules.max_length.total_seconds() / 3600:g} h"
+
+
+def check_session_rules(cur, rules: SessionRules) -> None:  # noqa: ANN001
+    """Fail when the stored sessions were built under other rules; record ``rules`` when none are."""
+    stored = stored_session_rules(cur)
+    if stored is None:
+        record_session_rules(cur, rules, "first batch")
+    elif stored != rules:
+        raise SessionRulesChanged(
+            f"the stored sessions were built with {describe_rules(stored)}, this run uses {describe_rules(rules)}. "
+            "Run with the stored rules (TIDEMARK_SESSION_GAP_MINUTES, TIDEMARK_SESSION_MAX_HOURS or --gap-minutes, "
+            "--max-session-hours), or pass --rebuild-sessions to recompute every stored session under the new rules."
+        )
+
+
+def record_session_rules(cur, rules: SessionRules, reason: str) -> None:  # noqa: ANN001
+    cur.execute(
+        "INSERT INTO session_rules (gap_seconds, max_length_seconds, reason) VALUES (%s, %s, %s)",
+        (rules.gap.total_seconds(), rules.max_length.total_seconds(), reason),
     )

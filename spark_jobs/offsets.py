@@ -11,11 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from spark_jobs.errors import ConfigError, TopicError
 from spark_jobs.settings import Settings
-
-
-class TopicError(RuntimeError):
-    """A topic is missing or misconfigured; the message says what to fix."""
 
 
 @dataclass(frozen=True, order=True)
@@ -29,11 +26,11 @@ class PartitionRange:
 
     def __post_init__(self) -> None:
         if self.partition < 0:
-            raise ValueError(f"partition must be >= 0, got {self.partition}")
+            raise ConfigError(f"partition must be >= 0, got {self.partition}")
         if self.start < 0:
-            raise ValueError(f"start offset must be >= 0, got {self.start} for partition {self.partition}")
+            raise ConfigError(f"start offset must be >= 0, got {self.start} for partition {self.partition}")
         if self.end < self.start:
-            raise ValueError(f"partition {self.partition}: end offset {self.end} is before start offset {self.start}")
+            raise ConfigError(f"partition {self.partition}: end offset {self.end} is before start offset {self.start}")
 
     @property
     def size(self) -> int:
@@ -63,7 +60,7 @@ def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_
     from confluent_kafka.admin import NewTopic
 
     if timestamp_type not in ("LogAppendTime", "CreateTime"):
-        raise ValueError(f"timestamp_type must be LogAppendTime or CreateTime, got {timestamp_type!r}")
+        raise ConfigError(f"timestamp_type must be LogAppendTime or CreateTime, got {timestamp_type!r}")
     admin = admin_client(settings)
     if topic in admin.list_topics(timeout=10).topics:
         return False

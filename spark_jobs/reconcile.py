@@ -20,35 +20,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_jobs import ledger
-from spark_jobs.ingest import single_writer
+from spark_jobs.contract import COORDINATES, RECORD_TABLES
+from spark_jobs.lock import single_writer
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
-from spark_jobs.writer import COORDINATES, ensure_tables
+from spark_jobs.sinks import delta, postgres
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-# One text form of a session row, the same in Spark and PostgreSQL (UTC, milliseconds, 3 decimals).
-SESSION_ROW_TEXT_SPARK = (
-    "concat_ws('|', session_id, entity_id, date_format(started_at, 'yyyy-MM-dd HH:mm:ss.SSS'), "
-    "date_format(ended_at, 'yyyy-MM-dd HH:mm:ss.SSS'), date_format(first_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), "
-    "date_format(last_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), event_count, cast(duration_seconds AS decimal(18,3)))"
-)
-SESSION_ROW_TEXT_POSTGRES = (
-    "concat_ws('|', session_id, entity_id, to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(first_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(last_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), event_count, "
-    "duration_seconds::numeric(18,3))"
-)
-# Checksum: the sum over rows of the first 60 bits of sha256(row text), so row order does not matter.
-SESSIONS_CHECKSUM_SPARK = (
-    f"coalesce(sum(cast(conv(substr(sha2({SESSION_ROW_TEXT_SPARK}, 256), 1, 15), 16, 10) AS decimal(38,0))), 0)"
-)
-SESSIONS_CHECKSUM_POSTGRES = (
-    f"coalesce(sum(('x' || substr(encode(sha256(convert_to({SESSION_ROW_TEXT_POSTGRES}, 'UTF8')), 'hex'), 1, 15))"
-    "::bit(60)::bigint::numeric), 0)"
-)
 
 
 @dataclass(frozen=True)
@@ -78,11 +57,9 @@ def sink_counts(spark: SparkSession, settings: Settings, ranges: list[LedgerRang
 
     if not ranges:
         return []
-    from delta.tables import DeltaTable
-
     coordinates = None
-    for table in ("events", "duplicates", "quarantine"):
-        df = DeltaTable.forPath(spark, settings.table_path(table)).toDF().select(*COORDINATES)
+    for table in RECORD_TABLES:
+        df = delta.table(spark, settings.table_path(table)).toDF().select(*COORDINATES)
         coordinates = df if coordinates is None else coordinates.unionByName(df)
     keyed = spark.createDataFrame(
         [(i, r.range.topic, r.range.partition, r.range.start, r.range.end) for i, r in enumerate(ranges)],
@@ -102,24 +79,6 @@ def sink_counts(spark: SparkSession, settings: Settings, ranges: list[LedgerRang
     )
     by_index = {row["i"]: row["count"] for row in counted}
     return [by_index.get(i, 0) for i in range(len(ranges))]
-
-
-def delta_sessions_summary(spark: SparkSession, settings: Settings) -> tuple[int, int]:
-    from delta.tables import DeltaTable
-
-    row = (
-        DeltaTable.forPath(spark, settings.table_path("sessions"))
-        .toDF()
-        .selectExpr("count(*) AS n", f"{SESSIONS_CHECKSUM_SPARK} AS checksum")
-        .first()
-    )
-    return int(row["n"]), int(row["checksum"])
-
-
-def postgres_sessions_summary(cur) -> tuple[int, int]:  # noqa: ANN001
-    cur.execute(f"SELECT count(*), {SESSIONS_CHECKSUM_POSTGRES} FROM sessions")
-    n, checksum = cur.fetchone()
-    return int(n), int(checksum)
 
 
 @dataclass(frozen=True)
@@ -142,13 +101,13 @@ def count_sinks(spark: SparkSession, settings: Settings, run_id: str) -> SinkSum
         with ExitStack() as locks:
             for topic in topics:  # sorted, so two reconcilers cannot deadlock
                 locks.enter_context(single_writer(settings, topic, wait=True))
-            ensure_tables(spark, settings)
+            delta.ensure_tables(spark, settings)
             with conn, conn.cursor() as cur:
                 ranges = unverified_ranges(cur)
             counts = sink_counts(spark, settings, ranges)
-            delta_summary = delta_sessions_summary(spark, settings)
+            delta_summary = delta.sessions_summary(spark, settings)
             with conn, conn.cursor() as cur:
-                postgres_summary = postgres_sessions_summary(cur)
+                postgres_summary = postgres.sessions_summary(cur)
                 _record(cur, run_id, ranges, counts, delta_summary, postgres_summary)
     finally:
         conn.close()

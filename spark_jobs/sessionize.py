@@ -19,8 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from spark_jobs.contract import SESSION_COLUMNS
+from spark_jobs.errors import ConfigError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+__all__ = ["SESSION_COLUMNS", "SessionRules", "session_id", "sessionize", "split_sessions"]
 
 SESSION_ID_SPARK_SQL = "substr(sha2(concat(entity_id, '|', cast(unix_millis(started_at) AS string)), 256), 1, 32)"
 SESSION_ID_POSTGRES_SQL = (
@@ -28,16 +33,6 @@ SESSION_ID_POSTGRES_SQL = (
     "(extract(epoch FROM started_at) * 1000)::bigint::text, 'UTF8')), 'hex'), 32)"
 )
 
-SESSION_COLUMNS = (
-    "session_id",
-    "entity_id",
-    "started_at",
-    "ended_at",
-    "first_event_time",
-    "last_event_time",
-    "event_count",
-    "duration_seconds",
-)
 
 
 def session_id(entity_id: str, started_at_ms: int) -> str:
@@ -52,9 +47,9 @@ class SessionRules:
 
     def __post_init__(self) -> None:
         if self.gap <= timedelta(0):
-            raise ValueError(f"session gap must be positive, got {self.gap}")
+            raise ConfigError(f"session gap must be positive, got {self.gap}")
         if self.max_length < self.gap:
-            raise ValueError(f"maximum session length {self.max_length} is shorter than the gap {self.gap}")
+            raise ConfigError(f"maximum session length {self.max_length} is shorter than the gap {self.gap}")
 
 
 def split_sessions(arrivals: list[datetime], rules: SessionRules) -> list[int]:

@@ -10,7 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
+
+from spark_jobs.errors import ConfigError
+from spark_jobs.sessionize import SessionRules
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,10 +33,36 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         port = int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a port number; set it to an integer 1-65535") from None
+        raise ConfigError(f"{name}={raw!r} is not a port number; set it to an integer 1-65535") from None
     if not 0 < port < 65536:
-        raise ValueError(f"{name}={port} is out of range; set it to an integer 1-65535")
+        raise ConfigError(f"{name}={port} is out of range; set it to an integer 1-65535")
     return port
+
+
+def _number(env: Mapping[str, str], name: str, default: float, kind: type = float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number; set it to a positive {kind.__name__}") from None
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r} must be positive")
+    return value
+
+
+def _rules(env: Mapping[str, str]) -> SessionRules:
+    gap = _number(env, "TIDEMARK_SESSION_GAP_MINUTES", SessionRules().gap.total_seconds() / 60)
+    longest = _number(env, "TIDEMARK_SESSION_MAX_HOURS", SessionRules().max_length.total_seconds() / 3600)
+    try:
+        return SessionRules(gap=timedelta(minutes=gap), max_length=timedelta(hours=longest))
+    except ValueError as exc:
+        raise ConfigError(f"TIDEMARK_SESSION_GAP_MINUTES / TIDEMARK_SESSION_MAX_HOURS: {exc}") from None
+
+
+def _minutes(delta: timedelta) -> str:
+    return f"{delta.total_seconds() / 60:g}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +82,14 @@ class Settings:
     # Extra Kafka client options (SASL/SSL, ...) passed through to every client, without the
     # "kafka." prefix Spark uses.
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # How sessions are cut; the ledger records them and a run with other rules is refused.
+    session_rules: SessionRules = field(default_factory=SessionRules)
+    # Spark, when tidemark builds the session itself (the CLI, tests); spark-submit's own flags win.
+    spark_master: str = "local[2]"
+    shuffle_partitions: int = 4
+    driver_memory: str = "2g"
+    spark_ui: bool = False
+    spark_log_level: str = "WARN"
 
     def __post_init__(self) -> None:
         # Derived defaults: fill what was left empty from home and the ports.
@@ -90,8 +128,43 @@ class Settings:
             checkpoint_root=env.get("TIDEMARK_CHECKPOINT_ROOT", ""),
             jars_dir=Path(env.get("TIDEMARK_JARS_DIR") or Path()),
             kafka_options=kafka_options,
+            session_rules=_rules(env),
+            spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
+            shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
+            driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
+            spark_ui=(env.get("TIDEMARK_SPARK_UI") or "false").lower() == "true",
+            spark_log_level=env.get("TIDEMARK_SPARK_LOG_LEVEL") or "WARN",
         )
         return replace(settings, **overrides) if overrides else settings
+
+    def to_env(self) -> dict[str, str]:
+        """The ``TIDEMARK_*`` variables that rebuild these settings in another process.
+
+        ``Settings.from_env(s.to_env()) == s``: spark-submit, Airflow tasks and test subprocesses
+        get their configuration this one way.
+        """
+        env = {
+            "TIDEMARK_HOME": str(self.home),
+            "TIDEMARK_KAFKA_PORT": str(self.kafka_port),
+            "TIDEMARK_KAFKA_CONTROLLER_PORT": str(self.kafka_controller_port),
+            "TIDEMARK_POSTGRES_PORT": str(self.postgres_port),
+            "TIDEMARK_TOPIC": self.topic,
+            "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "TIDEMARK_POSTGRES_DSN": self.postgres_dsn,
+            "TIDEMARK_LAKE_ROOT": self.lake_root,
+            "TIDEMARK_CHECKPOINT_ROOT": self.checkpoint_root,
+            "TIDEMARK_JARS_DIR": str(self.jars_dir),
+            "TIDEMARK_SESSION_GAP_MINUTES": _minutes(self.session_rules.gap),
+            "TIDEMARK_SESSION_MAX_HOURS": f"{self.session_rules.max_length.total_seconds() / 3600:g}",
+            "TIDEMARK_SPARK_MASTER": self.spark_master,
+            "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
+            "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,
+            "TIDEMARK_SPARK_UI": str(self.spark_ui).lower(),
+            "TIDEMARK_SPARK_LOG_LEVEL": self.spark_log_level,
+        }
+        for key, value in self.kafka_options.items():
+            env["TIDEMARK_KAFKA_OPT_" + key.upper().replace(".", "_")] = str(value)
+        return env
 
     @property
     def logs_dir(self) -> Path:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_jobs.errors import ConfigError
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ def spark_jars(settings: Settings) -> list[Path]:
     jars = sorted((settings.jars_dir / "spark").glob("*.jar"))
     missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
     if missing:
-        raise FileNotFoundError(
+        raise ConfigError(
             f"Spark jars missing in {settings.jars_dir / 'spark'} "
             f"({', '.join(m.rstrip('-') for m in missing)}). Run `make jars`."
         )
@@ -31,14 +32,15 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     """Get or create the SparkSession for a tidemark job.
 
     Under spark-submit the master and jars come from the submit command; run from Python (the CLI,
-    tests) it is ``TIDEMARK_SPARK_MASTER`` (default ``local[2]``) with the cached jars.
+    tests) it is ``settings.spark_master`` (``TIDEMARK_SPARK_MASTER``, default ``local[2]``) with
+    the cached jars.
     """
     from pyspark.sql import SparkSession
 
     builder = (
         SparkSession.builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.shuffle.partitions", os.environ.get("TIDEMARK_SHUFFLE_PARTITIONS", "4"))
+        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
         # Delta's default of 50 partitions for reading its log is slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", "2")
@@ -48,18 +50,18 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     # command's --name (the Airflow task's) names the application.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.appName(app_name)
-        master = os.environ.get("TIDEMARK_SPARK_MASTER", "local[2]")
+        master = settings.spark_master
         if master.startswith("local"):
             # Stay on loopback: nothing outside this machine needs to reach a local driver.
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
         builder = (
             builder.master(master)
             .config("spark.jars", ",".join(str(j) for j in spark_jars(settings)))
-            .config("spark.ui.enabled", os.environ.get("TIDEMARK_SPARK_UI", "false"))
-            .config("spark.driver.memory", os.environ.get("TIDEMARK_SPARK_DRIVER_MEMORY", "2g"))
+            .config("spark.ui.enabled", str(settings.spark_ui).lower())
+            .config("spark.driver.memory", settings.driver_memory)
         )
         # Python workers must run this interpreter (the venv), not whatever python3 is on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("TIDEMARK_SPARK_LOG_LEVEL", "WARN"))
+    spark.sparkContext.setLogLevel(settings.spark_log_level)
     return spark

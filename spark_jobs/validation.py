@@ -1,29 +1,26 @@
-"""Parse and validate Kafka records against DESIGN.md's message contract.
+"""Parse and validate Kafka records against the message contract (``spark_jobs.contract``).
 
 :func:`parse_records` is a pure ``DataFrame -> DataFrame`` transform: every input row comes out
 once, with its coordinates, the parsed fields, and ``quarantine_reason`` (null when the record is
-valid). Nothing is dropped, so every source offset lands in exactly one sink table (DESIGN
-invariant 1). All checks are native Spark SQL (the Variant type keeps JSON token types, so a number
-where a string belongs is caught), which keeps parsing off the Python path.
+valid). Nothing is dropped, so every source offset lands in exactly one record table
+(docs/design.md, "Offset coverage"). All checks are native Spark SQL (the Variant type keeps JSON
+token types, so a number where a string belongs is caught), which keeps parsing off the Python path.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from spark_jobs.contract import FIELDS, MAX_VALUE_BYTES, REQUIRED_FIELDS
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-# The largest value accepted; larger ones are quarantined as "oversized".
-MAX_VALUE_BYTES = 64 * 1024
-REQUIRED_FIELDS = ("event_id", "entity_id", "event_type", "event_time")
 # ISO-8601 with an explicit offset (or Z), as the contract requires.
 _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
     "^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?(Z|[+-][0-9]{2}:?[0-9]{2})$"
 )
 
-
-FIELDS = (*REQUIRED_FIELDS, "properties")
 # JSON's insignificant whitespace, as the characters themselves (see the note on backslashes above).
 _JSON_WHITESPACE = " \t\r\n"
 

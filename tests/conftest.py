@@ -44,6 +44,7 @@ def settings() -> Settings:
         "TIDEMARK_KAFKA_CONTROLLER_PORT": os.environ.get("TIDEMARK_TEST_KAFKA_CONTROLLER_PORT", "29093"),
         "TIDEMARK_POSTGRES_PORT": os.environ.get("TIDEMARK_TEST_POSTGRES_PORT", "25432"),
         "TIDEMARK_JARS_DIR": str(PROJECT_ROOT / ".tidemark" / "jars"),
+        "TIDEMARK_SHUFFLE_PARTITIONS": "2",
     }
     return Settings.from_env(env)
 
@@ -51,8 +52,8 @@ def settings() -> Settings:
 @pytest.fixture(scope="session")
 def stack(settings: Settings):
     """Kafka and PostgreSQL running, database migrated."""
-    from spark_jobs.embedded import KafkaBroker, PostgresServer
-    from spark_jobs.migrations import migrate
+    from tidemark.embedded import KafkaBroker, PostgresServer
+    from tidemark.migrations import migrate
 
     services = [PostgresServer(settings), KafkaBroker(settings)]
     started = [service for service in services if not service.is_running()]
@@ -67,12 +68,19 @@ def stack(settings: Settings):
 
 
 @pytest.fixture(scope="session")
-def spark(stack: Settings):
+def spark_session(settings: Settings):
+    """The one SparkSession of the test session (local, Delta enabled); needs no other service."""
     from spark_jobs.spark import build_session
 
-    session = build_session(stack, "tidemark-tests")
+    session = build_session(settings, "tidemark-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(stack: Settings, spark_session):
+    """The SparkSession, with Kafka and PostgreSQL running."""
+    return spark_session
 
 
 @pytest.fixture
@@ -106,7 +114,7 @@ def database(stack: Settings):
     from dataclasses import replace
 
     from spark_jobs.ledger import connect
-    from spark_jobs.migrations import migrate
+    from tidemark.migrations import migrate
 
     name = f"tidemark_{uuid.uuid4().hex[:10]}"
     admin = connect(stack.postgres_dsn.replace("user=tidemark", "user=postgres"))  # the embedded superuser

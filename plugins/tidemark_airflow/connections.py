@@ -1,15 +1,15 @@
 """From Airflow connections to tidemark's settings.
 
-Spark jobs and tidemark's own code read ``TIDEMARK_*`` variables (spark_jobs/settings.py). Under
-Airflow the Kafka and PostgreSQL addresses and secrets come from connections instead:
+Spark jobs read ``TIDEMARK_*`` variables (spark_jobs/settings.py). Under Airflow the Kafka and
+PostgreSQL addresses and secrets come from connections instead:
 
 * ``tidemark_kafka``: any connection type; its extra is a JSON object of Kafka client options
   (librdkafka names), at least ``bootstrap.servers``; SASL/SSL options pass through.
 * ``tidemark_postgres``: a Postgres connection to the tidemark database (the pipeline role).
 
-:func:`tidemark_env` turns them into ``TIDEMARK_*`` variables, read at task run time, never while a
-DAG file is parsed. Everything else (lake and checkpoint roots, topic, jars) comes from the
-worker's own ``TIDEMARK_*`` environment.
+:func:`tidemark_settings` builds the settings from them and from the worker's own ``TIDEMARK_*``
+environment (lake and checkpoint roots, topic, jars, session rules, ...), at task run time, never
+while a DAG file is parsed; ``Settings.to_env()`` then gives a job its environment.
 """
 
 from __future__ import annotations
@@ -19,14 +19,6 @@ from collections.abc import Mapping
 
 KAFKA_CONN_ID = "tidemark_kafka"
 POSTGRES_CONN_ID = "tidemark_postgres"
-PASSED_THROUGH = (
-    "TIDEMARK_HOME",
-    "TIDEMARK_TOPIC",
-    "TIDEMARK_LAKE_ROOT",
-    "TIDEMARK_CHECKPOINT_ROOT",
-    "TIDEMARK_JARS_DIR",
-    "TIDEMARK_SHUFFLE_PARTITIONS",
-)
 
 
 def kafka_env(extra: Mapping[str, object], conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
@@ -56,19 +48,21 @@ def postgres_dsn(host: str | None, port: int | None, database: str | None, login
     return make_dsn(**{k: v for k, v in params.items() if v not in (None, "")})
 
 
-def tidemark_env(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID) -> dict[str, str]:
-    """The ``TIDEMARK_*`` environment a tidemark job needs, from the connections and this worker."""
+def connections_env(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID) -> dict[str, str]:
+    """The ``TIDEMARK_*`` variables that come from the Kafka and PostgreSQL connections."""
     from airflow.sdk import BaseHook
 
     kafka = BaseHook.get_connection(kafka_conn_id)
     pg = BaseHook.get_connection(postgres_conn_id)
-    env = {key: os.environ[key] for key in PASSED_THROUGH if os.environ.get(key)}
-    env |= kafka_env(kafka.extra_dejson, kafka_conn_id)
+    env = kafka_env(kafka.extra_dejson, kafka_conn_id)
     env["TIDEMARK_POSTGRES_DSN"] = postgres_dsn(pg.host, pg.port, pg.schema, pg.login, pg.password, pg.extra_dejson)
     return env
 
 
 def tidemark_settings(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID):  # -> Settings
+    """Settings from this worker's ``TIDEMARK_*`` environment, with the connections' addresses and secrets."""
     from spark_jobs.settings import Settings
 
-    return Settings.from_env(dict(os.environ) | tidemark_env(kafka_conn_id, postgres_conn_id))
+    worker = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_KAFKA_OPT_")}
+    return Settings.from_env(worker | connections_env(kafka_conn_id, postgres_conn_id))
+

@@ -13,7 +13,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_env, tidemark_settings
+from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
 from tidemark_airflow.hooks import KafkaOffsetsHook
 from tidemark_airflow.reconcile import LedgerEntry, RangeCheck, Report, SessionsSummary, find_gaps
 
@@ -59,7 +59,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
         # Python workers and the driver run this interpreter's environment unless told otherwise.
         python = os.environ.get("PYSPARK_PYTHON", sys.executable)
-        env = {"PYSPARK_PYTHON": python, **tidemark_env(self.kafka_conn_id, self.postgres_conn_id)}
+        env = {"PYSPARK_PYTHON": python, **settings.to_env()}
         self.env_vars = env | dict(self.env_vars or {})  # what the task sets explicitly wins
         self.conf = {"spark.pyspark.python": python, **(self.conf or {})}
         super().execute(context)

@@ -77,11 +77,6 @@ def _timestamp(value: object, name: str) -> datetime | None:
     return parsed
 
 
-def offsets_argument(ranges) -> str:  # noqa: ANN001
-    """``0:100-200,1:0-50`` for the ingest job's ``--offsets``."""
-    return ",".join(f"{r.partition}:{r.start}-{r.end}" for r in ranges)
-
-
 def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # noqa: ANN001 - a logger
     """Check the trigger form and resolve it against the broker; log the plan with record counts.
 
@@ -90,8 +85,8 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
     """
     from airflow.sdk.exceptions import AirflowFailException
 
-    from spark_jobs.ingest import DataLossError, describe_plan, parse_offsets, plan_backfill
-    from spark_jobs.offsets import TopicError
+    from spark_jobs.errors import TidemarkError
+    from spark_jobs.planning import describe_plan, offsets_argument, parse_offsets, plan_backfill
     from tidemark_airflow.connections import tidemark_settings
     from tidemark_airflow.hooks import KafkaOffsetsHook
 
@@ -100,7 +95,7 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
         settings = tidemark_settings()
         offsets = parse_offsets(request.offsets) if request.offsets else None
         plan = plan_backfill(settings, request.topic, offsets, request.from_time, request.to_time)
-    except (ValueError, TopicError, DataLossError) as exc:
+    except (ValueError, TidemarkError) as exc:
         raise AirflowFailException(f"invalid backfill parameters: {exc}") from None
     kafka = KafkaOffsetsHook()
     counts = {r.partition: kafka.count_committed(r.topic, r.partition, r.start, r.end) for r in plan.ranges}

@@ -1,0 +1,48 @@
+"""The message contract and the shape of every sink table, in one place.
+
+Kafka key: ``entity_id``. Value: a JSON object with ``event_id``, ``entity_id``, ``event_type``
+(strings, required), ``event_time`` (ISO-8601 with a UTC offset, required) and ``properties`` (an
+object, optional). The arrival time is the Kafka record timestamp. A record is identified by its
+coordinates (topic, partition, offset); every committed record lands in exactly one of the record
+tables (``events``, ``duplicates``, ``quarantine``). See docs/design.md.
+"""
+
+from __future__ import annotations
+
+# The largest value accepted; larger ones are quarantined as "oversized".
+MAX_VALUE_BYTES = 64 * 1024
+REQUIRED_FIELDS = ("event_id", "entity_id", "event_type", "event_time")
+FIELDS = (*REQUIRED_FIELDS, "properties")
+
+COORDINATES = ("topic", "partition", "offset")
+EVENT_COLUMNS = (
+    *COORDINATES,
+    "arrival_time",
+    "event_id",
+    "entity_id",
+    "event_type",
+    "event_time",
+    "properties",
+)
+SESSION_COLUMNS = (
+    "session_id",
+    "entity_id",
+    "started_at",
+    "ended_at",
+    "first_event_time",
+    "last_event_time",
+    "event_count",
+    "duration_seconds",
+)
+# The Delta tables (names and DDL column lists). PostgreSQL's `sessions` mirrors `sessions` (sql/).
+TABLE_SCHEMAS = {
+    "events": "topic string, partition int, offset long, arrival_time timestamp, event_id string, "
+    "entity_id string, event_type string, event_time timestamp, properties string",
+    "duplicates": "topic string, partition int, offset long, arrival_time timestamp, event_id string, entity_id string",
+    "quarantine": "topic string, partition int, offset long, arrival_time timestamp, key binary, value binary, "
+    "reason string",
+    "sessions": "session_id string, entity_id string, started_at timestamp, ended_at timestamp, "
+    "first_event_time timestamp, last_event_time timestamp, event_count long, duration_seconds double",
+}
+# Where each committed record lands: exactly one of these, once.
+RECORD_TABLES = ("events", "duplicates", "quarantine")

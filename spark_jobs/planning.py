@@ -1,0 +1,113 @@
+"""Backfill planning: a time or offset range resolved, before any work, to frozen per-partition ranges.
+
+The plan is checked against the broker (unknown topic or partition, offsets not written yet or
+already removed) and fails with a message that says what to fix. The Airflow side imports this
+module to plan and show a backfill before Spark starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from spark_jobs.errors import ConfigError, DataLossError
+from spark_jobs.offsets import PartitionRange, offsets_for_time, watermarks
+from spark_jobs.settings import Settings
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    ranges: list[PartitionRange]
+
+    @property
+    def topic(self) -> str:
+        return self.ranges[0].topic
+
+
+def parse_offsets(text: str) -> dict[int, tuple[int, int]]:
+    """``"0:100-200,1:0-50"`` -> ``{0: (100, 200), 1: (0, 50)}`` (end exclusive)."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            partition, span = part.split(":")
+            start, end = span.split("-")
+            ranges[int(partition)] = (int(start), int(end))
+        except ValueError:
+            raise ConfigError(
+                f"bad offset range {part!r}: write PARTITION:START-END, e.g. 0:100-200 (END exclusive)"
+            ) from None
+    if not ranges:
+        raise ConfigError("no offset ranges given: write PARTITION:START-END[,...], e.g. 0:100-200")
+    return ranges
+
+
+def plan_backfill(
+    settings: Settings,
+    topic: str,
+    offsets: Mapping[int, tuple[int, int]] | None = None,
+    from_time: datetime | None = None,
+    to_time: datetime | None = None,
+    allow_data_loss: bool = False,
+) -> BackfillPlan:
+    """Resolve a backfill to frozen per-partition ranges, checking them against the broker.
+
+    Either ``offsets`` or a ``[from_time, to_time)`` arrival-time range. Fails before any work with
+    a message that says what to fix.
+    """
+    if (offsets is None) == (from_time is None and to_time is None):
+        raise ConfigError("give either offsets or a time range (from and to), not both and not neither")
+    held = watermarks(settings, topic)  # TopicError for an unknown topic
+    if offsets is None:
+        if from_time is None or to_time is None:
+            raise ConfigError("a time range needs both --from-time and --to-time")
+        if from_time.tzinfo is None or to_time.tzinfo is None:
+            raise ConfigError("times must carry a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
+        if to_time <= from_time:
+            raise ConfigError(f"the range ends ({to_time.isoformat()}) before it starts ({from_time.isoformat()})")
+        offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
+    ranges = []
+    for partition, (start, end) in sorted(offsets.items()):
+        if partition not in held:
+            raise ConfigError(f"topic {topic!r} has no partition {partition} (it has {sorted(held)})")
+        low, high = held[partition]
+        if end > high:
+            raise ConfigError(
+                f"partition {partition}: end offset {end} is beyond the last written offset (high watermark {high})"
+            )
+        if start < low:
+            if not allow_data_loss:
+                raise DataLossError(
+                    f"partition {partition}: offsets [{start}, {low}) are no longer on the broker (retention or "
+                    f"deletion); the earliest available is {low}. Start at {low}, or pass --allow-data-loss "
+                    "to skip what is gone."
+                )
+            start = min(low, end)
+        ranges.append(PartitionRange(topic, partition, start, end))
+    return BackfillPlan(ranges)
+
+
+def _offsets_for_times(
+    settings: Settings,
+    topic: str,
+    held: Mapping[int, tuple[int, int]],
+    from_time: datetime,
+    to_time: datetime,
+) -> dict[int, tuple[int, int]]:
+    starts, ends = offsets_for_time(settings, topic, from_time, held), offsets_for_time(settings, topic, to_time, held)
+    return {p: (starts[p], max(starts[p], ends[p])) for p in held}
+
+
+def describe_plan(ranges: list[PartitionRange], records: Mapping[int, int]) -> str:
+    """One line per partition range with its committed-record count, then the total."""
+    lines = [
+        f"  {r.topic} p{r.partition} [{r.start}, {r.end}): {records.get(r.partition, 0):,} committed records"
+        for r in ranges
+    ]
+    lines.append(f"  total {sum(records.get(r.partition, 0) for r in ranges):,} records")
+    return "\n".join(lines)
+
+
+def offsets_argument(ranges: list[PartitionRange]) -> str:
+    """``0:100-200,1:0-50``: the form :func:`parse_offsets` reads (``--offsets``)."""
+    return ",".join(f"{r.partition}:{r.start}-{r.end}" for r in ranges)

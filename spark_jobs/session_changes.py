@@ -1,0 +1,95 @@
+"""Which stored sessions a batch changes: the anchor, the events to recompute, the comparison.
+
+A batch can only change the sessions of the entities it touches, and of each such entity only
+from its *anchor* on: the earliest of its new records and the start of the first stored session
+that a new record could join (one that ended within a gap before it). Everything before the
+anchor stays as it is. Pure ``DataFrame -> DataFrame`` functions; the writer materialises them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from spark_jobs.contract import SESSION_COLUMNS
+from spark_jobs.sessionize import SessionRules
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from pyspark.sql import DataFrame
+
+SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "partition", "offset", "event_time", "event_id")
+
+
+def anchors(ranked: DataFrame, sessions: DataFrame, rules: SessionRules) -> DataFrame:
+    """``(entity_id, anchor)`` for every entity with a record in the batch.
+
+    Every entity of the batch counts, not only those with new winners: a retry after a crash
+    between the Delta and the PostgreSQL writes finds its events stored already, yet PostgreSQL
+    still needs their sessions. ``ranked`` is :func:`spark_jobs.dedupe.rank`'s output, ``sessions``
+    the stored sessions.
+    """
+    from pyspark.sql import functions as F
+
+    touched = ranked.where("rank = 1 AND in_batch").groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
+    gap_seconds = int(rules.gap.total_seconds())
+    # New records cannot change anything that ended more than one gap before them.
+    open_sessions = (
+        sessions.join(touched, "entity_id")
+        .where(F.col("ended_at") >= F.col("first_new") - F.expr(f"INTERVAL {gap_seconds} SECONDS"))
+        .groupBy("entity_id")
+        .agg(F.min("started_at").alias("open_start"))
+    )
+    return touched.join(open_sessions, "entity_id", "left").select(
+        "entity_id", F.least("first_new", F.coalesce("open_start", "first_new")).alias("anchor")
+    )
+
+
+def events_since_anchors(
+    events: DataFrame, ranked: DataFrame, anchored: DataFrame, earliest: datetime, has_takeovers: bool = True
+) -> DataFrame:
+    """The touched entities' accepted events from their anchors on, as they will be after the batch.
+
+    That is what ``events`` holds, minus the stored rows the batch's takeovers replace, plus the
+    batch's new winners, so no write has to happen first. ``earliest`` (the smallest anchor, a
+    literal) lets Delta skip files written before it: files are written in arrival order. With
+    ``has_takeovers`` False the takeover join is left out (nothing to take over).
+    """
+    from pyspark.sql import functions as F
+
+    stored = (
+        events.where(F.col("arrival_time") >= F.lit(earliest))
+        .join(anchored, "entity_id")
+        .where("arrival_time >= anchor")
+        .select(*SESSIONIZE_COLUMNS)
+    )
+    if has_takeovers:
+        stored = stored.join(ranked.where("new AND has_stored").select("event_id"), "event_id", "left_anti")
+    return stored.unionByName(ranked.where("new").select(*SESSIONIZE_COLUMNS))
+
+
+def compare(recomputed: DataFrame, sessions: DataFrame, anchored: DataFrame) -> DataFrame:
+    """Recomputed against stored sessions (from the anchors on), one row per session_id with ``op``.
+
+    ``op`` is ``insert`` (a new ID), ``update`` (same ID, other values), ``delete`` (a stored ID no
+    longer produced) or ``same``. The other columns are the recomputed values (null for deletes).
+    Unchanged rows are not written, so a replay commits nothing.
+    """
+    from pyspark.sql import functions as F
+
+    stored = sessions.join(anchored, "entity_id").where("started_at >= anchor").select(*SESSION_COLUMNS)
+    r, s = recomputed.alias("r"), stored.alias("s")
+    differs = " OR ".join(f"NOT (r.`{c}` <=> s.`{c}`)" for c in SESSION_COLUMNS[1:])
+    return r.join(s, F.col("r.session_id") == F.col("s.session_id"), "full_outer").select(
+        F.coalesce("r.session_id", "s.session_id").alias("session_id"),
+        *[F.col(f"r.{c}").alias(c) for c in SESSION_COLUMNS[1:]],
+        F.expr(
+            "CASE WHEN s.session_id IS NULL THEN 'insert' WHEN r.session_id IS NULL THEN 'delete' "
+            f"WHEN {differs} THEN 'update' ELSE 'same' END"
+        ).alias("op"),
+    )
+
+
+def surviving(compared: DataFrame) -> DataFrame:
+    """The sessions from the anchors on after the batch (what PostgreSQL must hold)."""
+    return compared.where("op <> 'delete'").select(*SESSION_COLUMNS)

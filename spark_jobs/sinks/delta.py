@@ -1,0 +1,163 @@
+"""The Delta side: creating the sink tables, idempotent writes, versions and fingerprints.
+
+Every write here is idempotent on its own: inserts skip coordinates a table holds, MERGEs set
+absolute values. So a batch whose writes fail part way is completed by running it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spark_jobs.contract import COORDINATES, SESSION_COLUMNS, TABLE_SCHEMAS
+from spark_jobs.offsets import PartitionRange
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+# One text form of a session row, the same as sinks.postgres.SESSION_ROW_TEXT (UTC, milliseconds,
+# 3 decimals), and an order-independent checksum over it: the sum of the first 60 bits of sha256.
+SESSION_ROW_TEXT = (
+    "concat_ws('|', session_id, entity_id, date_format(started_at, 'yyyy-MM-dd HH:mm:ss.SSS'), "
+    "date_format(ended_at, 'yyyy-MM-dd HH:mm:ss.SSS'), date_format(first_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), "
+    "date_format(last_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), event_count, cast(duration_seconds AS decimal(18,3)))"
+)
+SESSIONS_CHECKSUM = (
+    f"coalesce(sum(cast(conv(substr(sha2({SESSION_ROW_TEXT}, 256), 1, 15), 16, 10) AS decimal(38,0))), 0)"
+)
+
+
+def table(spark: SparkSession, path: str):  # -> DeltaTable
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, path)
+
+
+def ensure_tables(spark: SparkSession, settings: Settings) -> None:
+    """Create the sink tables that do not exist yet (idempotent).
+
+    A table whose ``_delta_log`` already holds commits is left alone without loading it: every
+    run calls this, and loading four snapshots costs more than an empty run's work. Missing
+    tables (a first run) are created concurrently.
+    """
+    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def missing(name: str) -> bool:
+        log = hadoop_path(f"{settings.table_path(name).rstrip('/')}/_delta_log")
+        fs = log.getFileSystem(conf)
+        return not (fs.exists(log) and len(fs.listStatus(log)) > 0)
+
+    def create(name: str) -> Callable[[], None]:
+        def run() -> None:
+            from delta.tables import DeltaTable
+
+            builder = DeltaTable.createIfNotExists(spark).location(settings.table_path(name))
+            for column in TABLE_SCHEMAS[name].split(", "):
+                column_name, column_type = column.split(" ")
+                builder = builder.addColumn(column_name, column_type)
+            builder.execute()
+
+        return run
+
+    run_concurrently([create(name) for name in TABLE_SCHEMAS if missing(name)])
+
+
+def insert_new(spark: SparkSession, path: str, rows: DataFrame, bound: str | None = None) -> None:
+    """Insert the ``rows`` whose coordinates the table at ``path`` does not hold yet.
+
+    An insert-only MERGE (Delta's dedupe-on-write): one pass, and no commit at all when every row
+    is stored already, so a retry adds nothing twice. ``bound``, a predicate on ``t`` (the stored
+    rows) that holds for all of ``rows``, lets Delta compare only the files that can match.
+    """
+    same_record = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
+    condition = f"({bound}) AND {same_record}" if bound else same_record
+    table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
+
+
+def append(rows: DataFrame, path: str) -> None:
+    rows.write.format("delta").mode("append").save(path)
+
+
+def replace_by_event_id(spark: SparkSession, path: str, rows: DataFrame) -> None:
+    """Each of ``rows`` replaces the stored row of its event_id (a takeover)."""
+    table(spark, path).alias("t").merge(rows.alias("s"), "t.event_id = s.event_id").whenMatchedUpdateAll().execute()
+
+
+def apply_session_changes(spark: SparkSession, path: str, compared: DataFrame, changed: int, inserted: int) -> None:
+    """Write :func:`spark_jobs.session_changes.compare`'s answer: MERGE updates and deletes, append inserts."""
+    if changed:
+        (
+            table(spark, path)
+            .alias("t")
+            .merge(compared.where("op IN ('update', 'delete')").alias("s"), "t.session_id = s.session_id")
+            .whenMatchedDelete(condition="s.op = 'delete'")
+            .whenMatchedUpdate(condition="s.op = 'update'", set={c: f"s.`{c}`" for c in SESSION_COLUMNS})
+            .execute()
+        )
+    if inserted:
+        append(compared.where("op = 'insert'").select(*SESSION_COLUMNS), path)
+
+
+def range_filter(ranges: list[PartitionRange], alias: str) -> str:
+    """SQL predicate on ``alias``'s coordinates inside ``ranges`` (lets Delta skip files by offset stats)."""
+    t = alias
+    return " OR ".join(
+        f"({t}.topic = '{r.topic}' AND {t}.partition = {r.partition} AND {t}.offset >= {r.start} "
+        f"AND {t}.offset < {r.end})"
+        for r in ranges
+    )
+
+
+def run_concurrently(steps: list[Callable[[], None]]) -> None:
+    """Run Spark/Delta steps in threads (one Spark job queue each); wait for all, raise the first failure."""
+    if len(steps) <= 1:
+        for step in steps:
+            step()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="tidemark-delta") as pool:
+        futures = [pool.submit(step) for step in steps]
+    for future in futures:
+        future.result()
+
+
+def table_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    """The latest commit version of each sink table."""
+    return {name: table(spark, settings.table_path(name)).history(1).first()["version"] for name in TABLE_SCHEMAS}
+
+
+def files_rewritten_since(spark: SparkSession, settings: Settings, versions: dict[str, int]) -> int:
+    """Data files added or removed by the sink tables' commits after ``versions`` (0 for a replay)."""
+    counted = ("numTargetFilesAdded", "numTargetFilesRemoved", "numFiles", "numAddedFiles", "numRemovedFiles")
+    total = 0
+    for name, version in versions.items():
+        for commit in table(spark, settings.table_path(name)).history().collect():
+            if commit["version"] > version:
+                metrics = commit["operationMetrics"] or {}
+                total += sum(int(metrics.get(key, 0)) for key in counted)
+    return total
+
+
+def sessions_summary(spark: SparkSession, settings: Settings) -> tuple[int, int]:
+    """Row count and checksum of Delta ``sessions`` (comparable with sinks.postgres.sessions_summary)."""
+    row = (
+        table(spark, settings.table_path("sessions"))
+        .toDF()
+        .selectExpr("count(*) AS n", f"{SESSIONS_CHECKSUM} AS checksum")
+        .first()
+    )
+    return int(row["n"]), int(row["checksum"])
+
+
+def fingerprint(spark: SparkSession, settings: Settings, name: str) -> tuple[int, str]:
+    """Row count and an order-independent checksum of any sink table, to show that nothing changed."""
+    row = (
+        spark.read.format("delta")
+        .load(settings.table_path(name))
+        .selectExpr("count(*)", "coalesce(sum(cast(xxhash64(to_json(struct(*))) AS decimal(38, 0))), 0)")
+        .first()
+    )
+    return int(row[0]), str(row[1])

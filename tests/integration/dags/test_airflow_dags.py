@@ -1,0 +1,201 @@
+"""The three DAGs end to end with ``dag.test()``: real Airflow, spark-submit, Kafka, Delta, PostgreSQL.
+
+Each test gets its own topic, lake, checkpoints and PostgreSQL database; connections come from
+``AIRFLOW_CONN_*`` variables exactly as ``make airflow`` sets them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from psycopg2.extensions import parse_dsn
+
+from spark_jobs.ledger import connect
+from spark_jobs.offsets import latest_ranges
+from spark_jobs.settings import PROJECT_ROOT, Settings
+from tidemark.producer import ProduceSpec, produce
+
+
+def airflow_connections(settings: Settings) -> dict[str, str]:
+    dsn = parse_dsn(settings.postgres_dsn)
+    return {
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_TIDEMARK_KAFKA": json.dumps(
+            {"conn_type": "generic", "extra": {"bootstrap.servers": settings.bootstrap_servers}}
+        ),
+        "AIRFLOW_CONN_TIDEMARK_POSTGRES": json.dumps(
+            {
+                "conn_type": "postgres",
+                "host": dsn["host"],
+                "port": int(dsn["port"]),
+                "schema": dsn["dbname"],
+                "login": dsn["user"],
+            }
+        ),
+    }
+
+
+@pytest.fixture
+def deployment(database: Settings, topic: str, airflow_db, monkeypatch):
+    """Settings for this test (own topic, lake, database) and the environment Airflow runs with."""
+    home = database.home / "runs" / uuid.uuid4().hex[:8]
+    settings = replace(
+        database,
+        lake_root=str(home / "lake"),
+        checkpoint_root=str(home / "checkpoints"),
+        topic=topic,
+        shuffle_partitions=2,
+    )
+    env = settings.to_env() | airflow_connections(settings)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return settings
+
+
+@pytest.fixture
+def webhook(monkeypatch):
+    """A local HTTP server standing in for Slack; yields the JSON bodies it received."""
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append({"path": self.path, "json": json.loads(body)})
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args) -> None:  # noqa: ANN002 - keep the test output quiet
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}/services/alert"
+    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_ALERT_WEBHOOK", json.dumps({"conn_type": "http", "host": url}))
+    yield received
+    server.shutdown()
+
+
+def load_dag(dag_id: str):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(PROJECT_ROOT / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.get_dag(dag_id)
+
+
+def state(run) -> str:  # noqa: ANN001 - DagRun
+    return str(getattr(run.state, "value", run.state))
+
+
+def task_states(run) -> dict[str, str]:  # noqa: ANN001 - DagRun
+    return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in run.get_task_instances()}
+
+
+def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
+def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: Settings) -> None:
+    settings = deployment
+    report = produce(settings, ProduceSpec(count=400, entities=8, duplicate_rate=0.05, seed=3), topic=settings.topic)
+
+    run = load_dag("tidemark_ingest").test()
+    assert state(run) == "success", task_states(run)
+    pipeline = f"ingest:{settings.topic}"
+    [(read, batches)] = query(
+        settings, "SELECT sum(records_read), count(*) FROM ledger_batches WHERE pipeline = %s", pipeline
+    )
+    assert read == report.committed and batches >= 1
+    assert query(settings, "SELECT count(*) FROM sessions")[0][0] > 0
+
+
+def test_backfill_dag_dry_run_writes_nothing_and_a_real_run_processes_the_plan(deployment: Settings) -> None:
+    settings = deployment
+    report = produce(settings, ProduceSpec(count=120, entities=12, seed=8), topic=settings.topic, partitions=2)
+    held = {r.partition: r.end for r in latest_ranges(settings, settings.topic)}
+    assert all(held.values()), held
+    planned = [(p, 0, end // 2) for p, end in sorted(held.items())]  # the first half of each partition
+    offsets = ",".join(f"{p}:{start}-{end}" for p, start, end in planned)
+    dag = load_dag("tidemark_backfill")
+
+    dry = dag.test(run_conf={"topic": settings.topic, "offsets": offsets, "dry_run": True})
+    assert task_states(dry) == {"plan": "success", "unless_dry_run": "success", "backfill": "skipped"}
+    assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 0
+
+    run = dag.test(run_conf={"topic": settings.topic, "offsets": offsets, "dry_run": False})
+    assert task_states(run)["backfill"] == "success"
+    ranges = query(settings, "SELECT kafka_partition, start_offset, end_offset FROM ledger_ranges ORDER BY 1")
+    assert ranges == planned
+    assert query(settings, "SELECT sum(records_read) FROM ledger_batches")[0][0] == sum(e for _, _, e in planned)
+    assert sum(e for _, _, e in planned) < report.committed
+
+
+def test_backfill_dag_rejects_bad_parameters_before_spark_starts(deployment: Settings) -> None:
+    settings = deployment
+    produce(settings, ProduceSpec(count=20, entities=2, seed=1), topic=settings.topic, partitions=1)
+    dag = load_dag("tidemark_backfill")
+    bad = {"topic": settings.topic, "from_time": "2026-11-21T10:00:00+00:00", "to_time": "2026-11-21T09:00:00+00:00"}
+    run = dag.test(run_conf=bad)
+    states = task_states(run)
+    assert states["plan"] == "failed" and states["backfill"] in ("upstream_failed", "skipped")
+    assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 0
+
+
+def test_reconcile_dag_passes_on_agreeing_sinks_and_alerts_on_mismatches(deployment: Settings, webhook) -> None:
+    settings = deployment
+    produce(settings, ProduceSpec(count=600, entities=10, malformed_rate=0.05, seed=5), topic=settings.topic)
+    ingest = load_dag("tidemark_ingest")
+    assert state(ingest.test()) == "success"
+    reconcile = load_dag("tidemark_reconcile")
+
+    ok = reconcile.test()
+    assert task_states(ok) == {"count_sinks": "success", "compare": "success"}
+    [(status, checked, mismatched)] = query(
+        settings, "SELECT status, ranges_checked, ranges_mismatched FROM reconcile_runs"
+    )
+    assert (status, mismatched) == ("ok", 0) and checked >= 1
+    assert webhook == []
+
+    # Behind tidemark's back: remove sessions from PostgreSQL, and lose the ledger row of a middle
+    # batch after a second ingest (a gap between scheduled batches).
+    query(settings, "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions LIMIT 2)")
+    produce(settings, ProduceSpec(count=300, entities=10, seed=6, id_prefix="more-"), topic=settings.topic)
+    assert state(ingest.test()) == "success"
+    produce(settings, ProduceSpec(count=300, entities=10, seed=7, id_prefix="last-"), topic=settings.topic)
+    assert state(ingest.test()) == "success"
+    pipeline = f"ingest:{settings.topic}"
+    [(middle,)] = query(
+        settings, "SELECT batch_id FROM ledger_batches WHERE pipeline = %s ORDER BY batch_id LIMIT 1 OFFSET 1", pipeline
+    )
+    [(p, start, end)] = query(
+        settings,
+        "SELECT kafka_partition, start_offset, end_offset FROM ledger_ranges "
+        "WHERE pipeline = %s AND batch_id = %s AND end_offset > start_offset ORDER BY 1 LIMIT 1",
+        pipeline,
+        middle,
+    )
+    query(settings, "DELETE FROM ledger_batches WHERE pipeline = %s AND batch_id = %s", pipeline, middle)
+
+    failed = reconcile.test()
+    assert task_states(failed) == {"count_sinks": "success", "compare": "failed"}
+    [(status, report)] = query(settings, "SELECT status, report FROM reconcile_runs WHERE run_id = %s", failed.run_id)
+    assert status == "mismatch"
+    assert "sessions: Delta has" in report
+    assert f"gap: topic {settings.topic} partition {p} offsets [{start}, {end})" in report
+    assert len(webhook) == 1 and webhook[0]["path"] == "/services/alert"
+    text = webhook[0]["json"]["text"]
+    assert "tidemark_reconcile.compare failed" in text
+    assert f"partition {p} offsets [{start}, {end})" in text and "sessions: Delta has" in text

@@ -1,0 +1,230 @@
+"""Airflow as users run it (`tidemark airflow`): the UI's trigger form and Airflow's own Backfill.
+
+The Airflow components run on their own port with the tests' services; a real headless Chromium
+(Debian's, through its chromedriver) logs in, fills ``tidemark_backfill``'s trigger form and
+watches the run succeed. Airflow's Backfill of ``tidemark_ingest`` goes through the REST API.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spark_jobs.ledger import connect
+from spark_jobs.offsets import ensure_topic, latest_ranges
+from spark_jobs.settings import Settings
+from tidemark.embedded.airflow import AirflowServices
+from tidemark.producer import ProduceSpec, produce
+
+AIRFLOW_TEST_PORT = 28080
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture(scope="module")
+def airflow(stack: Settings):
+    """The four Airflow components for this module, with a topic and lake of its own."""
+    suffix = uuid.uuid4().hex[:8]
+    home = stack.home / "runs" / f"airflow-{suffix}"
+    settings = replace(
+        stack, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=f"ui-{suffix}"
+    )
+    # CreateTime, so records can arrive in yesterday's intervals for the Backfill test. They are
+    # written first: Kafka finds offsets for times by the first record at or after a time, so
+    # timestamps must grow with offsets (as they do with LogAppendTime) for time ranges to make sense.
+    ensure_topic(settings, settings.topic, partitions=2, timestamp_type="CreateTime")
+    _produce_yesterday(settings)
+    # A metadata database of its own, so runs of earlier test sessions do not show up.
+    services = AirflowServices(settings, port=AIRFLOW_TEST_PORT, parallelism=2, metadata_database=f"airflow_{suffix}")
+    services.start()
+    try:
+        yield services
+    finally:
+        stopped = services.stop()
+        assert "scheduler" in stopped and not services.running()
+        admin = connect(stack.postgres_dsn.replace("user=tidemark", "user=postgres"))
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE "{services.metadata_database}" WITH (FORCE)')
+        admin.close()
+        shutil.rmtree(services.home, ignore_errors=True)
+
+
+YESTERDAY = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
+ARRIVALS = [YESTERDAY + timedelta(minutes=m) for m in (1, 5, 16, 20, 40)]
+
+
+def _produce_yesterday(settings: Settings) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer(settings.kafka_client_config())
+    for i, when in enumerate(ARRIVALS):
+        event = {"event_id": f"bf-{i}", "entity_id": "bf-user", "event_type": "view", "event_time": when.isoformat()}
+        millis = int(when.timestamp() * 1000)
+        producer.produce(settings.topic, key=b"bf-user", value=json.dumps(event).encode(), timestamp=millis)
+    assert producer.flush(30) == 0
+
+
+class Api:
+    """The Airflow REST API, authenticated like the UI."""
+
+    def __init__(self, services: AirflowServices) -> None:
+        self.base = services.url
+        user, password = services.login()
+        self.token = self._call("POST", "/auth/token", {"username": user, "password": password})["access_token"]
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+        headers = {"Content-Type": "application/json"}
+        if getattr(self, "token", None):
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)
+
+    def get(self, path: str) -> dict:
+        return self._call("GET", path)
+
+    def post(self, path: str, body: dict) -> dict:
+        return self._call("POST", path, body)
+
+    def patch(self, path: str, body: dict) -> dict:
+        return self._call("PATCH", path, body)
+
+    def wait_for_runs(self, dag_id: str, run_type: str, count: int, timeout: float = 600) -> list[dict]:
+        """At least ``count`` runs of ``run_type``, once all of them have finished."""
+        deadline = time.monotonic() + timeout
+        runs: list[dict] = []
+        while time.monotonic() < deadline:
+            runs = [r for r in self.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"] if r["run_type"] == run_type]
+            if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
+                return runs
+            time.sleep(3)
+        raise AssertionError(f"{dag_id}: {count} finished {run_type} runs expected in {timeout:.0f} s, got {runs}")
+
+
+def rows(settings: Settings, sql: str, *args: object) -> list[tuple]:
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def browser():
+    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+        pytest.fail("Debian's chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.implicitly_wait(15)
+    yield driver
+    driver.quit()
+
+
+def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices, browser) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    settings = airflow.settings
+    before = {r.partition: r.end for r in latest_ranges(settings, settings.topic)}
+    produce(settings, ProduceSpec(count=200, entities=6, seed=11, id_prefix="ui-"), topic=settings.topic, partitions=2)
+    offsets = ",".join(f"{r.partition}:{before[r.partition]}-{r.end}" for r in latest_ranges(settings, settings.topic))
+
+    user, password = airflow.login()
+    browser.get(airflow.url + "/")
+    fields = browser.find_elements(By.TAG_NAME, "input")
+    fields[0].send_keys(user)
+    fields[1].send_keys(password)
+    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    WebDriverWait(browser, 30).until(lambda d: "/auth/login" not in d.current_url)
+
+    browser.get(airflow.url + "/dags/tidemark_backfill")
+    browser.find_element(By.XPATH, "//button[@aria-label='Trigger Dag']").click()
+    topic = browser.find_element(By.NAME, "element_topic")
+    topic.send_keys(Keys.CONTROL, "a")
+    topic.send_keys(Keys.DELETE)
+    topic.send_keys(settings.topic)
+    browser.find_element(By.NAME, "element_offsets").send_keys(offsets)
+    assert not browser.find_element(By.NAME, "element_dry_run").is_selected()
+    trigger = browser.find_elements(By.XPATH, "//*[@role='dialog']//button[normalize-space()='Trigger']")[-1]
+    WebDriverWait(browser, 30).until(expected_conditions.element_to_be_clickable(trigger)).click()
+
+    # The UI opens the new run; the state badge in its header card must reach Success.
+    WebDriverWait(browser, 30).until(lambda d: "/runs/" in d.current_url)
+    run_url = browser.current_url
+    run_id = urllib.parse.unquote(run_url.rstrip("/").split("/runs/")[1].split("/")[0])
+    badge = "//*[@data-testid='header-card']//*[@data-testid='state-badge']"
+    deadline, state = time.monotonic() + 600, ""
+    while time.monotonic() < deadline:
+        browser.get(run_url)
+        state = browser.find_element(By.XPATH, badge).text.strip().lower()
+        if state in ("success", "failed"):
+            break
+        time.sleep(5)
+    assert state == "success", f"the run at {run_url} ended {state!r}"
+
+    api = Api(airflow)
+    run = api.get(f"/api/v2/dags/tidemark_backfill/dagRuns/{urllib.parse.quote(run_id)}")
+    assert run["state"] == "success" and run["conf"]["offsets"] == offsets
+    planned = rows(
+        settings,
+        "SELECT sum(end_offset - start_offset) FROM ledger_ranges WHERE pipeline = %s",
+        f"backfill:{settings.topic}",
+    )
+    assert planned == [(200,)]
+
+
+def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: AirflowServices) -> None:
+    settings = airflow.settings
+    start = YESTERDAY
+    api = Api(airflow)
+    pipeline = f"backfill:{settings.topic}"
+    [(before,)] = rows(settings, "SELECT coalesce(max(batch_id), -1) FROM ledger_batches WHERE pipeline = %s", pipeline)
+    # Backfill runs only run while the DAG is unpaused; its scheduled run then ingests the topic in
+    # the ingest:<topic> pipeline, which is kept apart from the backfill's batches below.
+    api.patch("/api/v2/dags/tidemark_ingest", {"is_paused": False})
+    backfill = api.post(
+        "/api/v2/backfills",
+        {
+            "dag_id": "tidemark_ingest",
+            "from_date": start.isoformat(),
+            "to_date": (start + timedelta(minutes=15)).isoformat(),
+            "max_active_runs": 1,
+            "reprocess_behavior": "completed",
+        },
+    )
+    assert backfill["dag_id"] == "tidemark_ingest"
+    runs = api.wait_for_runs("tidemark_ingest", "backfill", 2)
+    assert len(runs) >= 2 and all(r["state"] == "success" for r in runs), runs
+    api.patch("/api/v2/dags/tidemark_ingest", {"is_paused": True})
+
+    # Each run read its own data interval by arrival time: exactly the records inside them.
+    intervals = [(datetime.fromisoformat(r["data_interval_start"]), datetime.fromisoformat(r["data_interval_end"]))
+                 for r in runs]  # fmt: skip
+    inside = sum(any(lo <= when < hi for lo, hi in intervals) for when in ARRIVALS)
+    assert 0 < inside < len(ARRIVALS)
+    [(batches, read)] = rows(
+        settings,
+        "SELECT count(*), sum(records_read) FROM ledger_batches WHERE pipeline = %s AND batch_id > %s",
+        pipeline,
+        before,
+    )
+    assert (batches, read) == (len(runs), inside)

@@ -1,0 +1,344 @@
+"""The ingest job against real Kafka, Spark, Delta and PostgreSQL: the invariants of docs/design.md.
+
+Each test gets its own topic, lake, checkpoints and entity prefix; PostgreSQL is shared, so
+PostgreSQL rows are always filtered by the test's entity prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spark_jobs import ingest
+from spark_jobs.errors import DataLossError, TopicError, WriterBusy
+from spark_jobs.lock import single_writer
+from spark_jobs.offsets import ensure_topic, latest_ranges
+from spark_jobs.planning import plan_backfill
+from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
+from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta, postgres
+from spark_jobs.sinks.delta import files_rewritten_since, table_versions
+from tidemark.producer import ProduceSpec, produce
+
+
+@pytest.fixture
+def run(stack: Settings, topic: str):
+    """Settings with this test's own lake and checkpoints, plus its topic and entity prefix."""
+    prefix = f"t{uuid.uuid4().hex[:8]}-"
+    home = stack.home / "runs" / prefix.rstrip("-")
+    settings = replace(stack, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
+    return settings, prefix
+
+
+def delta_rows(spark, settings: Settings, table: str, *expressions: str) -> list:
+    return spark.read.format("delta").load(settings.table_path(table)).selectExpr(*(expressions or ("*",))).collect()
+
+
+def snapshot(spark, settings: Settings, pg, prefix: str) -> dict[str, set]:
+    """Row checksums of every sink table (Delta) and of PostgreSQL sessions for this test."""
+    tables = {
+        name: {r[0] for r in delta_rows(spark, settings, name, "sha2(to_json(struct(*)), 256)")}
+        for name in ("events", "duplicates", "quarantine", "sessions")
+    }
+    tables["delta_sessions_text"] = {r[0] for r in delta_rows(spark, settings, "sessions", delta.SESSION_ROW_TEXT)}
+    with pg, pg.cursor() as cur:
+        cur.execute(f"SELECT {postgres.SESSION_ROW_TEXT} FROM sessions WHERE entity_id LIKE %s", (prefix + "%",))
+        tables["postgres_sessions_text"] = {r[0] for r in cur.fetchall()}
+    return tables
+
+
+def assert_offset_coverage(spark, settings: Settings, committed: int) -> None:
+    """Every committed record is in exactly one of events, duplicates, quarantine (invariant 1)."""
+    coordinates = []
+    for table in ("events", "duplicates", "quarantine"):
+        coordinates += [tuple(r) for r in delta_rows(spark, settings, table, "partition", "offset")]
+    assert len(coordinates) == committed
+    assert len(set(coordinates)) == committed
+
+
+def assert_sinks_agree(snap: dict[str, set]) -> None:
+    assert snap["delta_sessions_text"] == snap["postgres_sessions_text"]
+    assert snap["delta_sessions_text"], "expected some sessions"
+
+
+def test_scheduled_run_then_backfills_of_the_same_range_leave_identical_sinks(spark, run, pg) -> None:
+    settings, prefix = run
+    spec = ProduceSpec(
+        count=900, entities=15, duplicate_rate=0.08, late_rate=0.1, malformed_rate=0.08, seed=21, id_prefix=prefix
+    )
+    report = produce(settings, spec, topic=settings.topic, partitions=3)
+
+    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=400)
+    assert len(results) >= 2, "maxOffsetsPerTrigger should split the run into several batches"
+    assert sum(r.read for r in results) == report.committed
+    assert sum(r.duplicates for r in results) == report.produced["duplicate"]
+    assert sum(r.quarantined for r in results) == sum(
+        n for k, n in report.produced.items() if k.startswith("malformed")
+    )
+    # Batches tile the topic: each starts where the previous ended.
+    for earlier, later in zip(results, results[1:], strict=False):
+        assert [r.start for r in later.ranges] == [r.end for r in earlier.ranges]
+    assert_offset_coverage(spark, settings, report.committed)
+    first = snapshot(spark, settings, pg, prefix)
+    assert_sinks_agree(first)
+
+    plan = plan_backfill(
+        settings,
+        settings.topic,
+        offsets={r.partition: (r.start, r.end) for r in latest_ranges(settings, settings.topic)},
+    )
+    versions = table_versions(spark, settings)
+    backfill = ingest.run_backfill(spark, settings, plan)
+    assert not backfill.skipped and backfill.read == report.committed
+    assert snapshot(spark, settings, pg, prefix) == first
+    assert backfill.sessions_written == 0 and backfill.sessions_deleted == 0
+    assert files_rewritten_since(spark, settings, versions) == 0, "a replay of processed data rewrote Delta files"
+
+    versions = table_versions(spark, settings)
+    again = ingest.run_backfill(spark, settings, plan)
+    assert again.skipped and again.batch_id == backfill.batch_id
+    assert snapshot(spark, settings, pg, prefix) == first
+    assert table_versions(spark, settings) == versions, "a batch already in the ledger committed to Delta"
+    assert ingest.run_scheduled(spark, settings) == []
+
+
+def _send(settings: Settings, topic: str, events: list[dict], arrivals: list[datetime] | None = None) -> None:
+    """Send ``events`` keyed by entity; ``arrivals`` sets their timestamps (CreateTime topics only)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(settings.kafka_client_config())
+    for i, event in enumerate(events):
+        timestamp = {"timestamp": int(arrivals[i].timestamp() * 1000)} if arrivals else {}
+        producer.produce(topic, key=event["entity_id"].encode(), value=json.dumps(event).encode(), **timestamp)
+    assert producer.flush(30) == 0
+
+
+def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg) -> None:
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1)
+    entity = f"{prefix}user"
+    base = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+    def event(name: str, when: datetime) -> dict:
+        return {
+            "event_id": f"{prefix}{name}",
+            "entity_id": entity,
+            "event_type": "click",
+            "event_time": when.isoformat(),
+        }
+
+    _send(settings, settings.topic, [event(n, base + timedelta(minutes=i)) for i, n in enumerate("ABCD")])
+    ingest.run_scheduled(spark, settings)
+    before = delta_rows(spark, settings, "sessions")
+    assert len(before) == 1 and before[0]["event_count"] == 4
+
+    late_time = base - timedelta(hours=5)  # E's event time is earlier than all of them
+    _send(settings, settings.topic, [event("E", late_time)])
+    ingest.run_scheduled(spark, settings)
+    after = delta_rows(spark, settings, "sessions")
+    assert len(after) == 1
+    assert after[0]["session_id"] == before[0]["session_id"]
+    assert after[0]["event_count"] == 5
+    assert after[0]["first_event_time"].replace(tzinfo=UTC) == base  # A arrived first
+    assert after[0]["last_event_time"].replace(tzinfo=UTC) == late_time  # E arrived last
+    started_ms = int(after[0]["started_at"].replace(tzinfo=UTC).timestamp() * 1000)
+    assert after[0]["session_id"] == session_id(entity, started_ms)
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_a_backfill_that_adds_missing_records_replaces_the_sessions_in_both_sinks(spark, run, pg) -> None:
+    """A, B, C arrive 20 min apart; processed without B they are two sessions, with B one."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    entity = f"{prefix}user"
+    arrivals = [datetime(2026, 4, 1, 9, tzinfo=UTC) + timedelta(minutes=20 * i) for i in range(3)]
+    events = [
+        {"event_id": f"{prefix}{n}", "entity_id": entity, "event_type": "view", "event_time": t.isoformat()}
+        for n, t in zip("ABC", arrivals, strict=True)
+    ]
+    _send(settings, settings.topic, events, arrivals)
+
+    for offsets in ({0: (0, 1)}, {0: (2, 3)}):  # B (offset 1) is missing
+        ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets=offsets))
+    before = sorted(delta_rows(spark, settings, "sessions"), key=lambda r: r["started_at"])
+    assert [r["event_count"] for r in before] == [1, 1]
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+    result = ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (1, 2)}))
+    assert result.sessions_deleted == 1
+    after = delta_rows(spark, settings, "sessions")
+    assert len(after) == 1
+    assert after[0]["session_id"] == before[0]["session_id"]  # A still starts it
+    assert after[0]["event_count"] == 3
+    snap = snapshot(spark, settings, pg, prefix)
+    assert_sinks_agree(snap)
+    assert len(snap["postgres_sessions_text"]) == 1, "the absorbed session must be gone from PostgreSQL too"
+
+
+class InjectedCrash(RuntimeError):
+    pass
+
+
+def crash_at(point: str):
+    """A writer fault hook that crashes the batch at ``point``."""
+
+    def fault(reached: str) -> None:
+        if reached == point:
+            raise InjectedCrash(f"injected crash {point}")
+
+    return fault
+
+
+@pytest.mark.parametrize("point", ["after_delta", "after_postgres"])
+def test_a_crashed_run_retried_ends_exact_and_keeps_its_frozen_range(spark, run, pg, point) -> None:
+    settings, prefix = run
+    spec = ProduceSpec(count=300, entities=6, duplicate_rate=0.1, malformed_rate=0.05, seed=4, id_prefix=prefix)
+    first = produce(settings, spec, topic=settings.topic, partitions=2)
+    frozen = latest_ranges(settings, settings.topic)
+
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at(point))
+
+    # Records that arrive between the failure and the retry must not change the retried batch.
+    later = produce(settings, replace(spec, seed=5, id_prefix=prefix + "later-"), topic=settings.topic)
+    results = ingest.run_scheduled(spark, settings)
+    assert results[0].batch_id == 0 and results[0].ranges == frozen
+    assert results[0].skipped == (point == "after_postgres")
+    assert_offset_coverage(spark, settings, first.committed + later.committed)
+    with pg, pg.cursor() as cur:
+        cur.execute(
+            "SELECT count(*) FROM ledger_ranges "
+            "JOIN ledger_batches USING (pipeline, batch_id, topic) WHERE topic = %s AND kafka_partition = 0",
+            (settings.topic,),
+        )
+        (batches,) = cur.fetchone()
+    assert batches == 2  # the crashed batch once, then the later records
+    events = delta_rows(spark, settings, "events", "event_id")
+    assert len(events) == len({r[0] for r in events}), "an event_id is accepted once"
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_aborted_transactions_never_reach_a_sink(spark, run) -> None:
+    settings, prefix = run
+    spec = ProduceSpec(count=600, entities=5, seed=9, id_prefix=prefix)
+    report = produce(settings, spec, topic=settings.topic, partitions=2, transaction_size=50, abort_rate=0.4)
+    assert report.aborted > 0
+    results = ingest.run_scheduled(spark, settings)
+    assert sum(r.read for r in results) == report.committed
+    assert_offset_coverage(spark, settings, report.committed)
+
+
+def test_offsets_lost_to_retention_fail_the_backfill_before_anything_is_written(spark, run, pg) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    settings, prefix = run
+    produce(settings, ProduceSpec(count=200, entities=3, seed=2, id_prefix=prefix), topic=settings.topic, partitions=1)
+    admin = AdminClient(settings.kafka_client_config())
+    deleted = admin.delete_records([TopicPartition(settings.topic, 0, 50)])
+    for future in deleted.values():
+        future.result(timeout=30)
+
+    with pytest.raises(DataLossError, match=r"offsets \[0, 50\) are no longer on the broker.*--allow-data-loss"):
+        plan_backfill(settings, settings.topic, offsets={0: (0, 200)})
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT count(*) FROM ledger_ranges WHERE topic = %s", (settings.topic,))
+        assert cur.fetchone()[0] == 0
+    plan = plan_backfill(settings, settings.topic, offsets={0: (0, 200)}, allow_data_loss=True)
+    assert plan.ranges[0].start == 50
+
+
+def test_backfill_parameters_are_checked_before_spark_runs(run) -> None:
+    settings, prefix = run
+    produce(settings, ProduceSpec(count=10, entities=1, id_prefix=prefix), topic=settings.topic, partitions=1)
+    now = datetime.now(UTC)
+    with pytest.raises(ValueError, match="ends .* before it starts"):
+        plan_backfill(settings, settings.topic, from_time=now, to_time=now - timedelta(hours=1))
+    with pytest.raises(ValueError, match="beyond the last written offset"):
+        plan_backfill(settings, settings.topic, offsets={0: (0, 10_000)})
+    with pytest.raises(ValueError, match="has no partition 7"):
+        plan_backfill(settings, settings.topic, offsets={7: (0, 1)})
+    with pytest.raises(TopicError, match="does not exist"):
+        plan_backfill(settings, "no-such-topic", offsets={0: (0, 1)})
+    plan = plan_backfill(
+        settings, settings.topic, from_time=now - timedelta(hours=1), to_time=now + timedelta(hours=1)
+    )
+    assert [(r.start, r.end) for r in plan.ranges] == [(0, 10)]
+
+
+def test_a_second_writer_on_the_same_topic_is_refused(spark, run) -> None:
+    settings, prefix = run
+    produce(settings, ProduceSpec(count=20, entities=2, id_prefix=prefix), topic=settings.topic, partitions=1)
+    plan = plan_backfill(settings, settings.topic, offsets={0: (0, 20)})
+    with single_writer(settings, settings.topic):
+        with pytest.raises(WriterBusy, match="another tidemark run .* is writing topic"):
+            ingest.run_backfill(spark, settings, plan)
+        with pytest.raises(WriterBusy):
+            ingest.run_scheduled(spark, settings)
+    assert not ingest.run_backfill(spark, settings, plan).skipped
+
+
+def test_backfill_dry_run_from_the_command_line_prints_the_plan_and_writes_nothing(run, pg) -> None:
+    import os
+    import subprocess
+    import sys
+
+    settings, prefix = run
+    produce(settings, ProduceSpec(count=40, entities=2, id_prefix=prefix), topic=settings.topic, partitions=2)
+    env = os.environ | settings.to_env()
+    now = datetime.now(UTC)
+    command = [sys.executable, "-m", "tidemark.cli", "backfill", "--topic", settings.topic, "--dry-run"]
+    hour = timedelta(hours=1)
+    window = ["--from-time", (now - hour).isoformat(), "--to-time", (now + hour).isoformat()]
+    done = subprocess.run(command + window, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "dry run: nothing written" in done.stdout
+    assert "total 40 records" in done.stdout
+    assert f"{settings.topic} p0 [0, " in done.stdout and f"{settings.topic} p1 [0, " in done.stdout
+    assert not os.path.exists(settings.lake_root), "a dry run created Delta tables"
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT count(*) FROM ledger_ranges WHERE topic = %s", (settings.topic,))
+        assert cur.fetchone()[0] == 0
+
+    bad = subprocess.run(
+        [*command, "--from-time", now.isoformat(), "--to-time", (now - hour).isoformat()],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0
+    assert "before it starts" in bad.stderr
+
+
+def test_session_id_is_the_same_in_python_spark_and_postgres(spark, pg) -> None:
+    started = datetime(2026, 5, 6, 7, 8, 9, 123000, tzinfo=UTC)
+    python_id = session_id("entity-ü", int(started.timestamp() * 1000))
+    spark_id = spark.sql(
+        f"SELECT {SESSION_ID_SPARK_SQL} FROM (SELECT 'entity-ü' AS entity_id, "
+        "timestamp'2026-05-06 07:08:09.123' AS started_at)"
+    ).first()[0]
+    with pg, pg.cursor() as cur:
+        cur.execute(
+            f"SELECT {SESSION_ID_POSTGRES_SQL} FROM (SELECT 'entity-ü'::text AS entity_id, "
+            "timestamptz '2026-05-06 07:08:09.123+00' AS started_at) s"
+        )
+        postgres_id = cur.fetchone()[0]
+    assert python_id == spark_id == postgres_id
+
+
+def test_a_batch_of_only_malformed_records_is_quarantined_and_recorded(spark, run, pg) -> None:
+    settings, prefix = run
+    spec = ProduceSpec(count=40, entities=4, malformed_rate=1.0, seed=8, id_prefix=prefix)
+    report = produce(settings, spec, topic=settings.topic, partitions=2)
+
+    results = ingest.run_scheduled(spark, settings)
+    assert [(r.read, r.accepted, r.duplicates, r.quarantined) for r in results] == [(40, 0, 0, 40)]
+    assert results[0].sessions_written == 0 and results[0].sessions_deleted == 0
+    assert_offset_coverage(spark, settings, report.committed)
+    assert delta_rows(spark, settings, "sessions") == []
+    assert ingest.run_scheduled(spark, settings) == [], "the batch should be in the ledger"

@@ -1,0 +1,53 @@
+"""Every kind of malformed record the producer makes is quarantined with its own reason (Spark)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from spark_jobs.validation import parse_records
+from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
+
+
+def test_each_malformed_kind_gets_its_reason_and_valid_records_pass(spark) -> None:
+    records = list(generate(ProduceSpec(count=1500, entities=20, malformed_rate=0.4, late_rate=0.1, seed=3)))
+    arrival = datetime(2026, 3, 1, tzinfo=UTC)
+    raw = spark.createDataFrame(
+        [("events", 0, offset, arrival, r.key, r.value) for offset, r in enumerate(records)],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
+
+    assert len(reasons) == len(records)  # nothing dropped
+    seen = set()
+    for offset, record in enumerate(records):
+        reason = reasons[offset]
+        if record.kind.startswith("malformed:"):
+            kind = record.kind.split(":", 1)[1]
+            seen.add(kind)
+            assert reason is not None and reason.startswith(kind), (kind, reason)
+        else:
+            assert reason is None, (record.kind, reason, record.value[:200])
+    assert seen == set(MALFORMED_KINDS), "every malformed kind should occur in the sample"
+
+
+def test_whitespace_around_a_document_is_allowed_and_only_objects_pass(spark) -> None:
+    body = (
+        '{"event_id": "e1", "entity_id": "u1", "event_type": "click", '
+        '"event_time": "2026-03-01T00:00:00+00:00", "properties": {"a": [1, 2]}}'
+    )
+    values = {
+        0: " \t\r\n" + body + "\n",  # JSON allows this whitespace around the document
+        1: ' \n[{"event_id": "e1"}]',
+        2: "\t 42 ",
+        3: '"a string"',
+    }
+    arrival = datetime(2026, 3, 1, tzinfo=UTC)
+    raw = spark.createDataFrame(
+        [("events", 0, offset, arrival, b"u1", value.encode()) for offset, value in values.items()],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    rows = {row["offset"]: row for row in parse_records(raw).collect()}
+
+    assert rows[0]["quarantine_reason"] is None
+    assert (rows[0]["event_id"], rows[0]["properties"]) == ("e1", '{"a":[1,2]}')
+    assert [rows[offset]["quarantine_reason"] for offset in (1, 2, 3)] == ["not_an_object"] * 3

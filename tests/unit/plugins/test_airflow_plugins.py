@@ -1,0 +1,145 @@
+"""Pure logic of the Airflow side: reconciliation, run arguments, connection mapping, alerts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from spark_jobs.offsets import PartitionRange
+from spark_jobs.planning import offsets_argument
+from spark_jobs.settings import Settings
+from tidemark_airflow.connections import kafka_env, postgres_dsn
+from tidemark_airflow.notifiers import AlertNotifier, webhook_url
+from tidemark_airflow.reconcile import Gap, LedgerEntry, RangeCheck, Report, SessionsSummary, find_gaps
+from tidemark_airflow.runs import BackfillRequest, ingest_arguments
+
+
+def entry(pipeline: str, batch: int, start: int, end: int, partition: int = 0) -> LedgerEntry:
+    return LedgerEntry(pipeline, batch, "events", partition, start, end)
+
+
+def test_consecutive_scheduled_batches_that_tile_have_no_gap() -> None:
+    assert find_gaps([entry("ingest:events", 0, 0, 10), entry("ingest:events", 1, 10, 25)]) == []
+
+
+def test_a_hole_between_scheduled_batches_is_a_gap_unless_a_backfill_covers_it() -> None:
+    entries = [entry("ingest:events", 0, 0, 10), entry("ingest:events", 2, 40, 50), entry("ingest:events", 3, 50, 60)]
+    assert find_gaps(entries) == [Gap("ingest:events", "events", 0, 10, 40, 0, 2)]
+    partly = [*entries, entry("backfill:events", 0, 10, 30)]
+    assert find_gaps(partly) == [Gap("ingest:events", "events", 0, 10, 40, 0, 2)]
+    covered = [*partly, entry("backfill:events", 1, 25, 45)]
+    assert find_gaps(covered) == []
+
+
+def test_backfill_pipelines_and_other_partitions_are_not_compared_with_each_other() -> None:
+    entries = [
+        entry("backfill:events", 0, 0, 10),
+        entry("backfill:events", 1, 50, 60),
+        entry("ingest:events", 0, 0, 10, partition=0),
+        entry("ingest:events", 0, 100, 110, partition=1),
+        entry("ingest:events", 1, 10, 20, partition=0),
+        entry("ingest:events", 1, 110, 120, partition=1),
+    ]
+    assert find_gaps(entries) == []
+
+
+def test_report_names_partitions_offsets_and_sessions_and_says_what_to_do() -> None:
+    checks = [
+        RangeCheck("ingest:events", 3, "events", 1, 100, 200, sink_records=98, kafka_records=100),
+        RangeCheck("ingest:events", 3, "events", 0, 50, 60, sink_records=10, kafka_records=10),
+    ]
+    report = Report("r1", checks, [], SessionsSummary(5, 123), SessionsSummary(4, 99))
+    assert not report.ok
+    text = report.summary()
+    assert "topic events partition 1 offsets [100, 200) (ingest:events batch 3)" in text
+    assert "Kafka has 100 committed records, the sinks hold 98" in text and "2 missing" in text
+    assert "partition 0 offsets [50, 60)" not in text
+    assert "sessions: Delta has 5 rows (checksum 123), PostgreSQL has 4 rows (checksum 99)" in text
+    assert "What to do" in text
+    fine = Report("r2", checks[1:], [], SessionsSummary(5, 1), SessionsSummary(5, 1))
+    assert fine.ok and "What to do" not in fine.summary()
+
+
+def test_scheduled_and_manual_runs_ingest_what_is_new() -> None:
+    assert ingest_arguments("scheduled", None, None, "events") == ["scheduled", "--topic", "events", "--wait"]
+    assert ingest_arguments("manual", None, None, "t")[0] == "scheduled"
+    assert ingest_arguments("scheduled", None, None, "t", 5000)[-2:] == ["--max-offsets-per-trigger", "5000"]
+
+
+def test_a_backfill_run_rereads_its_data_interval_by_arrival_time() -> None:
+    start, end = datetime(2026, 3, 1, 10, tzinfo=UTC), datetime(2026, 3, 1, 10, 15, tzinfo=UTC)
+    args = ingest_arguments("backfill", start, end, "events")
+    assert args == [
+        "backfill", "--topic", "events", "--wait",
+        "--from-time", "2026-03-01T10:00:00+00:00", "--to-time", "2026-03-01T10:15:00+00:00",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="data interval"):
+        ingest_arguments("backfill", end, end, "events")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"topic": "", "offsets": "0:0-1"}, "topic is empty"),
+        ({"topic": "e", "offsets": "0:0-1", "from_time": "2026-01-01T00:00:00+00:00"}, "not both"),
+        ({"topic": "e"}, "give a time range"),
+        ({"topic": "e", "from_time": "2026-01-01T00:00:00+00:00"}, "give a time range"),
+        ({"topic": "e", "from_time": "yesterday", "to_time": "2026-01-01T00:00:00+00:00"}, "not an ISO-8601"),
+        ({"topic": "e", "from_time": "2026-01-01T00:00:00", "to_time": "2026-01-02T00:00:00+00:00"}, "no UTC offset"),
+    ],
+)
+def test_the_backfill_form_is_checked_with_a_message_that_says_what_to_fix(params: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BackfillRequest.from_params(params)
+
+
+def test_a_valid_backfill_form_becomes_arguments_for_exactly_the_resolved_plan() -> None:
+    request = BackfillRequest.from_params(
+        {"topic": "events", "from_time": "2026-01-01T00:00:00Z", "to_time": "2026-01-02T00:00:00Z", "dry_run": True}
+    )
+    assert request.dry_run and request.from_time == datetime(2026, 1, 1, tzinfo=UTC)
+    offsets = offsets_argument([PartitionRange("events", 0, 5, 9), PartitionRange("events", 1, 0, 3)])
+    assert request.arguments(offsets) == ["backfill", "--topic", "events", "--offsets", "0:5-9,1:0-3", "--wait"]
+
+
+def test_kafka_connection_extra_becomes_settings_with_pass_through_options() -> None:
+    extra = {"bootstrap.servers": "k1:9092,k2:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
+    env = kafka_env(extra)
+    settings = Settings.from_env(env)
+    assert settings.bootstrap_servers == "k1:9092,k2:9092"
+    assert settings.kafka_options == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
+    with pytest.raises(ValueError, match="no bootstrap.servers"):
+        kafka_env({"security.protocol": "SSL"})
+
+
+def test_postgres_connection_becomes_a_libpq_dsn() -> None:
+    from psycopg2.extensions import parse_dsn
+
+    dsn = parse_dsn(postgres_dsn("db.internal", 6432, "tidemark", "pipeline", "s3 cret'", {"sslmode": "require"}))
+    assert dsn == {
+        "host": "db.internal", "port": "6432", "dbname": "tidemark", "user": "pipeline", "password": "s3 cret'",
+        "sslmode": "require",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="needs a host and a database"):
+        postgres_dsn("h", None, None, "u", None)
+
+
+def test_webhook_url_from_a_full_url_or_from_parts() -> None:
+    assert (
+        webhook_url("https://hooks.slack.com/services/T/B/X", None, None, {})
+        == "https://hooks.slack.com/services/T/B/X"
+    )
+    assert webhook_url("alerts.internal", "http", 8080, {"endpoint": "/hook"}) == "http://alerts.internal:8080/hook"
+    assert webhook_url(None, None, None, {"url": "https://x/y"}) == "https://x/y"
+    with pytest.raises(ValueError, match="needs the webhook URL"):
+        webhook_url(None, None, None, {})
+
+
+def test_alert_message_names_the_task_run_and_error() -> None:
+    class TI:
+        dag_id, task_id, run_id = "tidemark_reconcile", "compare", "manual__1"
+
+    text = AlertNotifier.message({"ti": TI(), "run_id": "manual__1", "exception": RuntimeError("partition 3 off")})
+    assert text.splitlines()[0] == "tidemark alert: tidemark_reconcile.compare failed in run manual__1"
+    assert "partition 3 off" in text

@@ -1,0 +1,71 @@
+"""First-arrival ranking on small Spark frames (no Kafka, no Delta, no PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spark_jobs import dedupe
+from spark_jobs.contract import TABLE_SCHEMAS
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def events(spark, rows: list[tuple[int, int, str, str]]):
+    """(offset, minutes after T0, event_id, entity_id) rows of partition 0 of topic 't'."""
+    return spark.createDataFrame(
+        [
+            ("t", 0, offset, T0 + timedelta(minutes=minutes), event_id, entity, "click", T0, None)
+            for offset, minutes, event_id, entity in rows
+        ],
+        TABLE_SCHEMAS["events"],
+    )
+
+
+def offsets(df) -> list[int]:
+    return sorted(row["offset"] for row in df.collect())
+
+
+@pytest.fixture
+def rank(spark_session):
+    def run(batch: list[tuple], stored: list[tuple]):
+        ranked = dedupe.rank(events(spark_session, batch), events(spark_session, stored)).cache()
+        return ranked, dedupe.count(ranked)
+
+    return run
+
+
+def test_the_first_arrival_in_a_batch_wins_and_later_copies_are_duplicates(rank) -> None:
+    ranked, counts = rank([(0, 0, "e1", "a"), (1, 1, "e2", "a"), (2, 2, "e1", "a")], [])
+    assert offsets(dedupe.first_arrivals(ranked)) == [0, 1]
+    assert offsets(dedupe.losers(ranked)) == [2]
+    assert (counts.accepted, counts.duplicates, counts.first_arrivals, counts.takeovers) == (2, 1, 2, 0)
+    assert (counts.losers_from, counts.losers_to) == (2, 2)
+
+
+def test_a_replayed_record_is_neither_new_nor_a_duplicate(rank) -> None:
+    ranked, counts = rank([(0, 0, "e1", "a")], [(0, 0, "e1", "a")])
+    assert offsets(dedupe.first_arrivals(ranked)) == []
+    assert offsets(dedupe.losers(ranked)) == []
+    assert (counts.accepted, counts.duplicates, counts.losers) == (1, 0, 0)
+
+
+def test_a_later_copy_of_a_stored_event_is_a_duplicate(rank) -> None:
+    ranked, counts = rank([(3, 5, "e1", "a")], [(0, 0, "e1", "a")])
+    assert offsets(dedupe.losers(ranked)) == [3]
+    assert (counts.accepted, counts.duplicates, counts.first_arrivals, counts.takeovers) == (0, 1, 0, 0)
+
+
+def test_an_earlier_copy_found_later_takes_over_the_stored_row(rank) -> None:
+    # CreateTime topics: offset 1 arrived (by its timestamp) before the stored offset 0.
+    ranked, counts = rank([(1, 0, "e1", "a")], [(0, 10, "e1", "a")])
+    assert offsets(dedupe.takeovers(ranked)) == [1]
+    assert offsets(dedupe.losers(ranked)) == [0], "the displaced stored row becomes a duplicate"
+    assert (counts.accepted, counts.duplicates, counts.first_arrivals, counts.takeovers) == (1, 0, 0, 1)
+
+
+def test_ties_in_arrival_time_are_broken_by_partition_then_offset(rank) -> None:
+    ranked, _ = rank([(7, 0, "e1", "a"), (4, 0, "e1", "a")], [])
+    assert offsets(dedupe.first_arrivals(ranked)) == [4]
+    assert offsets(dedupe.losers(ranked)) == [7]

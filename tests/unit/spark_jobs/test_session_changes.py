@@ -1,0 +1,88 @@
+"""Anchors and the session comparison on small Spark frames (no Kafka, no Delta, no PostgreSQL)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from spark_jobs import dedupe, session_changes
+from spark_jobs.contract import TABLE_SCHEMAS
+from spark_jobs.sessionize import SessionRules, session_id, sessionize
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+RULES = SessionRules()  # gap 30 min
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+def micros(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000)
+
+
+def events(spark, rows: list[tuple[int, float, str]]):
+    """(offset, minutes after T0, entity_id) rows; each its own event_id."""
+    return spark.createDataFrame(
+        [("t", 0, o, at(m), f"e{o}", entity, "click", at(m), None) for o, m, entity in rows], TABLE_SCHEMAS["events"]
+    )
+
+
+def sessions(spark, rows: list[tuple[str, float, float, int]]):
+    """(entity_id, start minute, end minute, event count) stored sessions."""
+    return spark.createDataFrame(
+        [
+            (
+                session_id(entity, int(at(start).timestamp() * 1000)),
+                entity,
+                at(start),
+                at(end),
+                at(start),
+                at(end),
+                count,
+                (end - start) * 60.0,
+            )
+            for entity, start, end, count in rows
+        ],
+        TABLE_SCHEMAS["sessions"],
+    )
+
+
+def test_the_anchor_is_the_start_of_a_session_a_new_record_can_join(spark_session) -> None:
+    stored = sessions(spark_session, [("a", 0, 10, 2), ("b", 0, 10, 2)])
+    # a: 25 minutes after its session ended (within the gap); b: 45 minutes after (beyond it).
+    ranked = dedupe.rank(events(spark_session, [(5, 35, "a"), (6, 55, "b")]), events(spark_session, []))
+    anchors = session_changes.anchors(ranked, stored, RULES).selectExpr("entity_id", "unix_micros(anchor) AS us")
+    # Compared as epoch microseconds: collected timestamps come back naive, in the driver's time zone.
+    assert {r["entity_id"]: r["us"] for r in anchors.collect()} == {"a": micros(at(0)), "b": micros(at(55))}
+
+
+def test_compare_labels_inserted_updated_deleted_and_unchanged_sessions(spark_session) -> None:
+    # Stored: a [0, 10] with 2 events and a [20, 25] with 1; c [0, 0] with 1.
+    stored = sessions(spark_session, [("a", 0, 10, 2), ("a", 20, 25, 1), ("c", 0, 0, 1)])
+    # Recomputed for a: one session [0, 25] with 4 events (a record at minute 15 joined both);
+    # c: unchanged; d: new.
+    events_now = events(
+        spark_session,
+        [(0, 0, "a"), (1, 10, "a"), (2, 15, "a"), (3, 25, "a"), (4, 0, "c"), (5, 0, "d")],
+    )
+    recomputed = sessionize(events_now.select(*session_changes.SESSIONIZE_COLUMNS), RULES)
+    anchors = spark_session.createDataFrame(
+        [("a", at(0)), ("c", at(0)), ("d", at(0))], "entity_id string, anchor timestamp"
+    )
+    compared = session_changes.compare(recomputed, stored, anchors).collect()
+    ops = {(r["session_id"], r["op"]) for r in compared}
+    a_first = session_id("a", int(at(0).timestamp() * 1000))
+    a_second = session_id("a", int(at(20).timestamp() * 1000))
+    c = session_id("c", int(at(0).timestamp() * 1000))
+    d = session_id("d", int(at(0).timestamp() * 1000))
+    assert ops == {(a_first, "update"), (a_second, "delete"), (c, "same"), (d, "insert")}
+    surviving = session_changes.surviving(session_changes.compare(recomputed, stored, anchors)).collect()
+    assert {r["session_id"]: r["event_count"] for r in surviving} == {a_first: 4, c: 1, d: 1}
+
+
+def test_stored_sessions_before_the_anchor_are_left_alone(spark_session) -> None:
+    stored = sessions(spark_session, [("a", 0, 10, 2)])
+    recomputed = sessionize(events(spark_session, [(9, 120, "a")]).select(*session_changes.SESSIONIZE_COLUMNS), RULES)
+    anchors = spark_session.createDataFrame([("a", at(120))], "entity_id string, anchor timestamp")
+    ops = [r["op"] for r in session_changes.compare(recomputed, stored, anchors).collect()]
+    assert ops == ["insert"], "the session before the anchor must be neither compared nor deleted"

@@ -1,0 +1,91 @@
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.settings import Settings
+
+
+def test_defaults_derive_from_home_and_ports(tmp_path: Path) -> None:
+    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_KAFKA_PORT": "9999"})
+    assert settings.bootstrap_servers == "127.0.0.1:9999"
+    assert settings.postgres_dsn == "host=127.0.0.1 port=15432 dbname=tidemark user=tidemark"
+    assert settings.lake_root == str(tmp_path / "lake")
+    assert settings.table_path("events") == f"{tmp_path}/lake/events"
+    assert settings.jars_dir == tmp_path / "jars"
+
+
+def test_explicit_values_win_over_derived_ones(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "TIDEMARK_HOME": str(tmp_path),
+            "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092",
+            "TIDEMARK_LAKE_ROOT": "s3a://bucket/lake/",
+            "TIDEMARK_POSTGRES_DSN": "host=db dbname=x",
+        }
+    )
+    assert settings.bootstrap_servers == "kafka-1:9092,kafka-2:9092"
+    assert settings.table_path("sessions") == "s3a://bucket/lake/sessions"
+    assert settings.postgres_dsn == "host=db dbname=x"
+
+
+def test_kafka_options_pass_through_to_clients(tmp_path: Path) -> None:
+    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_KAFKA_OPT_SECURITY_PROTOCOL": "SASL_SSL"})
+    assert settings.kafka_client_config(**{"group.id": "g"}) == {
+        "bootstrap.servers": "127.0.0.1:19092",
+        "security.protocol": "SASL_SSL",
+        "group.id": "g",
+    }
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "70000"])
+def test_bad_port_names_the_variable(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ValueError, match="TIDEMARK_POSTGRES_PORT"):
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_POSTGRES_PORT": value})
+
+
+def test_kafka_cluster_ids_never_start_with_a_dash() -> None:
+    from tidemark.embedded.kafka_broker import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(2000)]  # about 31 of 2000 raw UUIDs would start with '-'
+    assert not any(i.startswith("-") for i in ids)
+    assert all(len(i) == 22 for i in ids) and len(set(ids)) == len(ids)
+
+
+def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
+    settings = Settings.from_env(
+        {
+            "TIDEMARK_HOME": str(tmp_path),
+            "TIDEMARK_TOPIC": "clicks",
+            "TIDEMARK_LAKE_ROOT": "s3a://bucket/lake",
+            "TIDEMARK_KAFKA_OPT_SECURITY_PROTOCOL": "SASL_SSL",
+            "TIDEMARK_SESSION_GAP_MINUTES": "12.5",
+            "TIDEMARK_SESSION_MAX_HOURS": "6",
+            "TIDEMARK_SHUFFLE_PARTITIONS": "8",
+            "TIDEMARK_SPARK_MASTER": "spark://master:7077",
+            "TIDEMARK_SPARK_UI": "true",
+        }
+    )
+    assert Settings.from_env(settings.to_env()) == settings
+    assert settings.session_rules.gap.total_seconds() == 750
+    assert settings.shuffle_partitions == 8 and settings.spark_ui
+
+
+def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
+    rules = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)}).session_rules
+    assert rules.gap.total_seconds() == 30 * 60 and rules.max_length.total_seconds() == 24 * 3600
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TIDEMARK_SESSION_GAP_MINUTES": "soon"}, "TIDEMARK_SESSION_GAP_MINUTES='soon' is not a number"),
+        ({"TIDEMARK_SESSION_GAP_MINUTES": "-1"}, "must be positive"),
+        ({"TIDEMARK_SESSION_GAP_MINUTES": "120", "TIDEMARK_SESSION_MAX_HOURS": "1"}, "shorter than the gap"),
+        ({"TIDEMARK_SHUFFLE_PARTITIONS": "0"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
+    ],
+)
+def test_bad_session_rules_and_tuning_name_the_variable(tmp_path: Path, env: dict, message: str) -> None:
+    from spark_jobs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path), **env})

@@ -1,0 +1,287 @@
+"""``tidemark``: run the embedded stack, migrate the database, produce events, run jobs.
+
+Every command builds :class:`Settings` once from the environment (``TIDEMARK_*``) and its flags.
+Errors that a user can fix print one line that says how, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import timedelta
+
+from spark_jobs.errors import TidemarkError
+from spark_jobs.settings import Settings
+from tidemark import demo, doctor
+from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError
+from tidemark.options import fraction, non_negative, positive
+
+EXIT_USAGE = 2
+
+
+def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
+    # Postgres first: it starts in about a second and fails fast on a bad setup.
+    print(PostgresServer(settings).start())
+    print(KafkaBroker(settings).start())
+    return 0
+
+
+def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
+    """Run Airflow with tidemark's DAGs in the foreground until Ctrl-C (or SIGTERM), then stop it all."""
+    import signal
+
+    from tidemark.embedded.airflow import AirflowServices
+
+    airflow = AirflowServices(settings, port=args.port, parallelism=args.parallelism)
+    print(f"starting Airflow (api-server, scheduler, dag-processor, triggerer) under {airflow.home} ...")
+    airflow.start()
+    user, password = airflow.login()
+    print(
+        f"\nAirflow is ready: {airflow.url}\n  log in as {user} / {password}  (stored in {airflow.password_file})\n"
+        f"  DAGs: tidemark_ingest, tidemark_backfill, tidemark_reconcile; component logs in {airflow.home / 'logs'}\n"
+        "  Ctrl-C stops every component.",
+        flush=True,
+    )
+
+    def interrupt(signum, frame) -> None:  # noqa: ANN001 - signal handler signature
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        while all(component in airflow.running() for component in ("api-server", "scheduler")):
+            time.sleep(2)
+        print("an Airflow component exited; stopping the others (see its log)", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        print(f"stopping Airflow: {', '.join(airflow.stop()) or 'nothing was running'}")
+
+
+def cmd_bench(settings: Settings, args: argparse.Namespace) -> int:
+    from tidemark.bench import run_from_arguments
+
+    return run_from_arguments(args)  # the bench builds its own settings: own ports and state
+
+
+def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
+    errors = []
+    from tidemark.embedded.airflow import AirflowServices
+
+    stopped = AirflowServices(settings).stop()
+    if stopped:
+        print(f"Airflow stopped ({', '.join(stopped)})")
+    for service in (KafkaBroker(settings), PostgresServer(settings)):
+        try:
+            print(service.stop())
+        except ServiceError as exc:
+            errors.append(str(exc))
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
+    kafka, postgres = KafkaBroker(settings), PostgresServer(settings)
+    states = {
+        f"kafka     {settings.bootstrap_servers}": (kafka.is_running(), kafka.pid()),
+        f"postgres  127.0.0.1:{settings.postgres_port}": (postgres.is_running(), postgres.pid()),
+    }
+    for name, (running, pid) in states.items():
+        print(f"{name:40} {'running (pid ' + str(pid) + ')' if running else 'stopped'}")
+    print(f"state     {settings.home}")
+    return 0 if all(running for running, _ in states.values()) else 1
+
+
+def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.ledger import connect
+    from tidemark.migrations import migrate
+
+    connect(settings.postgres_dsn).close()  # a clear error if the server is down
+    applied = migrate(settings.postgres_dsn)
+    print(f"applied {', '.join(applied)}" if applied else "database is up to date")
+    return 0
+
+
+def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
+    from tidemark.producer import ProduceSpec, print_progress, produce
+
+    spec = ProduceSpec(
+        count=args.count,
+        entities=args.entities,
+        skew=args.skew,
+        duplicate_rate=args.duplicate_rate,
+        late_rate=args.late_rate,
+        malformed_rate=args.malformed_rate,
+        seed=args.seed,
+        arrival_step=timedelta(milliseconds=args.arrival_step_ms) if args.arrival_step_ms else None,
+        id_prefix=args.id_prefix,
+    )
+    started = time.monotonic()
+    report = produce(
+        settings,
+        spec,
+        topic=args.topic,
+        partitions=args.partitions,
+        transaction_size=args.transaction_size,
+        abort_rate=args.abort_rate,
+        progress=print_progress if args.count >= 100_000 else None,
+    )
+    elapsed = time.monotonic() - started
+    kinds = ", ".join(f"{kind} {n:,}" for kind, n in sorted(report.produced.items()))
+    print(f"produced {report.committed:,} committed records to {report.topic} in {elapsed:.1f} s ({kinds})")
+    if report.aborted:
+        print(f"aborted  {report.aborted:,} records in aborted transactions (never visible to read_committed)")
+    return 0
+
+
+def cmd_land(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.land import land
+    from spark_jobs.offsets import latest_ranges
+    from spark_jobs.spark import build_session
+
+    ranges = latest_ranges(settings, args.topic or settings.topic)
+    spark = build_session(settings, "tidemark-land")
+    report = land(spark, settings, ranges)
+    _print_land(report)
+    return 0
+
+
+def _print_land(report) -> None:  # noqa: ANN001 - LandReport, imported lazily
+    spans = ", ".join(f"p{r.partition} [{r.start}, {r.end})" for r in report.ranges)
+    if report.already_landed:
+        print(f"range already landed as batch {report.batch_id}: {spans}; nothing written")
+    else:
+        print(
+            f"landed batch {report.batch_id}: {report.records:,} records read, {report.inserted:,} new rows "
+            f"in {report.table}; ranges {spans}"
+        )
+
+
+def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.ingest import describe, run_from_arguments
+    from spark_jobs.spark import build_session
+
+    result = run_from_arguments(lambda: build_session(settings, f"tidemark-{args.mode}"), settings, args)
+    print(describe(result))
+    return 0
+
+
+def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.ledger import connect
+
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                """SELECT session_id, started_at, ended_at, event_count, first_event_time, last_event_time
+                   FROM sessions WHERE entity_id = %s ORDER BY started_at""",
+                (args.entity_id,),
+            )
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    if not rows:
+        print(f"no sessions for entity {args.entity_id!r}")
+        return 1
+    print(f"{'session_id':34} {'started_at (arrival)':27} {'ended_at':27} {'events':>6}")
+    for session_id, started, ended, count, *_ in rows:
+        print(f"{session_id:34} {started.isoformat():27} {ended.isoformat():27} {count:>6}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidemark", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("up", help="start Kafka (KRaft) and PostgreSQL; waits until both accept connections")
+    sub.add_parser("down", help="stop what `up` started")
+    sub.add_parser("status", help="show whether the services run")
+    airflow = sub.add_parser("airflow", help="run Airflow with the tidemark DAGs on 127.0.0.1 until Ctrl-C")
+    airflow.add_argument("--port", type=positive, default=8080, help="API server / UI port (default 8080)")
+    airflow.add_argument("--parallelism", type=positive, default=4, help="task slots (default 4, for 2 cores)")
+    sub.add_parser("doctor", help="check Java, jars, ports and services and say what to fix")
+
+    db = sub.add_parser("db", help="database commands")
+    db_sub = db.add_subparsers(dest="db_command", required=True, metavar="DB_COMMAND")
+    db_sub.add_parser("migrate", help="apply sql/ migrations in order (safe to re-run)")
+
+    produce = sub.add_parser("produce", help="write synthetic events to Kafka (creates the topic)")
+    produce.add_argument("--count", type=non_negative, default=10_000, help="records to produce (default 10000)")
+    produce.add_argument("--entities", type=positive, default=100, help="distinct entity_ids (default 100)")
+    produce.add_argument("--skew", type=fraction, default=0.0, help="fraction sent to the hottest 1%% of entities")
+    produce.add_argument("--duplicate-rate", type=fraction, default=0.0, help="fraction resending an earlier event_id")
+    produce.add_argument("--late-rate", type=fraction, default=0.0, help="fraction with an out-of-order event time")
+    produce.add_argument("--malformed-rate", type=fraction, default=0.0, help="fraction of malformed records")
+    produce.add_argument(
+        "--transaction-size",
+        type=non_negative,
+        default=0,
+        help="records per producer transaction (0: no transactions)",
+    )
+    produce.add_argument("--abort-rate", type=fraction, default=0.0, help="fraction of transactions aborted")
+    produce.add_argument("--partitions", type=positive, default=3, help="partitions if the topic is created")
+    produce.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
+    produce.add_argument("--seed", type=int, default=42, help="random seed; same seed, same records")
+    produce.add_argument("--id-prefix", default="", help="prefix for event_ids, to keep separate runs distinct")
+    produce.add_argument(
+        "--arrival-step-ms",
+        type=non_negative,
+        default=0,
+        help="simulate arrival times this far apart (topic uses CreateTime)",
+    )
+
+    land = sub.add_parser("land", help="land the topic's current range raw into Delta (Spark job)")
+    land.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
+
+    from spark_jobs.ingest import add_backfill_arguments, add_scheduled_arguments
+
+    add_scheduled_arguments(sub.add_parser("ingest", help="scheduled run: process what arrived since the last run"))
+    add_backfill_arguments(sub.add_parser("backfill", help="re-process an offset or arrival-time range"))
+    sessions = sub.add_parser("sessions", help="show an entity's sessions (from PostgreSQL)")
+    sessions.add_argument("entity_id")
+
+    from tidemark.bench import add_arguments as add_bench_arguments
+
+    add_bench_arguments(
+        sub.add_parser("bench", help="benchmark the pipeline against baselines measured in the same run")
+    )
+    demo = sub.add_parser("demo", help="produce demo events and run the Spark job; prints a summary")
+    demo.add_argument("--count", type=positive, default=5_000)
+    return parser
+
+
+COMMANDS = {
+    "up": cmd_up,
+    "down": cmd_down,
+    "status": cmd_status,
+    "doctor": doctor.run,
+    "produce": cmd_produce,
+    "land": cmd_land,
+    "ingest": cmd_ingest,
+    "backfill": cmd_ingest,
+    "sessions": cmd_sessions,
+    "airflow": cmd_airflow,
+    "bench": cmd_bench,
+    "demo": demo.run,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command. A :class:`TidemarkError` (something the user can fix) is one line on stderr and
+    exit status 2; anything else is a bug and keeps its traceback."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        handler = cmd_migrate if args.command == "db" else COMMANDS[args.command]
+        return handler(settings, args)
+    except TidemarkError as exc:
+        print(f"tidemark {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

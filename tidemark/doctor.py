@@ -1,0 +1,61 @@
+"""``tidemark doctor``: check what tidemark needs (Java, jars, spark-submit, services) and say what to fix."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+from spark_jobs.settings import Settings
+from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    """Check what tidemark needs and say what to fix."""
+    from spark_jobs.spark import spark_jars
+    from tidemark.embedded.postgres_server import postgres_bin_dir
+    from tidemark.embedded.process import port_open, require_java
+
+    checks: list[tuple[str, bool, str]] = []
+
+    def check(name: str, probe) -> None:  # noqa: ANN001
+        try:
+            detail = probe()
+            checks.append((name, True, detail or ""))
+        except Exception as exc:  # noqa: BLE001 - doctor reports every failure instead of stopping
+            checks.append((name, False, str(exc)))
+
+    check("java 17+", require_java)
+    check("postgres binaries", lambda: str(postgres_bin_dir()))
+    check("spark jars", lambda: f"{len(spark_jars(settings))} jars in {settings.jars_dir / 'spark'}")
+
+    def kafka_jars() -> str:
+        jars = list((settings.jars_dir / "kafka").glob("kafka_2.13-*.jar"))
+        if not jars:
+            raise FileNotFoundError(f"no Kafka broker jars in {settings.jars_dir / 'kafka'}; run `make jars`")
+        return jars[0].name
+
+    check("kafka broker jars", kafka_jars)
+
+    def spark_submit() -> str:
+        found = shutil.which("spark-submit")
+        if found is None:
+            raise FileNotFoundError("spark-submit is not on PATH: activate .venv (make venv)")
+        return found
+
+    check("spark-submit on PATH", spark_submit)
+    for name, service, port in (
+        ("kafka", KafkaBroker(settings), settings.kafka_port),
+        ("postgres", PostgresServer(settings), settings.postgres_port),
+    ):
+
+        def probe(service=service, port=port) -> str:  # noqa: ANN001
+            if service.is_running():
+                return f"running on port {port}"
+            if port_open(port):
+                raise ServiceError(f"port {port} is taken by another process")
+            raise ServiceError(f"not running (port {port} free): run `tidemark up`")
+
+        check(name, probe)
+    for name, ok, detail in checks:
+        print(f"{'ok  ' if ok else 'FAIL'}  {name:22} {detail}")
+    return 0 if all(ok for _, ok, _ in checks) else 1

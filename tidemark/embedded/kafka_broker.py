@@ -1,0 +1,166 @@
+"""A single-node Apache Kafka broker in KRaft mode, run from the jars `make jars` fetched."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_jobs.settings import Settings
+from tidemark.embedded.process import (
+    ServiceError,
+    ensure_port_free,
+    log_tail,
+    port_open,
+    read_pid,
+    require_java,
+    stop_pid,
+    wait_until,
+)
+
+HEAP = "-Xmx512m"
+
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id (base64url of a UUID) that does not start with '-', which the tool would read
+    as an option (Kafka's own Uuid.randomUuid skips those too)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    settings: Settings
+
+    @property
+    def _dir(self) -> Path:
+        return self.settings.kafka_dir
+
+    @property
+    def pid_file(self) -> Path:
+        return self._dir / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.settings.logs_dir / "kafka.log"
+
+    @property
+    def jars(self) -> Path:
+        return self.settings.jars_dir / "kafka"
+
+    def pid(self) -> int | None:
+        return read_pid(self.pid_file)
+
+    def is_running(self) -> bool:
+        return self.pid() is not None and port_open(self.settings.kafka_port)
+
+    def start(self, timeout: float = 90.0) -> str:
+        """Start the broker unless it runs already; wait until it answers metadata requests."""
+        if self.is_running():
+            return f"Kafka already running (pid {self.pid()}) on {self.settings.bootstrap_servers}"
+        if self.pid() is not None:
+            # Started but not listening yet (or hung): give it the same wait as a fresh start.
+            self._wait_ready(timeout)
+            return f"Kafka running (pid {self.pid()}) on {self.settings.bootstrap_servers}"
+        if not any(self.jars.glob("kafka_2.13-*.jar")):
+            raise ServiceError(f"Kafka broker jars are missing in {self.jars}. Run `make jars` first.")
+        java = require_java()
+        ensure_port_free(self.settings.kafka_port, "Kafka", "TIDEMARK_KAFKA_PORT")
+        ensure_port_free(self.settings.kafka_controller_port, "Kafka's controller", "TIDEMARK_KAFKA_CONTROLLER_PORT")
+
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
+        properties = self._write_config()
+        log4j = self._write_log4j()
+        classpath = f"{self.jars}/*"
+        base = [java, HEAP, "-cp", classpath, f"-Dlog4j2.configurationFile={log4j}"]
+        if not (self._dir / "data" / "meta.properties").exists():
+            formatted = subprocess.run(
+                [*base, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(properties)],
+                capture_output=True,
+                text=True,
+            )
+            if formatted.returncode != 0:
+                raise ServiceError(f"Kafka's storage format failed: {(formatted.stderr or formatted.stdout).strip()}")
+        with open(self._dir / "stdout.log", "ab") as out:
+            process = subprocess.Popen(
+                [*base, "-XX:+UseG1GC", "kafka.Kafka", str(properties)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(f"{process.pid}\n")
+        self._wait_ready(timeout)
+        return f"Kafka started (pid {process.pid}) on {self.settings.bootstrap_servers}"
+
+    def _wait_ready(self, timeout: float) -> None:
+        def ready() -> bool:
+            if self.pid() is None:
+                raise ServiceError(f"Kafka exited during start-up.{log_tail(self.log_file)}")
+            return port_open(self.settings.kafka_port) and self._answers_metadata()
+
+        wait_until(ready, timeout, "Kafka", self.log_file)
+
+    def _answers_metadata(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient(self.settings.kafka_client_config())
+        try:
+            admin.list_topics(timeout=2)
+        except Exception:  # noqa: BLE001 - any failure here means "not ready yet"; we poll again
+            return False
+        return True
+
+    def stop(self) -> str:
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return "Kafka is not running"
+        stop_pid(pid, timeout=60)
+        self.pid_file.unlink(missing_ok=True)
+        return f"Kafka stopped (pid {pid})"
+
+    def _write_config(self) -> Path:
+        s = self.settings
+        config = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{s.kafka_controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port},CONTROLLER://127.0.0.1:{s.kafka_controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{s.kafka_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self._dir / "data"),
+            # Single node: internal topics cannot be replicated.
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # An unknown topic must be an error, not silently created (DESIGN invariant 7).
+            "auto.create.topics.enable": "false",
+            # Arrival time is the broker's clock (DESIGN, message contract).
+            "log.message.timestamp.type": "LogAppendTime",
+            "num.partitions": "3",
+        }
+        path = self._dir / "server.properties"
+        path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+        return path
+
+    def _write_log4j(self) -> Path:
+        path = self._dir / "log4j2.properties"
+        path.write_text(
+            "rootLogger.level=INFO\n"
+            "rootLogger.appenderRef.file.ref=file\n"
+            "appender.file.type=File\n"
+            "appender.file.name=file\n"
+            f"appender.file.fileName={self.log_file}\n"
+            "appender.file.layout.type=PatternLayout\n"
+            "appender.file.layout.pattern=[%d] %p %m (%c)%n\n"
+        )
+        return path

@@ -1,0 +1,99 @@
+"""Apply ``sql/NNNN_name.sql`` migrations in order, once each, recording what was applied.
+
+Each file runs in its own transaction together with its row in ``schema_migrations``; an advisory
+lock serialises concurrent runs, so ``tidemark db migrate`` is safe to re-run and to run twice at once.
+A migration edited after it was applied is an error: schema changes go in a new file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_jobs.errors import TidemarkError
+from spark_jobs.settings import PROJECT_ROOT
+
+SQL_DIR = PROJECT_ROOT / "sql"
+_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+# Any constant works; it only has to be the same for every tidemark process.
+_LOCK_KEY = 0x7469_6465  # "tide"
+
+
+class MigrationError(TidemarkError):
+    """The migrations on disk and in the database disagree; the message says how."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
+    """The migrations in ``sql_dir``, ordered; rejects misnamed files and duplicate versions."""
+    migrations: dict[int, Migration] = {}
+    for path in sorted(sql_dir.glob("*.sql")):
+        match = _NAME.match(path.name)
+        if not match:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_description.sql")
+        version = int(match.group(1))
+        if version in migrations:
+            raise MigrationError(f"{path.name} and {migrations[version].name} share version {version}")
+        migrations[version] = Migration(version, path)
+    return [migrations[v] for v in sorted(migrations)]
+
+
+def migrate(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
+    """Apply pending migrations; returns the names applied now (empty when up to date)."""
+    import psycopg2
+
+    pending = discover(sql_dir)
+    applied_now: list[str] = []
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+            cur.execute(
+                """CREATE TABLE IF NOT EXISTS schema_migrations (
+                       version    integer PRIMARY KEY,
+                       name       text NOT NULL,
+                       checksum   text NOT NULL,
+                       applied_at timestamptz NOT NULL DEFAULT now())"""
+            )
+        with conn.cursor() as cur:
+            cur.execute("SELECT version, name, checksum FROM schema_migrations")
+            applied = {version: (name, checksum) for version, name, checksum in cur.fetchall()}
+        conn.commit()
+        for migration in pending:
+            if migration.version in applied:
+                name, checksum = applied[migration.version]
+                if checksum != migration.checksum:
+                    raise MigrationError(
+                        f"{migration.name} was changed after it was applied (as {name}). "
+                        "Put schema changes in a new migration file instead."
+                    )
+                continue
+            with conn, conn.cursor() as cur:
+                cur.execute(migration.path.read_text())
+                cur.execute(
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, migration.checksum),
+                )
+            applied_now.append(migration.name)
+    finally:
+        if not conn.closed:
+            with conn.cursor() as cur:
+                cur.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+            conn.commit()
+            conn.close()
+    return applied_now
