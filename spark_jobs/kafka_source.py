@@ -15,7 +15,7 @@ def _with_client_options(reader, settings: Settings):  # noqa: ANN001, ANN202 - 
     reader = (
         reader.format("kafka")
         .option("kafka.bootstrap.servers", settings.bootstrap_servers)
-        # Records of aborted producer transactions must never reach a sink (DESIGN).
+        # Records of aborted producer transactions must never reach a sink (docs/design.md, "Message contract").
         .option("kafka.isolation.level", "read_committed")
     )
     for key, value in settings.kafka_options.items():

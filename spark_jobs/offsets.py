@@ -1,6 +1,6 @@
 """Kafka topics and offsets: create the topic, read watermarks, freeze per-partition ranges.
 
-A range is decided *before* a batch is processed and recorded with it (DESIGN invariant 2), so a
+A range is decided *before* a batch is processed and recorded with it (docs/design.md, invariant 2), so a
 replay reads exactly the same records whatever arrived since.
 """
 

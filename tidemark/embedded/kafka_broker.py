@@ -142,9 +142,9 @@ class KafkaBroker:
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            # An unknown topic must be an error, not silently created (DESIGN invariant 7).
+            # An unknown topic must be an error, not silently created (docs/design.md, invariant 7).
             "auto.create.topics.enable": "false",
-            # Arrival time is the broker's clock (DESIGN, message contract).
+            # Arrival time is the broker's clock (docs/design.md, "Message contract").
             "log.message.timestamp.type": "LogAppendTime",
             "num.partitions": "3",
         }

@@ -1,5 +1,5 @@
 -- Upsert recomputed sessions (absolute values) from the staging table. A row that is already
--- identical is not touched, so a replay writes nothing (DESIGN invariant 4).
+-- identical is not touched, so a replay writes nothing (docs/design.md, invariant 4).
 INSERT INTO sessions AS t (session_id, entity_id, started_at, ended_at, first_event_time, last_event_time,
                            event_count, duration_seconds)
 SELECT session_id, entity_id, started_at, ended_at, first_event_time, last_event_time, event_count, duration_seconds

@@ -7,24 +7,27 @@ import json
 
 import pytest
 
-from spark_jobs.bench import (
-    STAGES,
-    BenchOptions,
+from spark_jobs.settings import Settings
+from tidemark.bench.figures import (
     Check,
     Measurement,
     Target,
-    add_arguments,
-    bench_settings,
     build_checks,
-    changed_rows,
     format_table,
     median,
-    options_from_arguments,
-    parse_stages,
     per_second,
     results_document,
     throughput_ratio,
 )
+from tidemark.bench.options import (
+    STAGES,
+    BenchOptions,
+    add_arguments,
+    bench_settings,
+    options_from_arguments,
+    parse_stages,
+)
+from tidemark.bench.workloads import changed_rows, submit_env
 
 
 def measured(key: str, count: int, *seconds: float, unit: str = "events", **details) -> Measurement:
@@ -164,10 +167,30 @@ def test_flags_and_bench_settings_never_use_the_demo_or_test_ports(tmp_path) -> 
     )
     assert options.events == 1_000_000 and options.stages == ("p1",) and options.repeat == 3
     assert options.pg_repeat == 5
-    env = {"TIDEMARK_KAFKA_PORT": "19092", "TIDEMARK_POSTGRES_PORT": "15432", "TIDEMARK_JARS_DIR": "/jars"}
+    env = {
+        "TIDEMARK_KAFKA_PORT": "19092",
+        "TIDEMARK_POSTGRES_PORT": "15432",
+        "TIDEMARK_POSTGRES_DSN": "host=db dbname=tidemark",
+        "TIDEMARK_LAKE_ROOT": "s3a://lake",
+        "TIDEMARK_JARS_DIR": "/jars",
+        "TIDEMARK_SPARK_MASTER": "local[1]",
+        "TIDEMARK_SHUFFLE_PARTITIONS": "2",
+    }
     settings = bench_settings(options, env)
     assert (settings.kafka_port, settings.kafka_controller_port, settings.postgres_port) == (39092, 39093, 35432)
     assert settings.home == tmp_path.resolve()
+    assert settings.bootstrap_servers == "127.0.0.1:39092" and "port=35432" in settings.postgres_dsn
+    assert settings.lake_root == str(tmp_path.resolve() / "lake")
+    # shared with the user's setup: the jar cache and the Spark tuning
     assert str(settings.jars_dir) == "/jars"
+    assert (settings.spark_master, settings.shuffle_partitions) == ("local[1]", 2)
     with pytest.raises(ValueError, match="repeat"):
         BenchOptions(repeat=0)
+
+
+def test_a_spark_submitted_job_gets_exactly_the_sink_settings(tmp_path) -> None:
+    settings = Settings(home=tmp_path, topic="bench-main", lake_root=str(tmp_path / "lake"), shuffle_partitions=2)
+    base = {"PATH": "/usr/bin", "TIDEMARK_TOPIC": "events", "TIDEMARK_KAFKA_OPT_SASL_MECHANISM": "PLAIN", "HOME": "/h"}
+    env = submit_env(settings, base)
+    assert Settings.from_env(env) == settings  # nothing of this process's own TIDEMARK_* leaks in
+    assert env["HOME"] == "/h" and env["PATH"].endswith("/usr/bin") and env["PATH"] != "/usr/bin"

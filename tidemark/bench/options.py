@@ -1,0 +1,209 @@
+"""What a bench run is asked to do: its options, its ``tidemark bench`` flags, and its own settings.
+
+The bench never shares services or state with the demo or test stacks: :func:`bench_settings`
+gives it its own ports and home, and takes only the jar cache and the Spark tuning from the
+user's configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spark_jobs.settings import PROJECT_ROOT, Settings
+from tidemark.options import fraction, positive
+
+STAGES = ("b1", "b2", "b2l", "p1", "replay", "empty", "pg", "growth")
+STAGE_HELP = {
+    "b1": "confluent-kafka drain of the topic",
+    "b2": "Spark AvailableNow raw append to Delta, the Spark baseline",
+    "b2l": "Spark raw landing with land.py (context)",
+    "p1": "full ingest (ingest.run_scheduled)",
+    "replay": "backfill of P1's range: time, Delta files rewritten, PostgreSQL rows changed",
+    "empty": "scheduled run with no new data vs trivial spark-submit",
+    "pg": "COPY vs sinks.postgres.upsert_sessions: cold, replay, 10%% changed",
+    "growth": "10k new events against sinks with N and 10xN sessions",
+}
+BENCH_KAFKA_PORT = 39092
+BENCH_KAFKA_CONTROLLER_PORT = 39093
+BENCH_POSTGRES_PORT = 35432
+# The user's settings the bench keeps: where `make jars` put the jars, and how Spark is sized.
+# Everything else (services, lake, checkpoints, topic, session rules) is the bench's own.
+SHARED_SETTINGS = ("jars_dir", "spark_master", "shuffle_partitions", "driver_memory", "spark_ui", "spark_log_level")
+
+
+def default_home() -> Path:
+    """``.tidemark/bench`` in the checkout (an editable install), else under the working directory."""
+    root = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
+    return root / ".tidemark" / "bench"
+
+
+def parse_stages(text: str) -> tuple[str, ...]:
+    """``"p1,b2"`` -> the named stages in run order; ``all`` for every stage."""
+    names = [s.strip().lower() for s in text.split(",") if s.strip()]
+    if not names or names == ["all"]:
+        return STAGES
+    unknown = [n for n in names if n not in STAGES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGES)}")
+    return tuple(s for s in STAGES if s in names)
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """One run's sizes, repetitions, stages, ports and output; counts are at least 1."""
+
+    events: int = 100_000
+    repeat: int = 3
+    pg_repeat: int = 5
+    replay_repeat: int = 1
+    stages: tuple[str, ...] = STAGES
+    entities: int = 5_000
+    duplicate_rate: float = 0.01
+    late_rate: float = 0.02
+    malformed_rate: float = 0.005
+    partitions: int = 3
+    seed: int = 7
+    max_offsets_per_trigger: int | None = None
+    growth_sessions: int = 10_000
+    growth_events: int = 10_000
+    home: Path = field(default_factory=default_home)
+    output: Path | None = None  # default: <home>/results.json
+    kafka_port: int = BENCH_KAFKA_PORT
+    kafka_controller_port: int = BENCH_KAFKA_CONTROLLER_PORT
+    postgres_port: int = BENCH_POSTGRES_PORT
+    keep: bool = False
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        for name in (
+            "events",
+            "repeat",
+            "pg_repeat",
+            "replay_repeat",
+            "entities",
+            "partitions",
+            "growth_sessions",
+            "growth_events",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``tidemark bench`` flags."""
+    d = BenchOptions()
+    stages = "; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items())
+    parser.add_argument(
+        "--events",
+        type=positive,
+        default=d.events,
+        help=f"synthetic events produced for B1, B2, P1, replay (default {d.events:,})",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=positive,
+        default=d.repeat,
+        help=f"repetitions of each stage; figures are medians (default {d.repeat})",
+    )
+    parser.add_argument(
+        "--pg-repeat",
+        type=positive,
+        default=None,
+        help=f"repetitions of the short PostgreSQL stages (default max(--repeat, {d.pg_repeat}))",
+    )
+    parser.add_argument(
+        "--replay-repeat",
+        type=positive,
+        default=d.replay_repeat,
+        help=f"repetitions of the replay, as long as P1; its targets are counts (default {d.replay_repeat})",
+    )
+    parser.add_argument(
+        "--stages", type=parse_stages, default=d.stages, help=f"comma-separated subset to run (default all). {stages}"
+    )
+    parser.add_argument(
+        "--entities",
+        type=positive,
+        default=d.entities,
+        help=f"distinct entity_ids in the produced events (default {d.entities:,})",
+    )
+    parser.add_argument("--duplicate-rate", type=fraction, default=d.duplicate_rate)
+    parser.add_argument("--late-rate", type=fraction, default=d.late_rate)
+    parser.add_argument("--malformed-rate", type=fraction, default=d.malformed_rate)
+    parser.add_argument("--partitions", type=positive, default=d.partitions, help="partitions of the bench topics")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument(
+        "--max-offsets-per-trigger",
+        type=positive,
+        default=None,
+        help="passed to P1's scheduled run (default: none, as `tidemark ingest`)",
+    )
+    parser.add_argument(
+        "--growth-sessions",
+        type=positive,
+        default=d.growth_sessions,
+        help=f"N, sessions in the smaller growth sink (default {d.growth_sessions:,})",
+    )
+    parser.add_argument(
+        "--growth-events",
+        type=positive,
+        default=d.growth_events,
+        help=f"new events in each growth run (default {d.growth_events:,})",
+    )
+    parser.add_argument(
+        "--home", type=Path, default=None, help="the bench's state folder (default .tidemark/bench in the checkout)"
+    )
+    parser.add_argument("--output", type=Path, default=None, help="JSON results file (default <home>/results.json)")
+    parser.add_argument("--kafka-port", type=positive, default=d.kafka_port)
+    parser.add_argument("--kafka-controller-port", type=positive, default=d.kafka_controller_port)
+    parser.add_argument("--postgres-port", type=positive, default=d.postgres_port)
+    parser.add_argument("--keep", action="store_true", help="keep the run's topics, lakes and databases")
+    parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
+
+
+def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
+    """The options of parsed :func:`add_arguments` flags, defaults filled in."""
+    d = BenchOptions()
+    return BenchOptions(
+        events=args.events,
+        repeat=args.repeat,
+        pg_repeat=args.pg_repeat or max(args.repeat, d.pg_repeat),
+        replay_repeat=args.replay_repeat,
+        stages=args.stages,
+        entities=args.entities,
+        duplicate_rate=args.duplicate_rate,
+        late_rate=args.late_rate,
+        malformed_rate=args.malformed_rate,
+        partitions=args.partitions,
+        seed=args.seed,
+        max_offsets_per_trigger=args.max_offsets_per_trigger,
+        growth_sessions=args.growth_sessions,
+        growth_events=args.growth_events,
+        home=args.home or d.home,
+        output=args.output,
+        kafka_port=args.kafka_port,
+        kafka_controller_port=args.kafka_controller_port,
+        postgres_port=args.postgres_port,
+        keep=args.keep,
+        strict=args.strict,
+    )
+
+
+def bench_settings(options: BenchOptions, env: Mapping[str, str] | None = None) -> Settings:
+    """The bench's own services and state; only the jars and the Spark tuning come from ``env``.
+
+    ``env`` (default: this process's environment) is read as ``Settings.from_env`` reads it.
+    """
+    user = Settings.from_env(os.environ if env is None else env)
+    # Built, not replace()d from the user's settings: the addresses, lake and checkpoints are
+    # derived from home and the ports in __post_init__, so they must start empty.
+    return Settings(
+        home=options.home,
+        kafka_port=options.kafka_port,
+        kafka_controller_port=options.kafka_controller_port,
+        postgres_port=options.postgres_port,
+        **{name: getattr(user, name) for name in SHARED_SETTINGS},
+    )

@@ -1,0 +1,105 @@
+"""One bench run from start to end: services and Spark up, the stages, the results, clean-up.
+
+Whatever fails, the results measured so far are written (with the error) and printed, and what
+the run started or made is stopped or removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.settings import Settings
+from tidemark.bench.context import BenchContext, CpuMeter, Recorder
+from tidemark.bench.figures import build_checks, format_table, machine_info, results_document, versions
+from tidemark.bench.options import BenchOptions
+from tidemark.bench.services import BenchServices
+from tidemark.bench.stages import run_stages
+
+
+def run_bench(settings: Settings, options: BenchOptions) -> dict[str, Any]:
+    """Run the selected stages, print the table, write the JSON; returns the results document."""
+    run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + uuid.uuid4().hex[:4]
+    services = BenchServices(settings, run_id)
+    record = Recorder(CpuMeter(services.pids))
+    ctx = BenchContext(settings, options, services, record, work=settings.home / "runs" / run_id)
+    record.progress(
+        f"run {run_id}: {options.events:,} events, {options.repeat} repetition(s), stages "
+        f"{','.join(options.stages)}; state in {settings.home}; {os.cpu_count()} CPUs"
+    )
+    error = None
+    document: dict[str, Any] = {}
+    try:
+        start(ctx)
+        run_stages(ctx)
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        try:
+            document = results(ctx, error)  # versions need Spark and PostgreSQL: before clean-up
+        finally:
+            clean_up(ctx)
+        output = options.output or settings.home / "results.json"
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(document, indent=2, default=str) + "\n")
+        measurements = record.measurements
+        if measurements:
+            print(format_table(measurements.values(), build_checks(measurements)))
+        summary = document.get("summary", {})
+        print(
+            f"\n{os.cpu_count()} CPUs; {summary.get('passed', 0)} target(s) met, {summary.get('failed', 0)} missed"
+            f"{' (' + ', '.join(summary['failed_checks']) + ')' if summary.get('failed_checks') else ''}; "
+            f"{document.get('total_seconds', 0):.0f} s in all. JSON: {output}"
+        )
+    return document
+
+
+def start(ctx: BenchContext) -> None:
+    """The services and the migrated template database, then the run's Spark session (timed)."""
+    from spark_jobs.spark import build_session, spark_jars
+
+    spark_jars(ctx.settings)  # fail early with "run make jars"
+    ctx.services.start(ctx.record.progress)
+    started = time.perf_counter()
+    ctx.spark = build_session(ctx.settings, "tidemark-bench")
+    ctx.meta["spark_session_start_seconds"] = round(time.perf_counter() - started, 2)
+    ctx.record.progress(f"Spark session started in {ctx.meta['spark_session_start_seconds']:.1f} s")
+
+
+def results(ctx: BenchContext, error: str | None = None) -> dict[str, Any]:
+    """The results document: run, options, machine and versions, the measurements and their checks."""
+    measurements = ctx.record.measurements
+    meta = {
+        "tidemark_bench": 1,
+        "run_id": ctx.run_id,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "total_seconds": round(ctx.record.elapsed, 1),
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(ctx.options).items()},
+        "machine": machine_info(),
+        "versions": versions(ctx.settings, ctx.spark, ctx.services.postgres_version()),
+        **ctx.meta,
+    }
+    if error:
+        meta["error"] = error
+    return results_document(meta, measurements.values(), build_checks(measurements))
+
+
+def clean_up(ctx: BenchContext) -> None:
+    """Stop Spark; remove the run's topics, databases and files unless ``--keep``; stop what the run started."""
+    if ctx.spark is not None:
+        try:
+            ctx.spark.stop()
+        except Exception as exc:  # noqa: BLE001 - clean-up continues whatever failed
+            ctx.record.progress(f"stopping Spark failed: {exc}")
+    if not ctx.options.keep:
+        ctx.services.remove_run_data(ctx.record.progress)
+        shutil.rmtree(ctx.work, ignore_errors=True)
+    ctx.services.stop_started(ctx.record.progress)

@@ -1,0 +1,339 @@
+"""The stages: each produces or reads its workload, times it in its measurements and checks its counts.
+
+Every stage is a function of the run's :class:`~tidemark.bench.context.BenchContext`;
+:func:`run_stages` runs the selected ones in order. The main topic is produced once (K0) and read
+by B1, B2, B2L, P1 and the replay; the replay, empty-run and PostgreSQL stages use a sink that
+ingested it (P1's last, or one ingested unmeasured).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from spark_jobs.settings import Settings
+from tidemark.bench.context import BenchContext, MainTopic, Sink, ensure
+from tidemark.bench.figures import Measurement
+from tidemark.bench.workloads import (
+    EVENTS_PER_PREPOP_SESSION,
+    TRIVIAL_APP,
+    append_available_now,
+    changed_rows,
+    drain,
+    prepopulate,
+    spark_submit,
+)
+
+UPDATE_FRACTION = 0.10
+NEEDS_MAIN_TOPIC = {"b1", "b2", "b2l", "p1", "replay", "empty", "pg"}
+
+
+def run_stages(ctx: BenchContext) -> None:
+    """Run the selected stages, in :data:`~tidemark.bench.options.STAGES` order."""
+    stages = set(ctx.options.stages)
+    if stages & NEEDS_MAIN_TOPIC:
+        produce_main(ctx)
+    if "b1" in stages:
+        stage_b1(ctx)
+    if stages & {"b2", "b2l", "p1"}:
+        stage_spark(ctx)
+    if "replay" in stages:
+        stage_replay(ctx)
+    if "empty" in stages:
+        stage_empty(ctx)
+    if "pg" in stages:
+        stage_pg(ctx)
+    if "growth" in stages:
+        stage_growth(ctx)
+
+
+def produce_main(ctx: BenchContext) -> None:
+    """K0: produce ``--events`` events to the run's main topic."""
+    from spark_jobs.offsets import latest_ranges
+
+    o = ctx.options
+    topic = f"bench-{ctx.run_id}-main"
+    m = ctx.record.measurement("K0", "produce (confluent-kafka producer)", o.events)
+    report = ctx.record.measure(m, lambda: ctx.produce(topic, o.events, o.entities, f"{ctx.run_id}-", o.seed))
+    ctx.main = MainTopic(topic, latest_ranges(ctx.settings, topic), report.committed)
+    m.details = {"produced_by_kind": dict(report.produced), "topic": topic}
+    ensure(report.committed == o.events, f"produced {report.committed} of {o.events} events")
+
+
+def stage_b1(ctx: BenchContext) -> None:
+    """B1: drain the main topic with one read_committed consumer (the read ceiling)."""
+    main = ctx.main
+    m = ctx.record.measurement("B1", "Kafka drain (confluent-kafka consumer)", main.committed)
+    sizes = []
+    for _ in range(ctx.options.repeat):
+        count, size = ctx.record.measure(m, lambda: drain(ctx.settings, main.ranges))
+        ensure(count == main.committed, f"B1 read {count} records, expected {main.committed}")
+        sizes.append(size)
+    m.details["bytes"] = sizes[-1]
+
+
+def stage_spark(ctx: BenchContext) -> None:
+    """B2, B2L and P1, interleaved repetition by repetition so machine noise hits them alike."""
+    stages = set(ctx.options.stages)
+    n = ctx.main.committed
+    record = ctx.record
+    b2l = record.measurement("B2L", "Spark raw landing (land.py)", n) if "b2l" in stages else None
+    b2 = record.measurement("B2", "Spark AvailableNow raw append", n) if "b2" in stages else None
+    p1 = record.measurement("P1", "full ingest (ingest.run_scheduled)", n) if "p1" in stages else None
+    for rep in range(ctx.options.repeat):
+        if b2l is not None:
+            _land_once(ctx, b2l, rep)
+        if b2 is not None:
+            _append_once(ctx, b2, rep)
+        if p1 is not None:
+            _ingest_once(ctx, p1, rep)
+
+
+def _land_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
+    """One B2L repetition: land the main topic's ranges raw into a fresh lake with ``land.py``."""
+    from spark_jobs.land import land
+
+    main, n = ctx.main, ctx.main.committed
+    sink = ctx.new_sink(f"b2l_{rep}", main.name)
+    report = ctx.record.measure(
+        m, lambda: land(ctx.spark, sink.settings, main.ranges), lambda r: f"{r.records:,} records"
+    )
+    ensure(report.records == n and not report.already_landed, f"B2L landed {report.records} of {n}")
+    ctx.discard(sink)
+
+
+def _append_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
+    """One B2 repetition: append the main topic raw to a fresh lake with an AvailableNow query."""
+    main, n = ctx.main, ctx.main.committed
+    sink = ctx.new_sink(f"b2_{rep}", main.name)
+    ctx.record.measure(m, lambda: append_available_now(ctx.spark, sink.settings, main.name))
+    landed = ctx.spark.read.format("delta").load(sink.settings.table_path("raw_append")).count()
+    ensure(landed == n, f"B2 appended {landed} of {n}")
+    ctx.discard(sink)
+
+
+def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
+    """One P1 repetition: a scheduled ingest of the main topic into a fresh sink, kept as ``ctx.ingested``."""
+    from spark_jobs import ingest
+
+    main, n = ctx.main, ctx.main.committed
+    per_trigger = ctx.options.max_offsets_per_trigger
+    sink = ctx.new_sink(f"p1_{rep}", main.name)
+    results = ctx.record.measure(
+        m,
+        lambda: ingest.run_scheduled(ctx.spark, sink.settings, max_offsets_per_trigger=per_trigger),
+        lambda rs: f"{len(rs)} batch(es), {sum(r.sessions_written for r in rs):,} sessions written",
+    )
+    read = sum(r.read for r in results)
+    ensure(read == n, f"P1 read {read} of {n} records")
+    m.details = {
+        "batches": len(results),
+        "accepted": sum(r.accepted for r in results),
+        "duplicates": sum(r.duplicates for r in results),
+        "quarantined": sum(r.quarantined for r in results),
+        "sessions_written": sum(r.sessions_written for r in results),
+        "max_offsets_per_trigger": per_trigger,
+        # where a run's time goes, summed over its batches (last repetition)
+        "step_seconds": {
+            step: round(sum(r.seconds.get(step, 0.0) for r in results), 3)
+            for step in dict.fromkeys(k for r in results for k in r.seconds)
+        },
+    }
+    if ctx.ingested is not None:
+        ctx.discard(ctx.ingested)
+    ctx.ingested = sink
+
+
+def ingested_sink(ctx: BenchContext) -> Sink:
+    """A sink that processed the main topic: P1's, or one made now (not measured)."""
+    if ctx.ingested is None:
+        from spark_jobs import ingest
+
+        ctx.record.progress("ingesting the main topic once (not measured) for the replay / empty / pg stages")
+        sink = ctx.new_sink("main", ctx.main.name)
+        results = ingest.run_scheduled(ctx.spark, sink.settings)
+        ensure(sum(r.read for r in results) == ctx.main.committed, "the unmeasured ingest missed records")
+        ctx.ingested = sink
+    return ctx.ingested
+
+
+def stage_replay(ctx: BenchContext) -> None:
+    """R: P1's range again as a backfill; Delta files rewritten and PostgreSQL rows changed must be 0."""
+    from spark_jobs import ingest, ledger
+    from spark_jobs.planning import plan_backfill
+    from spark_jobs.sinks.delta import files_rewritten_since, table_versions
+
+    main = ctx.main
+    s = ingested_sink(ctx).settings
+    plan = plan_backfill(s, main.name, offsets={r.partition: (r.start, r.end) for r in main.ranges})
+    m = ctx.record.measurement("R", "replay of P1's range (ingest.run_backfill)", main.committed)
+    files_total, rows_total, summaries_equal = 0, 0, True
+    per_rep = []
+    for rep in range(ctx.options.replay_repeat):
+        if rep:
+            # Forget the previous replay so this one is a replay too, not a ledger no-op.
+            conn = ledger.connect(s.postgres_dsn)
+            with conn, conn.cursor() as cur:
+                cur.execute(
+                    "DELETE FROM ledger_batches WHERE pipeline = %s",
+                    (ingest.pipeline_name(ingest.BACKFILL, main.name),),
+                )
+            conn.close()
+        versions = table_versions(ctx.spark, s)
+        before = _postgres_sessions(s)
+        result = ctx.record.measure(m, lambda: ingest.run_backfill(ctx.spark, s, plan))
+        ensure(not result.skipped and result.read == main.committed, f"the replay did not re-read: {result}")
+        files = files_rewritten_since(ctx.spark, s, versions)
+        rows = result.sessions_written + result.sessions_deleted
+        same = _postgres_sessions(s) == before
+        files_total += files
+        rows_total += rows
+        summaries_equal &= same
+        per_rep.append({"delta_files_rewritten": files, "postgres_rows_changed": rows, "postgres_unchanged": same})
+        ctx.record.progress(f"R replay {rep + 1}: {files} Delta files rewritten, {rows} PostgreSQL rows changed")
+    m.details = {
+        "delta_files_rewritten": files_total,
+        "postgres_rows_changed": rows_total if summaries_equal else max(rows_total, 1),
+        "postgres_fingerprint_unchanged": summaries_equal,
+        "repetitions": per_rep,
+    }
+
+
+def _postgres_sessions(settings: Settings) -> tuple[int, int]:
+    """(rows, checksum) of the sink's PostgreSQL ``sessions``."""
+    from spark_jobs import ledger
+    from spark_jobs.sinks.postgres import sessions_summary
+
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            return sessions_summary(cur)
+    finally:
+        conn.close()
+
+
+def stage_empty(ctx: BenchContext) -> None:
+    """E0 / E1: a trivial spark-submit against a spark-submit'ed scheduled run with nothing new to read."""
+    from spark_jobs import ingest
+
+    settings = ingested_sink(ctx).settings
+    app = ctx.work / "trivial_app.py"
+    app.parent.mkdir(parents=True, exist_ok=True)
+    app.write_text(TRIVIAL_APP)
+    ingest_app = Path(ingest.__file__)
+    e0 = ctx.record.measurement("E0", "trivial job (spark-submit)", 0)
+    e1 = ctx.record.measurement("E1", "empty scheduled run (spark-submit ingest.py)", 0)
+    for _ in range(ctx.options.repeat):
+        out = ctx.record.measure(e0, lambda: spark_submit(settings, app, []))
+        ensure(out.strip().endswith("1"), f"the trivial job printed {out!r}")
+        out = ctx.record.measure(e1, lambda: spark_submit(settings, ingest_app, ["scheduled"]))
+        ensure("no new records" in out, f"the empty scheduled run processed something: {out!r}")
+
+
+def stage_pg(ctx: BenchContext) -> None:
+    """B3 against P2: COPY of the main sink's sessions into an empty sessions-like table, then the upsert
+    path with the same rows: cold insert, a replay where nothing changes, and 10% of rows changed."""
+    from spark_jobs import ledger
+    from spark_jobs.contract import SESSION_COLUMNS
+    from spark_jobs.sinks.postgres import copy_rows, rows_as_text, upsert_sessions
+
+    sessions = ctx.spark.read.format("delta").load(ingested_sink(ctx).settings.table_path("sessions"))
+    rows = rows_as_text(sessions, SESSION_COLUMNS)
+    anchors = rows_as_text(
+        sessions.groupBy("entity_id").agg({"started_at": "min"}).toDF("entity_id", "anchor"),
+        ("entity_id", "anchor"),
+    )
+    changed = changed_rows(rows, UPDATE_FRACTION)
+    n_changed = sum(1 for a, b in zip(rows, changed, strict=True) if a != b)
+    n = len(rows)
+    ensure(n > 0, "P1 produced no sessions to benchmark PostgreSQL with")
+    record = ctx.record
+    b3 = record.measurement("B3", "COPY into an empty sessions-like table", n, "rows")
+    p2c = record.measurement("P2c", "upsert_sessions, cold insert", n, "rows")
+    p2r = record.measurement("P2r", "upsert_sessions, replay (all conflict, none change)", n, "rows")
+    p2u = record.measurement("P2u", f"upsert_sessions, {UPDATE_FRACTION:.0%} of rows changed", n, "rows")
+    for m in (b3, p2c, p2r, p2u):
+        m.details = {"anchors": len(anchors)}
+    p2u.details["rows_changed"] = n_changed
+    conn = ledger.connect(ctx.services.dsn(ctx.services.create_database("pg")))
+
+    def execute(sql: str) -> None:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql)
+
+    def upsert(batch: list[tuple]) -> tuple[int, int]:
+        with conn, conn.cursor() as cur:
+            return upsert_sessions(cur, batch, anchors)
+
+    def copy() -> None:
+        with conn, conn.cursor() as cur:
+            copy_rows(cur, "sessions_copy", SESSION_COLUMNS, rows)
+
+    def written(r: tuple[int, int]) -> str:
+        return f"written {r[0]:,}, deleted {r[1]:,}"
+
+    try:
+        execute("CREATE TABLE sessions_copy (LIKE sessions INCLUDING ALL)")
+        for _ in range(ctx.options.pg_repeat):
+            execute("TRUNCATE sessions_copy")
+            record.measure(b3, copy)
+            execute("TRUNCATE sessions")
+            done = record.measure(p2c, lambda: upsert(rows), written)
+            ensure(done == (n, 0), f"the cold upsert wrote {done}, expected ({n}, 0)")
+            done = record.measure(p2r, lambda: upsert(rows), written)
+            ensure(done == (0, 0), f"the replay upsert wrote {done}, expected (0, 0)")
+            done = record.measure(p2u, lambda: upsert(changed), written)
+            ensure(done == (n_changed, 0), f"the update upsert wrote {done}, expected ({n_changed}, 0)")
+    finally:
+        conn.close()
+
+
+def stage_growth(ctx: BenchContext) -> None:
+    """G1 / G10: ``--growth-events`` new events ingested into sinks already holding N and 10xN sessions."""
+    from spark_jobs import ingest
+
+    o = ctx.options
+    entities = max(1, o.growth_events // EVENTS_PER_PREPOP_SESSION)
+    prefix = f"{ctx.run_id}-g-"
+    templates = {scale: _growth_template(ctx, scale, entities, prefix) for scale in (1, 10)}
+    ms = {}
+    for scale, (_, _, sessions) in templates.items():
+        name = "N" if scale == 1 else "10xN"
+        ms[scale] = ctx.record.measurement(
+            f"G{scale}", f"{o.growth_events:,} new events, sink with {name}={sessions:,} sessions", o.growth_events
+        )
+    for rep in range(o.repeat):
+        for scale, (lake, database, stored) in templates.items():
+            topic = f"bench-{ctx.run_id}-g{scale}-{rep}"
+            report = ctx.produce(topic, o.growth_events, entities, prefix, o.seed + 1)
+            ensure(report.committed == o.growth_events, "growth events were not all produced")
+            sink = ctx.new_sink(f"g{scale}_{rep}", topic, template=database, lake_from=lake)
+            results = ctx.record.measure(
+                ms[scale],
+                lambda s=sink: ingest.run_scheduled(ctx.spark, s.settings),
+                lambda rs: f"{sum(r.sessions_written for r in rs):,} sessions written",
+            )
+            read = sum(r.read for r in results)
+            ensure(read == o.growth_events, f"the growth run read {read} of {o.growth_events}")
+            ms[scale].details = {
+                "stored_sessions": stored,
+                "stored_events": stored * EVENTS_PER_PREPOP_SESSION,
+                "entities": entities,
+                "sessions_written": sum(r.sessions_written for r in results),
+                "sessions_deleted": sum(r.sessions_deleted for r in results),
+            }
+            ctx.discard(sink)
+
+
+def _growth_template(ctx: BenchContext, scale: int, entities: int, prefix: str) -> tuple[Path, str, int]:
+    """A lake and a database holding ``scale`` x N sessions of ``entities`` (not measured)."""
+    o = ctx.options
+    per_entity = max(1, round(o.growth_sessions * scale / entities))
+    started = time.perf_counter()
+    sink = ctx.new_sink(f"growth{scale}_template", f"bench-{ctx.run_id}-prepop")
+    sessions = prepopulate(ctx.spark, sink.settings, entities, per_entity, prefix, o.partitions)
+    ctx.record.progress(
+        f"growth sink {scale}xN: {sessions:,} sessions, {sessions * EVENTS_PER_PREPOP_SESSION:,} events "
+        f"written directly in {time.perf_counter() - started:.1f} s (not measured)"
+    )
+    return Path(sink.settings.lake_root), sink.database, sessions

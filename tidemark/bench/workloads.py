@@ -1,0 +1,250 @@
+"""What the stages time and set up besides tidemark's own jobs: the baselines (a consumer drain, an
+AvailableNow raw append, a trivial spark-submit), spark-submit itself, the changed rows of the
+PostgreSQL stage and the pre-populated sinks of the growth stage.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_jobs.settings import Settings
+from tidemark.bench.context import ensure
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.offsets import PartitionRange
+
+EVENTS_PER_PREPOP_SESSION = 10
+TRIVIAL_APP = '''"""A trivial Spark job: the floor any spark-submit pays (tidemark bench, empty-run baseline)."""
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.appName("tidemark-bench-trivial").getOrCreate()
+print(spark.range(1).count())
+spark.stop()
+'''
+
+
+def drain(settings: Settings, ranges: list[PartitionRange], idle_timeout: float = 30.0) -> tuple[int, int]:
+    """Read every committed record of ``ranges`` with one consumer; returns (records, value bytes)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    ends = {r.partition: r.end for r in ranges if r.size}
+    consumer = Consumer(
+        settings.kafka_client_config(
+            **{
+                "group.id": f"tidemark-bench-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges if r.size])
+        count, size, idle = 0, 0, 0.0
+        while ends:
+            messages = consumer.consume(num_messages=10_000, timeout=1.0)
+            if not messages:
+                idle += 1.0
+                if idle >= idle_timeout:
+                    raise TimeoutError(f"no records for {idle_timeout:.0f} s; partitions left {sorted(ends)}")
+                continue
+            idle = 0.0
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        ends.pop(message.partition(), None)
+                        continue
+                    raise KafkaException(error)
+                end = ends.get(message.partition())
+                if end is None or message.offset() >= end:
+                    continue
+                count += 1
+                value = message.value()
+                size += len(value) if value else 0
+                if message.offset() >= end - 1:
+                    ends.pop(message.partition(), None)
+        return count, size
+    finally:
+        consumer.close()
+
+
+def append_available_now(spark: SparkSession, settings: Settings, topic: str) -> None:
+    """Structured Streaming, AvailableNow: the topic appended raw to the Delta table ``raw_append``."""
+    from spark_jobs.kafka_source import stream_reader
+
+    query = (
+        stream_reader(spark, settings, topic, None, True)
+        .load()
+        .select("topic", "partition", "offset", "timestamp", "timestampType", "key", "value")
+        .writeStream.format("delta")
+        .outputMode("append")
+        .partitionBy("partition")
+        .option("checkpointLocation", f"{settings.checkpoint_root}/raw_append")
+        .trigger(availableNow=True)
+        .start(settings.table_path("raw_append"))
+    )
+    query.awaitTermination()
+
+
+def submit_env(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a spark-submit of a tidemark job against ``settings``.
+
+    ``base`` (default: this process's environment) without its own ``TIDEMARK_*`` settings and
+    PySpark gateway variables, this Python's folder first on PATH and as PYSPARK_PYTHON, and
+    ``settings.to_env()``: the job's ``Settings.from_env()`` equals ``settings``.
+    """
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if not k.startswith(("TIDEMARK_", "PYSPARK_GATEWAY", "PYSPARK_DRIVER"))}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYSPARK_PYTHON"] = sys.executable
+    env.update(settings.to_env())
+    return env
+
+
+def spark_submit(settings: Settings, app: Path, args: list[str], timeout: float = 600) -> str:
+    """spark-submit ``app`` against ``settings``, with the master, memory and jars tidemark's jobs get.
+
+    Returns the job's stdout; raises with the tail of its stderr when it fails.
+    """
+    from spark_jobs.spark import spark_jars
+
+    bin_dir = Path(sys.executable).parent
+    submit = str(bin_dir / "spark-submit") if (bin_dir / "spark-submit").exists() else shutil.which("spark-submit")
+    if submit is None:
+        raise FileNotFoundError("spark-submit was not found next to this Python or on PATH; run `make venv`")
+    command = [
+        submit,
+        "--master",
+        settings.spark_master,
+        "--jars",
+        ",".join(str(j) for j in spark_jars(settings)),
+        "--driver-memory",
+        settings.driver_memory,
+        "--conf",
+        f"spark.pyspark.python={sys.executable}",
+        "--conf",
+        f"spark.ui.enabled={str(settings.spark_ui).lower()}",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.driver.bindAddress=127.0.0.1",
+        str(app),
+        *args,
+    ]
+    env = submit_env(settings)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.splitlines()[-25:])
+        raise RuntimeError(f"spark-submit {app.name} {' '.join(args)} failed ({done.returncode}):\n{tail}")
+    return done.stdout
+
+
+def changed_rows(rows: Sequence[tuple], fraction: float) -> list[tuple]:
+    """``rows`` with every (1/fraction)-th session one event longer (event_count is column 6)."""
+    step = max(1, round(1 / fraction))
+    out = []
+    for i, row in enumerate(rows):
+        if i % step == 0:
+            row = (*row[:6], str(int(row[6]) + 1), *row[7:])
+        out.append(row)
+    return out
+
+
+def prepopulate(
+    spark: SparkSession, settings: Settings, entities: int, sessions_per_entity: int, prefix: str, partitions: int
+) -> int:
+    """Write a consistent history straight into a fresh sink: Delta events and sessions, PostgreSQL sessions.
+
+    Entity ``e`` (named as the producer names it) has one session per day for ``sessions_per_entity``
+    days ending yesterday, each of 10 events one minute apart, so no new record can join them. The
+    sessions are checked against the pipeline's own ``sessionize`` (with ``settings.session_rules``)
+    for a few entities. Returns the number of sessions.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_jobs import ledger
+    from spark_jobs.contract import EVENT_COLUMNS, SESSION_COLUMNS
+    from spark_jobs.sessionize import SESSION_ID_SPARK_SQL, sessionize
+    from spark_jobs.sinks.delta import ensure_tables
+    from spark_jobs.sinks.postgres import copy_rows, rows_as_text
+
+    m = EVENTS_PER_PREPOP_SESSION
+    day_ms = 86_400_000
+    base_ms = (int(time.time() * 1000) // day_ms - sessions_per_entity - 1) * day_ms
+    total = entities * sessions_per_entity * m
+    ensure_tables(spark, settings)
+    base = spark.range(total).select(
+        F.col("id"),
+        (F.col("id") % entities).alias("e"),
+        F.floor(F.col("id") / (entities * m)).alias("s"),
+        (F.floor(F.col("id") / entities) % m).alias("j"),
+    )
+    base = base.withColumn("arrival_ms", F.lit(base_ms) + F.col("s") * day_ms + F.col("j") * 60_000 + F.col("e") * 50)
+    entity_id = F.format_string("%sentity-%06d", F.lit(prefix), F.col("e"))
+    events = base.select(
+        F.lit(f"bench-prepop-{prefix}").alias("topic"),
+        (F.col("e") % partitions).cast("int").alias("partition"),
+        F.col("id").cast("long").alias("offset"),
+        F.timestamp_millis("arrival_ms").alias("arrival_time"),
+        F.concat(F.lit(f"{prefix}pre-"), F.col("id").cast("string")).alias("event_id"),
+        entity_id.alias("entity_id"),
+        F.lit("page_view").alias("event_type"),
+        F.timestamp_millis(F.col("arrival_ms") - 5000).alias("event_time"),
+        F.lit('{"page":"/p/1","value":1}').alias("properties"),
+    ).select(*EVENT_COLUMNS)
+    files = max(1, total // 50_000)
+    (
+        events.repartitionByRange(files, "arrival_time")
+        .sortWithinPartitions("arrival_time")
+        .write.format("delta")
+        .mode("append")
+        .save(settings.table_path("events"))
+    )
+    sessions = (
+        base.groupBy("e", "s")
+        .agg(F.min("arrival_ms").alias("start_ms"), F.max("arrival_ms").alias("end_ms"), F.count("*").alias("n"))
+        .select(
+            entity_id.alias("entity_id"),
+            F.timestamp_millis("start_ms").alias("started_at"),
+            F.timestamp_millis("end_ms").alias("ended_at"),
+            F.timestamp_millis(F.col("start_ms") - 5000).alias("first_event_time"),
+            F.timestamp_millis(F.col("end_ms") - 5000).alias("last_event_time"),
+            F.col("n").cast("long").alias("event_count"),
+            ((F.col("end_ms") - F.col("start_ms")) / 1000.0).cast("double").alias("duration_seconds"),
+        )
+        .withColumn("session_id", F.expr(SESSION_ID_SPARK_SQL))
+        .select(*SESSION_COLUMNS)
+    )
+    (
+        sessions.repartitionByRange(max(1, files // m), "started_at")
+        .write.format("delta")
+        .mode("append")
+        .save(settings.table_path("sessions"))
+    )
+    stored = spark.read.format("delta").load(settings.table_path("sessions"))
+    sample = [f"{prefix}entity-{e:06d}" for e in sorted({0, entities // 2, entities - 1})]
+    stored_events = spark.read.format("delta").load(settings.table_path("events"))
+    stored_events = stored_events.where(F.col("entity_id").isin(sample))
+    expected = {tuple(r) for r in sessionize(stored_events, settings.session_rules).collect()}
+    actual = {tuple(r) for r in stored.where(F.col("entity_id").isin(sample)).select(*SESSION_COLUMNS).collect()}
+    ensure(expected == actual, "the pre-populated sessions differ from what sessionize computes")
+    rows = rows_as_text(stored, SESSION_COLUMNS)
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            copy_rows(cur, "sessions", SESSION_COLUMNS, rows)
+            cur.execute("ANALYZE sessions")
+    finally:
+        conn.close()
+    return len(rows)
