@@ -59,8 +59,17 @@ def takeovers(ranked: DataFrame) -> DataFrame:
 
 
 def losers(ranked: DataFrame) -> DataFrame:
-    """Later copies of an event_id, batch or stored: the ``duplicates`` rows."""
-    return ranked.where("rank > 1").select("topic", "partition", "offset", "arrival_time", "event_id", "entity_id")
+    """Later copies of an event_id, batch or stored: the ``duplicates`` rows, one per record.
+
+    A record can be in the ranking twice (stored in ``events`` and replayed in the batch, both
+    displaced by an earlier copy); it is one duplicate, and Delta's MERGE needs a source without
+    two rows for one target row.
+    """
+    return (
+        ranked.where("rank > 1")
+        .select("topic", "partition", "offset", "arrival_time", "event_id", "entity_id")
+        .dropDuplicates(["topic", "partition", "offset"])
+    )
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,7 @@ def count(ranked: DataFrame) -> DedupeCounts:
         F.count_if(F.col("in_batch") & (F.col("rank") > 1)).alias("duplicates"),
         F.count_if(F.col("new") & ~F.col("has_stored")).alias("first_arrivals"),
         F.count_if(F.col("new") & F.col("has_stored")).alias("takeovers"),
-        F.count_if(F.col("rank") > 1).alias("losers"),
+        F.count_if(F.col("rank") > 1).alias("losers"),  # at least one when there are any
         F.min(F.when(F.col("rank") > 1, F.col("offset"))).alias("losers_from"),
         F.max(F.when(F.col("rank") > 1, F.col("offset"))).alias("losers_to"),
     ).first()

@@ -14,24 +14,27 @@ from spark_jobs.contract import SESSION_COLUMNS
 from spark_jobs.sessionize import SessionRules
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from pyspark.sql import DataFrame
 
 SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "partition", "offset", "event_time", "event_id")
 
 
 def anchors(ranked: DataFrame, sessions: DataFrame, rules: SessionRules) -> DataFrame:
-    """``(entity_id, anchor)`` for every entity with a record in the batch.
+    """``(entity_id, anchor)`` for every entity the batch touches.
 
-    Every entity of the batch counts, not only those with new winners: a retry after a crash
-    between the Delta and the PostgreSQL writes finds its events stored already, yet PostgreSQL
-    still needs their sessions. ``ranked`` is :func:`spark_jobs.dedupe.rank`'s output, ``sessions``
-    the stored sessions.
+    Touched are the entities of the batch's first arrivals (all of them, not only new ones: a retry
+    after a crash between the Delta and the PostgreSQL writes finds its events stored already, yet
+    PostgreSQL still needs their sessions) and the entities of stored rows a takeover displaces
+    (the earlier copy may carry another entity_id; the old one loses the event). ``ranked`` is
+    :func:`spark_jobs.dedupe.rank`'s output, ``sessions`` the stored sessions.
     """
     from pyspark.sql import functions as F
 
-    touched = ranked.where("rank = 1 AND in_batch").groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
+    touched = (
+        ranked.where("(rank = 1 AND in_batch) OR (rank > 1 AND NOT in_batch)")
+        .groupBy("entity_id")
+        .agg(F.min("arrival_time").alias("first_new"))
+    )
     gap_seconds = int(rules.gap.total_seconds())
     # New records cannot change anything that ended more than one gap before them.
     open_sessions = (
@@ -46,19 +49,21 @@ def anchors(ranked: DataFrame, sessions: DataFrame, rules: SessionRules) -> Data
 
 
 def events_since_anchors(
-    events: DataFrame, ranked: DataFrame, anchored: DataFrame, earliest: datetime, has_takeovers: bool = True
+    events: DataFrame, ranked: DataFrame, anchored: DataFrame, earliest_us: int, has_takeovers: bool = True
 ) -> DataFrame:
     """The touched entities' accepted events from their anchors on, as they will be after the batch.
 
     That is what ``events`` holds, minus the stored rows the batch's takeovers replace, plus the
-    batch's new winners, so no write has to happen first. ``earliest`` (the smallest anchor, a
-    literal) lets Delta skip files written before it: files are written in arrival order. With
+    batch's new winners, so no write has to happen first. ``earliest_us`` (the smallest anchor in
+    epoch microseconds, made a literal) lets Delta skip files written before it: files are written
+    in arrival order. It is an integer on purpose: a timestamp collected to the driver comes back as
+    a naive datetime in the driver's time zone, which is ambiguous around a daylight-saving change. With
     ``has_takeovers`` False the takeover join is left out (nothing to take over).
     """
     from pyspark.sql import functions as F
 
     stored = (
-        events.where(F.col("arrival_time") >= F.lit(earliest))
+        events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(earliest_us)))
         .join(anchored, "entity_id")
         .where("arrival_time >= anchor")
         .select(*SESSIONIZE_COLUMNS)

@@ -181,7 +181,7 @@ class BatchWriter:
 
         sessions = self._read("sessions")
         anchors = session_changes.anchors(ranked, sessions, self.rules).localCheckpoint(eager=True)
-        earliest = anchors.agg(F.min("anchor")).first()[0]
+        earliest = anchors.agg(F.unix_micros(F.min("anchor"))).first()[0]  # UTC micros, never a local time
         if earliest is None:  # no valid record in the batch
             none = self.spark.createDataFrame([], f"{TABLE_SCHEMAS['sessions']}, op string")
             return _SessionChanges(anchors, none, 0, 0)

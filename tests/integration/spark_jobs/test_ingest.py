@@ -6,8 +6,6 @@ PostgreSQL rows are always filtered by the test's entity prefix.
 
 from __future__ import annotations
 
-import json
-import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -19,50 +17,15 @@ from spark_jobs.lock import single_writer
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
-from spark_jobs.settings import Settings
-from spark_jobs.sinks import delta, postgres
 from spark_jobs.sinks.delta import files_rewritten_since, table_versions
+from tests.integration.spark_jobs.checks import (
+    assert_offset_coverage,
+    assert_sinks_agree,
+    delta_rows,
+    send,
+    snapshot,
+)
 from tidemark.producer import ProduceSpec, produce
-
-
-@pytest.fixture
-def run(stack: Settings, topic: str):
-    """Settings with this test's own lake and checkpoints, plus its topic and entity prefix."""
-    prefix = f"t{uuid.uuid4().hex[:8]}-"
-    home = stack.home / "runs" / prefix.rstrip("-")
-    settings = replace(stack, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
-    return settings, prefix
-
-
-def delta_rows(spark, settings: Settings, table: str, *expressions: str) -> list:
-    return spark.read.format("delta").load(settings.table_path(table)).selectExpr(*(expressions or ("*",))).collect()
-
-
-def snapshot(spark, settings: Settings, pg, prefix: str) -> dict[str, set]:
-    """Row checksums of every sink table (Delta) and of PostgreSQL sessions for this test."""
-    tables = {
-        name: {r[0] for r in delta_rows(spark, settings, name, "sha2(to_json(struct(*)), 256)")}
-        for name in ("events", "duplicates", "quarantine", "sessions")
-    }
-    tables["delta_sessions_text"] = {r[0] for r in delta_rows(spark, settings, "sessions", delta.SESSION_ROW_TEXT)}
-    with pg, pg.cursor() as cur:
-        cur.execute(f"SELECT {postgres.SESSION_ROW_TEXT} FROM sessions WHERE entity_id LIKE %s", (prefix + "%",))
-        tables["postgres_sessions_text"] = {r[0] for r in cur.fetchall()}
-    return tables
-
-
-def assert_offset_coverage(spark, settings: Settings, committed: int) -> None:
-    """Every committed record is in exactly one of events, duplicates, quarantine (invariant 1)."""
-    coordinates = []
-    for table in ("events", "duplicates", "quarantine"):
-        coordinates += [tuple(r) for r in delta_rows(spark, settings, table, "partition", "offset")]
-    assert len(coordinates) == committed
-    assert len(set(coordinates)) == committed
-
-
-def assert_sinks_agree(snap: dict[str, set]) -> None:
-    assert snap["delta_sessions_text"] == snap["postgres_sessions_text"]
-    assert snap["delta_sessions_text"], "expected some sessions"
 
 
 def test_scheduled_run_then_backfills_of_the_same_range_leave_identical_sinks(spark, run, pg) -> None:
@@ -106,17 +69,6 @@ def test_scheduled_run_then_backfills_of_the_same_range_leave_identical_sinks(sp
     assert ingest.run_scheduled(spark, settings) == []
 
 
-def _send(settings: Settings, topic: str, events: list[dict], arrivals: list[datetime] | None = None) -> None:
-    """Send ``events`` keyed by entity; ``arrivals`` sets their timestamps (CreateTime topics only)."""
-    from confluent_kafka import Producer
-
-    producer = Producer(settings.kafka_client_config())
-    for i, event in enumerate(events):
-        timestamp = {"timestamp": int(arrivals[i].timestamp() * 1000)} if arrivals else {}
-        producer.produce(topic, key=event["entity_id"].encode(), value=json.dumps(event).encode(), **timestamp)
-    assert producer.flush(30) == 0
-
-
 def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg) -> None:
     settings, prefix = run
     ensure_topic(settings, settings.topic, partitions=1)
@@ -131,13 +83,13 @@ def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg)
             "event_time": when.isoformat(),
         }
 
-    _send(settings, settings.topic, [event(n, base + timedelta(minutes=i)) for i, n in enumerate("ABCD")])
+    send(settings, settings.topic, [event(n, base + timedelta(minutes=i)) for i, n in enumerate("ABCD")])
     ingest.run_scheduled(spark, settings)
     before = delta_rows(spark, settings, "sessions")
     assert len(before) == 1 and before[0]["event_count"] == 4
 
     late_time = base - timedelta(hours=5)  # E's event time is earlier than all of them
-    _send(settings, settings.topic, [event("E", late_time)])
+    send(settings, settings.topic, [event("E", late_time)])
     ingest.run_scheduled(spark, settings)
     after = delta_rows(spark, settings, "sessions")
     assert len(after) == 1
@@ -160,7 +112,7 @@ def test_a_backfill_that_adds_missing_records_replaces_the_sessions_in_both_sink
         {"event_id": f"{prefix}{n}", "entity_id": entity, "event_type": "view", "event_time": t.isoformat()}
         for n, t in zip("ABC", arrivals, strict=True)
     ]
-    _send(settings, settings.topic, events, arrivals)
+    send(settings, settings.topic, events, arrivals)
 
     for offsets in ({0: (0, 1)}, {0: (2, 3)}):  # B (offset 1) is missing
         ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets=offsets))

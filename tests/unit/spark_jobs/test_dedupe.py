@@ -69,3 +69,13 @@ def test_ties_in_arrival_time_are_broken_by_partition_then_offset(rank) -> None:
     ranked, _ = rank([(7, 0, "e1", "a"), (4, 0, "e1", "a")], [])
     assert offsets(dedupe.first_arrivals(ranked)) == [4]
     assert offsets(dedupe.losers(ranked)) == [7]
+
+
+def test_a_stored_record_replayed_beside_an_earlier_copy_is_one_duplicate(rank) -> None:
+    # Stored: e1@2 (a backfill ran ahead). The batch replays e1@2 and brings e1@0, which arrived first.
+    ranked, counts = rank(
+        [(0, 0, "e1", "a"), (1, 0, "x", "a"), (2, 0, "e1", "a")], [(1, 0, "x", "a"), (2, 0, "e1", "a")]
+    )
+    assert offsets(dedupe.takeovers(ranked)) == [0]
+    assert offsets(dedupe.losers(ranked)) == [2], "offset 2 is one duplicate row, not two"
+    assert (counts.accepted, counts.duplicates) == (2, 1)

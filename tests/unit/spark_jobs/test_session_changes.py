@@ -86,3 +86,17 @@ def test_stored_sessions_before_the_anchor_are_left_alone(spark_session) -> None
     anchors = spark_session.createDataFrame([("a", at(120))], "entity_id string, anchor timestamp")
     ops = [r["op"] for r in session_changes.compare(recomputed, stored, anchors).collect()]
     assert ops == ["insert"], "the session before the anchor must be neither compared nor deleted"
+
+
+def test_a_takeover_touches_the_entity_that_loses_the_event(spark_session) -> None:
+    # e1 is stored for entity a; an earlier copy of e1 arrives for entity b.
+    stored_events = spark_session.createDataFrame(
+        [("t", 0, 0, at(10), "e1", "a", "click", at(10), None)], TABLE_SCHEMAS["events"]
+    )
+    batch = spark_session.createDataFrame(
+        [("t", 0, 1, at(0), "e1", "b", "click", at(0), None)], TABLE_SCHEMAS["events"]
+    )
+    ranked = dedupe.rank(batch, stored_events)
+    stored = sessions(spark_session, [("a", 10, 10, 1)])
+    anchors = session_changes.anchors(ranked, stored, RULES).selectExpr("entity_id", "unix_micros(anchor) AS us")
+    assert {r["entity_id"]: r["us"] for r in anchors.collect()} == {"a": micros(at(10)), "b": micros(at(0))}

@@ -1,0 +1,142 @@
+"""Exactly once at the edges, against real Kafka, Spark/Delta and PostgreSQL.
+
+Each test builds the smallest topic that reaches one edge (a backfill ahead of a scheduled run, a
+takeover across entities, a driver in a daylight-saving time zone, a change of session rules) and
+then checks the invariants: every committed offset in exactly one record table, once; Delta
+sessions equal to PostgreSQL's and to a from-scratch sessionization of ``events``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spark_jobs import ingest
+from spark_jobs.errors import SessionRulesChanged
+from spark_jobs.offsets import ensure_topic
+from spark_jobs.planning import plan_backfill
+from spark_jobs.sessionize import SessionRules
+from tests.integration.spark_jobs.checks import (
+    assert_offset_coverage,
+    assert_sessions_follow_events,
+    assert_sinks_agree,
+    delta_rows,
+    send,
+    snapshot,
+)
+
+
+def event(prefix: str, name: str, entity: str, when: datetime) -> dict:
+    return {"event_id": f"{prefix}{name}", "entity_id": f"{prefix}{entity}", "event_type": "click",
+            "event_time": when.isoformat()}  # fmt: skip
+
+
+def assert_exact(spark, settings, pg, prefix: str, committed: int) -> None:
+    assert_offset_coverage(spark, settings, committed)
+    assert_sessions_follow_events(spark, settings)
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_a_backfill_ahead_of_the_scheduled_run_leaves_each_duplicate_once(spark, run, pg) -> None:
+    """E1@0, X@1, E1@2: a backfill of [1, 3) accepts E1@2; the scheduled run then finds E1@0 earlier."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1)
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    e1 = event(prefix, "E1", "user", t)
+    send(settings, settings.topic, [e1, event(prefix, "X", "user", t), e1])
+
+    ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (1, 3)}))
+    ingest.run_scheduled(spark, settings)
+
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [2]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [0, 1]
+    assert_exact(spark, settings, pg, prefix, committed=3)
+
+
+def test_a_takeover_by_a_copy_of_another_entity_moves_the_event_between_sessions(spark, run, pg) -> None:
+    """The earlier copy of E1 carries entity B: A's session must lose the event, B's gain it."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    send(settings, settings.topic, [event(prefix, "E1", "A", t), event(prefix, "E2", "A", t)],
+         [t + timedelta(minutes=10), t + timedelta(minutes=11)])  # fmt: skip
+    ingest.run_scheduled(spark, settings)
+    send(settings, settings.topic, [event(prefix, "E1", "B", t)], [t])  # arrived (by its clock) first
+    ingest.run_scheduled(spark, settings)
+
+    counts = {r["entity_id"]: r["event_count"] for r in delta_rows(spark, settings, "sessions")}
+    assert counts == {f"{prefix}A": 1, f"{prefix}B": 1}
+    assert_exact(spark, settings, pg, prefix, committed=3)
+
+
+@pytest.fixture
+def berlin_time():
+    """The driver's local time zone is Europe/Berlin for this test (daylight saving time ends 2026-10-25 01:00Z)."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "Europe/Berlin"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+def test_a_driver_in_a_daylight_saving_time_zone_recomputes_across_the_clock_change(
+    spark, run, pg, berlin_time
+) -> None:
+    """Arrivals at 00:10Z and 00:40Z (02:10 and 02:40 CEST), then 01:05Z (02:05 CET): one session of three."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    change = datetime(2026, 10, 25, 1, tzinfo=UTC)
+    first = [change - timedelta(minutes=50), change - timedelta(minutes=20)]
+    send(settings, settings.topic, [event(prefix, f"E{i}", "user", a) for i, a in enumerate(first)], first)
+    ingest.run_scheduled(spark, settings)
+    later = change + timedelta(minutes=5)
+    send(settings, settings.topic, [event(prefix, "E9", "user", later)], [later])
+    ingest.run_scheduled(spark, settings)
+
+    assert [r["event_count"] for r in delta_rows(spark, settings, "sessions")] == [3]
+    assert_exact(spark, settings, pg, prefix, committed=3)
+
+
+def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, database, topic) -> None:
+    """The rules are recorded with the sessions; a run with others fails first, or rebuilds on request."""
+    from spark_jobs.ledger import connect
+
+    home = database.home / "runs" / f"rules-{uuid.uuid4().hex[:8]}"
+    settings = replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
+    ensure_topic(settings, topic, partitions=1, timestamp_type="CreateTime")
+    prefix = "rules-"
+    t = datetime(2026, 5, 1, 8, tzinfo=UTC)
+    arrivals = [t, t + timedelta(minutes=20), t + timedelta(minutes=40)]  # 20-minute pauses
+    send(settings, topic, [event(prefix, f"E{i}", "user", a) for i, a in enumerate(arrivals)], arrivals)
+    ingest.run_scheduled(spark, settings)
+    assert [r["event_count"] for r in delta_rows(spark, settings, "sessions")] == [3]
+
+    narrow = replace(settings, session_rules=SessionRules(gap=timedelta(minutes=10)))
+    send(settings, topic, [event(prefix, "E3", "user", t + timedelta(minutes=45))], [t + timedelta(minutes=45)])
+    with pytest.raises(SessionRulesChanged, match=r"gap 30 min.*gap 10 min.*--rebuild-sessions"):
+        ingest.run_scheduled(spark, narrow)
+    assert len(delta_rows(spark, settings, "events")) == 3, "a refused run wrote nothing"
+
+    ingest.run_scheduled(spark, narrow, rebuild_sessions=True)
+    assert sorted(r["event_count"] for r in delta_rows(spark, settings, "sessions")) == [1, 1, 2]
+    assert_sessions_follow_events(spark, narrow)
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM sessions")
+            assert cur.fetchone()[0] == 3
+            cur.execute("SELECT DISTINCT session_gap_seconds FROM ledger_batches ORDER BY 1")
+            assert [r[0] for r in cur.fetchall()] == [600.0, 1800.0]
+            cur.execute("SELECT reason FROM session_rules ORDER BY changed_at")
+            assert [r[0] for r in cur.fetchall()] == ["first batch", "rebuild"]
+    finally:
+        conn.close()
