@@ -65,8 +65,9 @@ lint: venv  ## ruff
 test-unit: venv  ## unit tests (no services)
 	$(BIN)/pytest -m "not integration" tests
 
-test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta
+test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta (pipeline's also under a DST time zone)
 	$(BIN)/pytest -m integration tests
+	TZ=Europe/Berlin $(BIN)/pytest -m integration tests/integration/spark_jobs
 
 lock:  ## re-resolve requirements.lock from requirements.in
 	$(BIN)/uv pip compile -q --generate-hashes --python-version 3.11 requirements.in -o requirements.lock

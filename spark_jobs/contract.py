@@ -11,6 +11,10 @@ from __future__ import annotations
 
 # The largest value accepted; larger ones are quarantined as "oversized".
 MAX_VALUE_BYTES = 64 * 1024
+# The longest entity_id accepted, in UTF-8 bytes: PostgreSQL indexes it (a btree row must stay
+# under about 2.7 KB). Longer ones, and ones with a NUL character (PostgreSQL text cannot hold
+# one), are quarantined. Any other character, tabs and newlines included, is ordinary text.
+MAX_ENTITY_ID_BYTES = 1024
 REQUIRED_FIELDS = ("event_id", "entity_id", "event_type", "event_time")
 FIELDS = (*REQUIRED_FIELDS, "properties")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import FIELDS, MAX_VALUE_BYTES, REQUIRED_FIELDS
+from spark_jobs.contract import FIELDS, MAX_ENTITY_ID_BYTES, MAX_VALUE_BYTES, REQUIRED_FIELDS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -50,6 +50,11 @@ def _reason_sql() -> str:
     checks += [
         ("length(s_event_id) = 0", "'missing_field: event_id is empty'"),
         ("length(s_entity_id) = 0", "'missing_field: entity_id is empty'"),
+        ("contains(s_entity_id, chr(0))", "'bad_entity_id: entity_id contains a NUL character'"),
+        (
+            f"octet_length(s_entity_id) > {MAX_ENTITY_ID_BYTES}",
+            f"'bad_entity_id: entity_id is longer than {MAX_ENTITY_ID_BYTES} bytes'",
+        ),
         (
             f"NOT regexp_like(s_event_time, '{_ISO_WITH_OFFSET}') OR ts_event_time IS NULL",
             "'bad_event_time: not ISO-8601 with an offset'",

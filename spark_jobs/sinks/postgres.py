@@ -6,6 +6,7 @@ sessions and the ledger commit together or not at all.
 
 from __future__ import annotations
 
+import csv
 import io
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,14 +47,17 @@ def rows_as_text(df: DataFrame, columns: tuple[str, ...]) -> list[tuple]:
 
 
 def copy_rows(cur, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:  # noqa: ANN001 - psycopg2 cursor
-    """COPY ``rows`` into ``table`` (text format; None is NULL)."""
+    """COPY ``rows`` into ``table`` in CSV, which round-trips any text.
+
+    Strings are quoted (tabs, newlines, quotes, backslashes and ``\\N`` stay what they are);
+    None is written unquoted and empty, which CSV COPY reads as NULL.
+    """
     if not rows:
         return
     buffer = io.StringIO()
-    for row in rows:
-        buffer.write("\t".join("\\N" if value is None else str(value) for value in row) + "\n")
+    csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n").writerows(rows)
     buffer.seek(0)
-    cur.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN", buffer)
+    cur.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)", buffer)
 
 
 def upsert_sessions(cur, rows: list[tuple], anchors: list[tuple]) -> tuple[int, int]:  # noqa: ANN001

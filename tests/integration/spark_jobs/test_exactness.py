@@ -140,3 +140,26 @@ def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, d
             assert [r[0] for r in cur.fetchall()] == ["first batch", "rebuild"]
     finally:
         conn.close()
+
+
+def test_hostile_entity_ids_round_trip_into_postgresql_or_are_quarantined(spark, run, pg) -> None:
+    """Tabs, newlines, backslashes, quotes and `\\N` are ordinary text; NUL and over-long ids are quarantined."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1)
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    hostile = ["tab\there", "line\nbreak", "\\N", "a\\1b", 'quote"comma,', "back\\", "ü-ß"]
+    rejected = {"nul\x00byte": "entity_id contains a NUL character", "x" * 2000: "entity_id is longer than"}
+    names = [*hostile, *rejected]
+    send(settings, settings.topic, [event(prefix, f"E{i}", name, t) for i, name in enumerate(names)])
+
+    results = ingest.run_scheduled(spark, settings)
+    assert [(r.accepted, r.quarantined) for r in results] == [(len(hostile), len(rejected))]
+    reasons = sorted(r["reason"] for r in delta_rows(spark, settings, "quarantine"))
+    for reason, expected in zip(reasons, sorted(rejected.values()), strict=True):
+        assert expected in reason
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT entity_id FROM sessions WHERE entity_id LIKE %s", (prefix + "%",))
+        assert sorted(r[0] for r in cur.fetchall()) == sorted(prefix + n for n in hostile)
+    assert_exact(spark, settings, pg, prefix, committed=len(names))
+    assert ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (0, len(names))}))
+    assert_exact(spark, settings, pg, prefix, committed=len(names))

@@ -95,9 +95,9 @@ def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg)
     assert len(after) == 1
     assert after[0]["session_id"] == before[0]["session_id"]
     assert after[0]["event_count"] == 5
-    assert after[0]["first_event_time"].replace(tzinfo=UTC) == base  # A arrived first
-    assert after[0]["last_event_time"].replace(tzinfo=UTC) == late_time  # E arrived last
-    started_ms = int(after[0]["started_at"].replace(tzinfo=UTC).timestamp() * 1000)
+    assert after[0]["first_event_time"].astimezone(UTC) == base  # A arrived first
+    assert after[0]["last_event_time"].astimezone(UTC) == late_time  # E arrived last
+    started_ms = int(after[0]["started_at"].astimezone(UTC).timestamp() * 1000)
     assert after[0]["session_id"] == session_id(entity, started_ms)
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))
 

@@ -49,7 +49,7 @@ def test_spark_sessions_equal_the_python_reference(spark) -> None:
         rows, "entity_id string, arrival_time timestamp, partition int, offset long, event_time timestamp"
     )
     actual = {
-        tuple(r[c].replace(tzinfo=UTC) if isinstance(r[c], datetime) else r[c] for c in SESSION_COLUMNS)
+        tuple(r[c].astimezone(UTC) if isinstance(r[c], datetime) else r[c] for c in SESSION_COLUMNS)
         for r in sessionize(df, rules).collect()
     }
     expected = reference_sessions(rows, rules)
