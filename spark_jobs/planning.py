@@ -39,6 +39,8 @@ def parse_offsets(text: str) -> dict[int, tuple[int, int]]:
             ) from None
     if not ranges:
         raise ConfigError("no offset ranges given: write PARTITION:START-END[,...], e.g. 0:100-200")
+    for partition, (start, end) in ranges.items():
+        PartitionRange("-", partition, start, end)  # a negative or inverted range fails here, saying which
     return ranges
 
 
@@ -55,9 +57,9 @@ def plan_backfill(
     Either ``offsets`` or a ``[from_time, to_time)`` arrival-time range. Fails before any work with
     a message that says what to fix.
     """
+    # The parameters alone first: nothing is asked of the broker for a request that cannot work.
     if (offsets is None) == (from_time is None and to_time is None):
         raise ConfigError("give either offsets or a time range (from and to), not both and not neither")
-    held = watermarks(settings, topic)  # TopicError for an unknown topic
     if offsets is None:
         if from_time is None or to_time is None:
             raise ConfigError("a time range needs both --from-time and --to-time")
@@ -65,6 +67,11 @@ def plan_backfill(
             raise ConfigError("times must carry a UTC offset, e.g. 2026-01-01T00:00:00+00:00")
         if to_time <= from_time:
             raise ConfigError(f"the range ends ({to_time.isoformat()}) before it starts ({from_time.isoformat()})")
+    else:
+        for partition, (start, end) in offsets.items():
+            PartitionRange(topic, partition, start, end)
+    held = watermarks(settings, topic)  # TopicError for an unknown topic
+    if offsets is None:
         offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
     ranges = []
     for partition, (start, end) in sorted(offsets.items()):

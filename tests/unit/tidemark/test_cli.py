@@ -32,3 +32,29 @@ def test_bad_environment_is_reported_before_any_work(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("TIDEMARK_KAFKA_PORT", "not-a-port")
     assert main(["status"]) == 2
     assert "TIDEMARK_KAFKA_PORT='not-a-port' is not a port number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["backfill", "--offsets", "0:10"], "bad offset range '0:10': write PARTITION:START-END"),
+        (["backfill", "--offsets", "0:20-10"], "end offset 10 is before start offset 20"),
+        (["ingest", "--gap-minutes", "90", "--max-session-hours", "1"], "shorter than the gap"),
+    ],
+)
+def test_errors_a_user_can_fix_are_one_line_and_exit_2(argv: list[str], message: str, capsys) -> None:
+    # All of these fail before any service is asked, so no Kafka or PostgreSQL is needed.
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tidemark.cli
+
+    def broken(settings, args) -> int:  # noqa: ANN001
+        raise KeyError("not a user error")
+
+    monkeypatch.setitem(tidemark.cli.COMMANDS, "status", broken)
+    with pytest.raises(KeyError):
+        main(["status"])
