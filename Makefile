@@ -62,7 +62,7 @@ test: lint test-unit test-integration  ## all checks: lint, unit tests, integrat
 lint: venv  ## ruff
 	$(BIN)/ruff check .
 
-test-unit: venv  ## unit tests (no services)
+test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a local Spark)
 	$(BIN)/pytest -m "not integration" tests
 
 test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta (pipeline's also under a DST time zone)
