@@ -55,7 +55,7 @@ def _check_session_rules(spark: SparkSession, settings: Settings, rebuild: bool)
             if stored is None or stored == settings.session_rules:
                 return
             if not rebuild:
-                ledger.check_session_rules(cur, settings.session_rules)  # raises, saying what to do
+                raise ledger.rules_changed(stored, settings.session_rules)
     finally:
         conn.close()
     rebuild_all_sessions(spark, settings)

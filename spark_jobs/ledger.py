@@ -108,11 +108,16 @@ def check_session_rules(cur, rules: SessionRules) -> None:  # noqa: ANN001
     if stored is None:
         record_session_rules(cur, rules, "first batch")
     elif stored != rules:
-        raise SessionRulesChanged(
-            f"the stored sessions were built with {describe_rules(stored)}, this run uses {describe_rules(rules)}. "
-            "Run with the stored rules (TIDEMARK_SESSION_GAP_MINUTES, TIDEMARK_SESSION_MAX_HOURS or --gap-minutes, "
-            "--max-session-hours), or pass --rebuild-sessions to recompute every stored session under the new rules."
-        )
+        raise rules_changed(stored, rules)
+
+
+def rules_changed(stored: SessionRules, rules: SessionRules) -> SessionRulesChanged:
+    """The error for a run whose session ``rules`` differ from the ``stored`` ones, saying what to do."""
+    return SessionRulesChanged(
+        f"the stored sessions were built with {describe_rules(stored)}, this run uses {describe_rules(rules)}. "
+        "Run with the stored rules (TIDEMARK_SESSION_GAP_MINUTES, TIDEMARK_SESSION_MAX_HOURS or --gap-minutes, "
+        "--max-session-hours), or pass --rebuild-sessions to recompute every stored session under the new rules."
+    )
 
 
 def record_session_rules(cur, rules: SessionRules, reason: str) -> None:  # noqa: ANN001
