@@ -55,7 +55,13 @@ def admin_client(settings: Settings):  # -> confluent_kafka.admin.AdminClient
 
 
 def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_type: str = "LogAppendTime") -> bool:
-    """Create ``topic`` if it does not exist; returns True when it was created now."""
+    """Create ``topic`` if it does not exist; returns True when it was created now.
+
+    A ``CreateTime`` topic is one whose producer sets arrival times (simulated ones, for demos,
+    tests and benchmarks); it gets no time-based retention, because the broker would otherwise
+    delete records whose timestamps are older than ``retention.ms``, between runs, while they are
+    still to be read.
+    """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
@@ -64,7 +70,10 @@ def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_
     admin = admin_client(settings)
     if topic in admin.list_topics(timeout=10).topics:
         return False
-    futures = admin.create_topics([NewTopic(topic, partitions, 1, config={"message.timestamp.type": timestamp_type})])
+    config = {"message.timestamp.type": timestamp_type}
+    if timestamp_type == "CreateTime":
+        config["retention.ms"] = "-1"
+    futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config)])
     try:
         futures[topic].result(timeout=30)
     except KafkaException as exc:

@@ -163,3 +163,16 @@ def test_hostile_entity_ids_round_trip_into_postgresql_or_are_quarantined(spark,
     assert_exact(spark, settings, pg, prefix, committed=len(names))
     assert ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (0, len(names))}))
     assert_exact(spark, settings, pg, prefix, committed=len(names))
+
+
+def test_a_createtime_topic_keeps_records_whose_timestamps_are_older_than_any_retention(run) -> None:
+    """Simulated arrival times can be months old; time-based retention would delete them between runs."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    settings, _ = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    resource = ConfigResource("topic", settings.topic)
+    admin = AdminClient(settings.kafka_client_config())  # kept alive until the answer arrives
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["retention.ms"].value == "-1"
+    assert configs["message.timestamp.type"].value == "CreateTime"
