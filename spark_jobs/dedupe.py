@@ -72,6 +72,11 @@ def losers(ranked: DataFrame) -> DataFrame:
     )
 
 
+def copies_in(duplicates: DataFrame, records: DataFrame) -> DataFrame:
+    """``(entity_id, arrival_time)`` of the ``duplicates`` rows that are copies of ``records``' event_ids."""
+    return duplicates.join(records.select("event_id"), "event_id", "left_semi").select("entity_id", "arrival_time")
+
+
 @dataclass(frozen=True)
 class DedupeCounts:
     accepted: int  # batch records that are their event_id's first arrival

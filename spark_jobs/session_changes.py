@@ -19,22 +19,25 @@ if TYPE_CHECKING:
 SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "partition", "offset", "event_time", "event_id")
 
 
-def anchors(ranked: DataFrame, sessions: DataFrame, rules: SessionRules) -> DataFrame:
+def anchors(
+    ranked: DataFrame, sessions: DataFrame, rules: SessionRules, displaced: DataFrame | None = None
+) -> DataFrame:
     """``(entity_id, anchor)`` for every entity the batch touches.
 
     Touched are the entities of the batch's first arrivals (all of them, not only new ones: a retry
     after a crash between the Delta and the PostgreSQL writes finds its events stored already, yet
     PostgreSQL still needs their sessions) and the entities of stored rows a takeover displaces
     (the earlier copy may carry another entity_id; the old one loses the event). ``ranked`` is
-    :func:`spark_jobs.dedupe.rank`'s output, ``sessions`` the stored sessions.
+    :func:`spark_jobs.dedupe.rank`'s output, ``sessions`` the stored sessions. ``displaced``
+    (``entity_id``, ``arrival_time``) adds rows a takeover displaced before (an earlier attempt of
+    the batch committed it, so ``ranked`` no longer holds them).
     """
     from pyspark.sql import functions as F
 
-    touched = (
-        ranked.where("(rank = 1 AND in_batch) OR (rank > 1 AND NOT in_batch)")
-        .groupBy("entity_id")
-        .agg(F.min("arrival_time").alias("first_new"))
-    )
+    rows = ranked.where("(rank = 1 AND in_batch) OR (rank > 1 AND NOT in_batch)").select("entity_id", "arrival_time")
+    if displaced is not None:
+        rows = rows.unionByName(displaced.select("entity_id", "arrival_time"))
+    touched = rows.groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
     gap_seconds = int(rules.gap.total_seconds())
     # New records cannot change anything that ended more than one gap before them.
     open_sessions = (

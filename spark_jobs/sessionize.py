@@ -34,7 +34,6 @@ SESSION_ID_POSTGRES_SQL = (
 )
 
 
-
 def session_id(entity_id: str, started_at_ms: int) -> str:
     """The stable ID of the session of ``entity_id`` whose first record arrived at ``started_at_ms``."""
     return hashlib.sha256(f"{entity_id}|{started_at_ms}".encode()).hexdigest()[:32]

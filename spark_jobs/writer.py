@@ -19,6 +19,7 @@ as one clean run (docs/design.md, "Invariants").
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,9 +36,17 @@ from spark_jobs.validation import parse_records
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# Points in a batch where a test's fault hook is called: after the Delta writes, after the
-# PostgreSQL commit. A hook that raises there simulates a crash at that point.
-FAULT_POINTS = ("after_delta", "after_postgres")
+# Points in a batch where a test's fault hook is called: before each table's Delta write (a hook
+# that raises there fails that write, the other tables' writes may commit), after the Delta writes,
+# after the PostgreSQL commit. A hook that raises simulates a crash or an error at that point.
+FAULT_POINTS = (
+    "write:quarantine",
+    "write:duplicates",
+    "write:events",
+    "write:sessions",
+    "after_delta",
+    "after_postgres",
+)
 Fault = Callable[[str], None]
 
 
@@ -121,66 +130,96 @@ class BatchWriter:
         self.fault("after_postgres")
 
     def _write_new_batch(self, conn, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange]) -> BatchResult:  # noqa: ANN001
+        clock = _Stopwatch()
+        plan = self.plan(batch_df, batch_id, ranges, clock)
+        self.write_delta(plan)
+        clock.lap("delta")
+        self.fault("after_delta")
+        with conn, conn.cursor() as cur:
+            cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
+            if ledger.batch_exists(cur, self.pipeline, batch_id):
+                raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
+            ledger.check_session_rules(cur, self.rules)
+            written, deleted = postgres.upsert_sessions(cur, plan.session_rows, plan.anchor_rows)
+            ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules)
+        clock.lap("postgres")
+        c = plan.counts
+        return BatchResult(
+            self.pipeline, batch_id, ranges, c.read, c.accepted, c.duplicates, c.quarantined, written, deleted,
+            skipped=False, seconds=clock.laps,
+        )  # fmt: skip
+
+    def plan(
+        self, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange], clock: _Stopwatch | None = None
+    ) -> BatchPlan:
+        """Everything the batch writes, from the batch and the tables as they are now; nothing is written.
+
+        A record of the batch that a record table holds already (a replay, or an earlier attempt of
+        this batch) stays where it is: only records no table holds are validated, quarantined or
+        ranked as new. Those ``events`` holds take part in the ranking as the stored copies they are.
+        """
         from pyspark.sql import functions as F
 
-        clock = _Stopwatch()
+        clock = clock or _Stopwatch()
         # Read and validated once. Only quarantined records keep their raw key and value.
         quarantined_flag = F.col("quarantine_reason").isNotNull()
         parsed = parse_records(batch_df)
         parsed = parsed.select(
             *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
         ).localCheckpoint(eager=True)
-        totals = parsed.agg(F.count(F.lit(1)).alias("read"), F.count("quarantine_reason").alias("quarantined")).first()
+        held = delta.held(self.spark, self.settings, ranges).localCheckpoint(eager=True)
+        held_in = {row["table"]: row["count"] for row in held.groupBy("table").count().collect()}
+        if held_in:
+            parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti")
+        totals = parsed.agg(F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")).first()
         clock.lap("parse")
 
+        events = self._read("events")
+        replayed = delta.within(events, ranges) if held_in.get("events") else None
         candidates = parsed.where("quarantine_reason IS NULL").select(*EVENT_COLUMNS)
+        if replayed is not None:
+            candidates = candidates.unionByName(replayed)
         # Frozen before the writes change the tables it read.
-        ranked = dedupe.rank(candidates, self._read("events")).localCheckpoint(eager=True)
+        ranked = dedupe.rank(candidates, events).localCheckpoint(eager=True)
         counts = dedupe.count(ranked)
         clock.lap("dedupe")
 
-        changes = self._session_changes(ranked, has_takeovers=counts.takeovers > 0)
-        session_rows = postgres.rows_as_text(session_changes.surviving(changes.compared), SESSION_COLUMNS)
-        anchor_rows = postgres.rows_as_text(changes.anchors, ("entity_id", "anchor"))
+        # A takeover an earlier attempt of this batch committed moved the displaced row to
+        # duplicates; its entity still needs its sessions in PostgreSQL.
+        displaced = None if replayed is None else dedupe.copies_in(self._read("duplicates"), replayed)
+        changes = self._session_changes(ranked, displaced, has_takeovers=counts.takeovers > 0)
+        plan = BatchPlan(
+            pipeline=self.pipeline,
+            batch_id=batch_id,
+            ranges=ranges,
+            txn_app_id=f"tidemark:{self.pipeline}:{batch_id}:{uuid.uuid4().hex}",
+            counts=ledger.BatchCounts(
+                read=totals["fresh"] + sum(held_in.values()),
+                accepted=counts.accepted,
+                duplicates=counts.duplicates + held_in.get("duplicates", 0),
+                quarantined=totals["invalid"] + held_in.get("quarantine", 0),
+            ),
+            quarantine=parsed.where("quarantine_reason IS NOT NULL").select(
+                *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
+            )
+            if totals["invalid"]
+            else None,
+            duplicates=dedupe.losers(ranked) if counts.losers else None,
+            duplicates_span=f"t.offset >= {counts.losers_from} AND t.offset <= {counts.losers_to}",
+            first_arrivals=dedupe.first_arrivals(ranked) if counts.first_arrivals else None,
+            takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
+            sessions=changes,
+            session_rows=postgres.rows_as_text(session_changes.surviving(changes.compared), SESSION_COLUMNS),
+            anchor_rows=postgres.rows_as_text(changes.anchors, ("entity_id", "anchor")),
+        )
         clock.lap("sessions")
+        return plan
 
-        delta.run_concurrently(self._delta_writes(parsed, totals["quarantined"], ranked, counts, changes, ranges))
-        clock.lap("delta")
-        self.fault("after_delta")
-
-        counts_row = ledger.BatchCounts(
-            read=totals["read"],
-            accepted=counts.accepted,
-            duplicates=counts.duplicates,
-            quarantined=totals["quarantined"],
-        )
-        with conn, conn.cursor() as cur:
-            cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
-            if ledger.batch_exists(cur, self.pipeline, batch_id):
-                raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
-            ledger.check_session_rules(cur, self.rules)
-            written, deleted = postgres.upsert_sessions(cur, session_rows, anchor_rows)
-            ledger.record_batch(cur, self.pipeline, batch_id, ranges, counts_row, self.rules)
-        clock.lap("postgres")
-        return BatchResult(
-            self.pipeline,
-            batch_id,
-            ranges,
-            counts_row.read,
-            counts_row.accepted,
-            counts_row.duplicates,
-            counts_row.quarantined,
-            written,
-            deleted,
-            skipped=False,
-            seconds=clock.laps,
-        )
-
-    def _session_changes(self, ranked: DataFrame, has_takeovers: bool) -> _SessionChanges:
+    def _session_changes(self, ranked: DataFrame, displaced: DataFrame | None, has_takeovers: bool) -> _SessionChanges:
         from pyspark.sql import functions as F
 
         sessions = self._read("sessions")
-        anchors = session_changes.anchors(ranked, sessions, self.rules).localCheckpoint(eager=True)
+        anchors = session_changes.anchors(ranked, sessions, self.rules, displaced).localCheckpoint(eager=True)
         earliest = anchors.agg(F.unix_micros(F.min("anchor"))).first()[0]  # UTC micros, never a local time
         if earliest is None:  # no valid record in the batch
             none = self.spark.createDataFrame([], f"{TABLE_SCHEMAS['sessions']}, op string")
@@ -192,45 +231,61 @@ class BatchWriter:
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
         return _SessionChanges(anchors, compared, ops.get("update", 0) + ops.get("delete", 0), ops.get("insert", 0))
 
-    def _delta_writes(
-        self,
-        parsed: DataFrame,
-        quarantined: int,
-        ranked: DataFrame,
-        counts: dedupe.DedupeCounts,
-        changes: _SessionChanges,
-        ranges: list[PartitionRange],
-    ) -> list[Callable[[], None]]:
-        """The batch's Delta writes, each idempotent on its own, so any subset that fails is completed by a retry."""
-        from pyspark.sql import functions as F
+    def write_delta(self, plan: BatchPlan) -> None:
+        """The plan's Delta writes: each table at most once, each write idempotent on its own.
 
-        spark, path = self.spark, self._path
-        writes = []
-        if quarantined:
-            rows = parsed.where("quarantine_reason IS NOT NULL").select(
-                *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
-            )
+        A takeover removes a row from ``events`` that only ``duplicates`` will hold, and the next
+        attempt of the batch can only find it there: so with takeovers ``events`` is written after
+        the other three tables committed. Any subset of these commits, followed by another attempt
+        (planned afresh), ends as one clean run; so does running the same plan again (see
+        docs/design.md, "Partial commits and retries").
+        """
+        spark, path, ranges = self.spark, self._path, plan.ranges
+        first: list[Callable[[], None]] = []
+        if plan.quarantine is not None:
             bound = delta.range_filter(ranges, "t")
-            writes.append(lambda: delta.insert_new(spark, path("quarantine"), rows, bound))
-        if counts.losers:
-            span = f"t.offset >= {counts.losers_from} AND t.offset <= {counts.losers_to}"
-            writes.append(lambda: delta.insert_new(spark, path("duplicates"), dedupe.losers(ranked), span))
-        if counts.first_arrivals or counts.takeovers:
-
-            def write_events() -> None:
-                if counts.first_arrivals:
-                    delta.append(dedupe.first_arrivals(ranked), path("events"))
-                if counts.takeovers:
-                    delta.replace_by_event_id(spark, path("events"), dedupe.takeovers(ranked))
-
-            writes.append(write_events)
-        if changes.changed or changes.inserted:
-            writes.append(
-                lambda: delta.apply_session_changes(
-                    spark, path("sessions"), changes.compared, changes.changed, changes.inserted
+            first.append(
+                self._guard("quarantine", lambda: delta.insert_new(spark, path("quarantine"), plan.quarantine, bound))
+            )
+        if plan.duplicates is not None:
+            first.append(
+                self._guard(
+                    "duplicates",
+                    lambda: delta.insert_new(spark, path("duplicates"), plan.duplicates, plan.duplicates_span),
                 )
             )
-        return writes
+        changes = plan.sessions
+        if changes.changed or changes.inserted:
+            first.append(
+                self._guard(
+                    "sessions",
+                    lambda: delta.apply_session_changes(
+                        spark, path("sessions"), changes.compared, changes.changed, changes.inserted, plan.txn
+                    ),
+                )
+            )
+        last: list[Callable[[], None]] = []
+        if plan.first_arrivals is not None or plan.takeovers is not None:
+
+            def write_events() -> None:
+                if plan.first_arrivals is not None:
+                    delta.append(plan.first_arrivals, path("events"), plan.txn)
+                if plan.takeovers is not None:
+                    delta.replace_by_event_id(spark, path("events"), plan.takeovers)
+
+            last.append(self._guard("events", write_events))
+        if plan.takeovers is None:
+            delta.run_concurrently(first + last)
+        else:
+            delta.run_concurrently(first)
+            delta.run_concurrently(last)
+
+    def _guard(self, table: str, write: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            self.fault(f"write:{table}")
+            write()
+
+        return run
 
 
 @dataclass(frozen=True)
@@ -239,6 +294,29 @@ class _SessionChanges:
     compared: DataFrame  # recomputed and stored sessions with op: insert, update, delete or same
     changed: int  # rows to update or delete
     inserted: int  # new session IDs
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One batch's writes, computed before any of them (:meth:`BatchWriter.plan`); the frames are frozen."""
+
+    pipeline: str
+    batch_id: int
+    ranges: list[PartitionRange]
+    txn_app_id: str  # Delta idempotent-write identifier of this plan's appends (unique per plan)
+    counts: ledger.BatchCounts  # where the batch's records are after it
+    quarantine: DataFrame | None  # records no table held that are invalid
+    duplicates: DataFrame | None  # later copies, from the batch and displaced stored rows
+    duplicates_span: str  # bounds the duplicates MERGE to the losers' offsets
+    first_arrivals: DataFrame | None  # new event_ids, appended to events
+    takeovers: DataFrame | None  # earlier copies that replace the stored row of their event_id
+    sessions: _SessionChanges
+    session_rows: list[tuple]  # PostgreSQL: the touched entities' sessions from their anchors on
+    anchor_rows: list[tuple]
+
+    @property
+    def txn(self) -> delta.Txn:
+        return delta.Txn(self.txn_app_id, self.batch_id)
 
 
 def rebuild_all_sessions(spark: SparkSession, settings: Settings) -> tuple[int, int]:

@@ -7,9 +7,9 @@ absolute values. So a batch whose writes fail part way is completed by running i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from spark_jobs.contract import COORDINATES, SESSION_COLUMNS, TABLE_SCHEMAS
+from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 
@@ -26,6 +26,17 @@ SESSION_ROW_TEXT = (
 SESSIONS_CHECKSUM = (
     f"coalesce(sum(cast(conv(substr(sha2({SESSION_ROW_TEXT}, 256), 1, 15), 16, 10) AS decimal(38,0))), 0)"
 )
+
+
+# How long a table keeps the idempotent-write identifiers of appends (a plan's retries take seconds).
+TXN_RETENTION = "interval 7 days"
+
+
+class Txn(NamedTuple):
+    """Delta's idempotent transaction identifier: a second append with the same pair is skipped."""
+
+    app_id: str
+    version: int
 
 
 def table(spark: SparkSession, path: str):  # -> DeltaTable
@@ -53,7 +64,11 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         def run() -> None:
             from delta.tables import DeltaTable
 
-            builder = DeltaTable.createIfNotExists(spark).location(settings.table_path(name))
+            builder = (
+                DeltaTable.createIfNotExists(spark)
+                .location(settings.table_path(name))
+                .property("delta.setTransactionRetentionDuration", TXN_RETENTION)
+            )
             for column in TABLE_SCHEMAS[name].split(", "):
                 column_name, column_type = column.split(" ")
                 builder = builder.addColumn(column_name, column_type)
@@ -76,8 +91,28 @@ def insert_new(spark: SparkSession, path: str, rows: DataFrame, bound: str | Non
     table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
-def append(rows: DataFrame, path: str) -> None:
-    rows.write.format("delta").mode("append").save(path)
+def append(rows: DataFrame, path: str, txn: Txn | None = None) -> None:
+    """Append ``rows``; with ``txn``, an append that already committed under it is skipped by Delta."""
+    writer = rows.write.format("delta").mode("append")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
+    writer.save(path)
+
+
+def within(df: DataFrame, ranges: list[PartitionRange]) -> DataFrame:
+    """The rows of a record table's ``df`` whose coordinates fall in ``ranges``."""
+    return df.alias("t").where(range_filter(ranges, "t"))
+
+
+def held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> DataFrame:
+    """``(topic, partition, offset, table)`` of every record in ``ranges`` that a record table holds."""
+    from pyspark.sql import functions as F
+
+    frames = [
+        within(table(spark, settings.table_path(name)).toDF(), ranges).select(*COORDINATES, F.lit(name).alias("table"))
+        for name in RECORD_TABLES
+    ]
+    return frames[0].unionByName(frames[1]).unionByName(frames[2])
 
 
 def replace_by_event_id(spark: SparkSession, path: str, rows: DataFrame) -> None:
@@ -85,19 +120,26 @@ def replace_by_event_id(spark: SparkSession, path: str, rows: DataFrame) -> None
     table(spark, path).alias("t").merge(rows.alias("s"), "t.event_id = s.event_id").whenMatchedUpdateAll().execute()
 
 
-def apply_session_changes(spark: SparkSession, path: str, compared: DataFrame, changed: int, inserted: int) -> None:
-    """Write :func:`spark_jobs.session_changes.compare`'s answer: MERGE updates and deletes, append inserts."""
+def apply_session_changes(
+    spark: SparkSession, path: str, compared: DataFrame, changed: int, inserted: int, txn: Txn | None = None
+) -> None:
+    """Write :func:`spark_jobs.session_changes.compare`'s answer in one commit.
+
+    With updates or deletes, one MERGE on ``session_id`` does all three (inserts only where the ID
+    is missing, so running it twice changes nothing); with inserts only, an append under ``txn``.
+    """
     if changed:
         (
             table(spark, path)
             .alias("t")
-            .merge(compared.where("op IN ('update', 'delete')").alias("s"), "t.session_id = s.session_id")
+            .merge(compared.where("op IN ('update', 'delete', 'insert')").alias("s"), "t.session_id = s.session_id")
             .whenMatchedDelete(condition="s.op = 'delete'")
             .whenMatchedUpdate(condition="s.op = 'update'", set={c: f"s.`{c}`" for c in SESSION_COLUMNS})
+            .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in SESSION_COLUMNS})
             .execute()
         )
-    if inserted:
-        append(compared.where("op = 'insert'").select(*SESSION_COLUMNS), path)
+    elif inserted:
+        append(compared.where("op = 'insert'").select(*SESSION_COLUMNS), path, txn)
 
 
 def range_filter(ranges: list[PartitionRange], alias: str) -> str:

@@ -62,3 +62,17 @@ def assert_sessions_follow_events(spark, settings: Settings) -> None:
     missing = expected.exceptAll(stored).collect()
     extra = stored.exceptAll(expected).collect()
     assert not missing and not extra, f"sessions differ from events: missing {missing[:3]}, extra {extra[:3]}"
+
+
+class InjectedCrash(RuntimeError):
+    pass
+
+
+def crash_at(*points: str):
+    """A writer fault hook that crashes the batch at each of ``points`` (see ``writer.FAULT_POINTS``)."""
+
+    def fault(reached: str) -> None:
+        if reached in points:
+            raise InjectedCrash(f"injected crash {reached}")
+
+    return fault

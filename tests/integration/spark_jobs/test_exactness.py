@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs import ingest
+from spark_jobs import ingest, validation
 from spark_jobs.errors import SessionRulesChanged
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.planning import plan_backfill
@@ -25,6 +25,7 @@ from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sessions_follow_events,
     assert_sinks_agree,
+    crash_at,
     delta_rows,
     send,
     snapshot,
@@ -176,3 +177,89 @@ def test_a_createtime_topic_keeps_records_whose_timestamps_are_older_than_any_re
     configs = admin.describe_configs([resource])[resource].result(timeout=30)
     assert configs["retention.ms"].value == "-1"
     assert configs["message.timestamp.type"].value == "CreateTime"
+
+
+TAKEOVER_BATCH_POINTS = ["write:quarantine", "write:duplicates", "write:events", "write:sessions", "after_delta"]
+
+
+@pytest.mark.parametrize("point", TAKEOVER_BATCH_POINTS)
+def test_a_batch_whose_writes_fail_part_way_ends_as_one_clean_run_when_retried(spark, run, pg, point) -> None:
+    """A batch with a takeover across entities, a new event twice and a malformed record fails at
+    ``point`` (the other tables' writes commit), then runs again: every record in one table, once.
+
+    The takeover is the hard part: it removes a row from ``events`` that only ``duplicates`` keeps.
+    """
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    send(settings, settings.topic, [event(prefix, "E1", "A", t), event(prefix, "E2", "A", t)],
+         [t + timedelta(minutes=10), t + timedelta(minutes=11)])  # fmt: skip
+    ingest.run_scheduled(spark, settings)
+    malformed = {"event_id": f"{prefix}M", "entity_id": f"{prefix}B"}  # no event_type, no event_time
+    second = [event(prefix, "E1", "B", t), event(prefix, "E3", "B", t), event(prefix, "E3", "B", t), malformed]
+    send(settings, settings.topic, second, [t, t + timedelta(minutes=1), t + timedelta(minutes=2), t])
+
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at(point))
+    ingest.run_scheduled(spark, settings)
+
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [1, 2, 3]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [0, 4]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "quarantine")) == [5]
+    counts = {r["entity_id"]: r["event_count"] for r in delta_rows(spark, settings, "sessions")}
+    assert counts == {f"{prefix}A": 1, f"{prefix}B": 2}
+    assert_exact(spark, settings, pg, prefix, committed=6)
+
+
+def test_a_replay_after_a_validation_change_leaves_every_record_in_the_table_it_is_in(
+    spark, run, pg, monkeypatch
+) -> None:
+    """A record quarantined before and valid now stays quarantined; an accepted one stays accepted."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1)
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    send(settings, settings.topic, [event(prefix, "E0", "L" * 1500, t), event(prefix, "E1", "S" * 900, t)])
+    ingest.run_scheduled(spark, settings)
+    assert [r["offset"] for r in delta_rows(spark, settings, "quarantine")] == [0]
+
+    monkeypatch.setattr(validation, "MAX_ENTITY_ID_BYTES", 2000)  # offset 0 would be valid now
+    ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (0, 2)}))
+    assert_exact(spark, settings, pg, prefix, committed=2)
+    monkeypatch.setattr(validation, "MAX_ENTITY_ID_BYTES", 800)  # offset 1 would be quarantined now
+    ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (1, 2)}))
+    assert_exact(spark, settings, pg, prefix, committed=2)
+    assert [r["offset"] for r in delta_rows(spark, settings, "events")] == [1]
+
+
+def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spark, run, pg) -> None:
+    """A lost commit acknowledgement answered by running the same plan's writes again (no re-planning).
+
+    The MERGEs are idempotent by their conditions; the appends carry the plan's Delta transaction
+    identifier, so Delta skips them the second time.
+    """
+    from spark_jobs.contract import TABLE_SCHEMAS
+    from spark_jobs.kafka_source import read_range
+    from spark_jobs.offsets import PartitionRange
+    from spark_jobs.sinks.delta import fingerprint
+    from spark_jobs.writer import BatchWriter
+
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    send(settings, settings.topic, [event(prefix, "E1", "A", t), event(prefix, "E2", "A", t)],
+         [t + timedelta(minutes=10), t + timedelta(minutes=11)])  # fmt: skip
+    ingest.run_scheduled(spark, settings)
+    malformed = {"event_id": f"{prefix}M", "entity_id": f"{prefix}B"}
+    second = [event(prefix, "E1", "B", t), event(prefix, "E3", "B", t), event(prefix, "E3", "B", t), malformed]
+    send(settings, settings.topic, second, [t, t + timedelta(minutes=1), t + timedelta(minutes=2), t])
+
+    ranges = [PartitionRange(settings.topic, 0, 2, 6)]
+    writer = BatchWriter(spark, settings, "blind-retry", lambda _: ranges)
+    plan = writer.plan(read_range(spark, settings, ranges), 0, ranges)
+    assert plan.first_arrivals is not None and plan.takeovers is not None and plan.quarantine is not None
+    writer.write_delta(plan)
+    once = {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS}
+    writer.write_delta(plan)
+    assert {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS} == once
+    assert_offset_coverage(spark, settings, 6)
+    assert_sessions_follow_events(spark, settings)

@@ -21,6 +21,7 @@ from spark_jobs.sinks.delta import files_rewritten_since, table_versions
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sinks_agree,
+    crash_at,
     delta_rows,
     send,
     snapshot,
@@ -131,20 +132,6 @@ def test_a_backfill_that_adds_missing_records_replaces_the_sessions_in_both_sink
     assert len(snap["postgres_sessions_text"]) == 1, "the absorbed session must be gone from PostgreSQL too"
 
 
-class InjectedCrash(RuntimeError):
-    pass
-
-
-def crash_at(point: str):
-    """A writer fault hook that crashes the batch at ``point``."""
-
-    def fault(reached: str) -> None:
-        if reached == point:
-            raise InjectedCrash(f"injected crash {point}")
-
-    return fault
-
-
 @pytest.mark.parametrize("point", ["after_delta", "after_postgres"])
 def test_a_crashed_run_retried_ends_exact_and_keeps_its_frozen_range(spark, run, pg, point) -> None:
     settings, prefix = run
@@ -216,9 +203,7 @@ def test_backfill_parameters_are_checked_before_spark_runs(run) -> None:
         plan_backfill(settings, settings.topic, offsets={7: (0, 1)})
     with pytest.raises(TopicError, match="does not exist"):
         plan_backfill(settings, "no-such-topic", offsets={0: (0, 1)})
-    plan = plan_backfill(
-        settings, settings.topic, from_time=now - timedelta(hours=1), to_time=now + timedelta(hours=1)
-    )
+    plan = plan_backfill(settings, settings.topic, from_time=now - timedelta(hours=1), to_time=now + timedelta(hours=1))
     assert [(r.start, r.end) for r in plan.ranges] == [(0, 10)]
 
 
