@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars up down status doctor migrate demo airflow bench test test-unit test-integration lint lock clean
+.PHONY: help venv jars up down status doctor migrate demo airflow bench test test-unit test-integration fuzz lint lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -68,6 +68,10 @@ test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a lo
 test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta (pipeline's also under a DST time zone)
 	$(BIN)/pytest -m integration tests
 	TZ=Europe/Berlin $(BIN)/pytest -m integration tests/integration/spark_jobs
+
+fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20), or SEED=S to replay one
+	TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_SEED=$(SEED) $(BIN)/pytest -m integration \
+		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
 
 lock:  ## re-resolve requirements.lock from requirements.in
 	$(BIN)/uv pip compile -q --generate-hashes --python-version 3.11 requirements.in -o requirements.lock

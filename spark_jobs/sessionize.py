@@ -76,8 +76,10 @@ def sessionize(events: DataFrame, rules: SessionRules) -> DataFrame:
 
     All in Spark SQL, no Python workers: a window over each entity in arrival order cuts *bursts*
     at every gap longer than ``rules.gap``; a burst shorter than ``rules.max_length`` is one
-    session. Only a burst that long (rare: a day without a pause) is cut further, by folding over
-    its sorted arrivals, because each cut there depends on the previous one.
+    session. Only a burst that long (rare: a day without a pause; a bot, a device) is cut further,
+    by a fold over its sorted arrival times, because each cut depends on the previous one; the
+    fold is linear in the burst's length, so a hot key costs about what as many events spread over
+    many entities cost (``tidemark bench --stages hotkey``).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -108,33 +110,37 @@ def sessionize(events: DataFrame, rules: SessionRules) -> DataFrame:
     summaries = summarize(bursts, ["entity_id", "burst"])
     span = F.unix_micros("ended_at") - F.unix_micros("started_at")
     short = summaries.where(span < max_us).drop("burst")
-    # Long bursts: fold over the sorted arrivals; a record starts a new part when it arrives
-    # max_length or more after the current part's first record.
+    # Long bursts. Each part starts at the first record that arrives max_length or more after the
+    # current part's start, so the starts depend on each other: a fold over the burst's sorted
+    # arrival times (microseconds only) that carries the current start and appends a start when it
+    # cuts. Linear in the burst's length (the accumulator grows by one element per part). Each
+    # record then belongs to the last start at or before it: the starts are added to the rows as
+    # markers and counted in arrival order, starts first on a tie.
     fold = (
-        "aggregate(arrivals, "
-        "named_struct('start', CAST(NULL AS BIGINT), 'n', -1, 'parts', CAST(array() AS ARRAY<INT>)), "
-        f"(acc, a) -> CASE WHEN acc.start IS NULL OR a.us - acc.start >= {max_us} "
-        "THEN named_struct('start', a.us, 'n', acc.n + 1, 'parts', concat(acc.parts, array(acc.n + 1))) "
-        "ELSE named_struct('start', acc.start, 'n', acc.n, 'parts', concat(acc.parts, array(acc.n))) END, "
-        "acc -> acc.parts)"
+        "aggregate(array_sort(collect_list(us)), "
+        "named_struct('start', CAST(NULL AS BIGINT), 'starts', CAST(array() AS ARRAY<BIGINT>)), "
+        f"(acc, a) -> IF(acc.start IS NULL OR a - acc.start >= {max_us}, "
+        "named_struct('start', a, 'starts', concat(acc.starts, array(a))), acc), "
+        "acc -> acc.starts)"
     )
     long_bursts = summaries.where(span >= max_us).select("entity_id", "burst")
+    long_records = bursts.join(long_bursts, ["entity_id", "burst"], "left_semi").select(
+        "entity_id", "burst", *order, "event_time", "us", F.lit(0).alias("is_start")
+    )
+    starts = (
+        long_records.groupBy("entity_id", "burst")
+        .agg(F.expr(fold).alias("starts"))
+        .select("entity_id", "burst", F.explode("starts").alias("us"), F.lit(1).alias("is_start"))
+    )
+    by_burst = (
+        Window.partitionBy("entity_id", "burst")
+        .orderBy("us", F.desc("is_start"))
+        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
     long_rows = (
-        bursts.join(long_bursts, ["entity_id", "burst"], "left_semi")
-        .groupBy("entity_id", "burst")
-        .agg(
-            F.array_sort(F.collect_list(F.struct("us", "partition", "offset", "arrival_time", "event_time"))).alias(
-                "arrivals"
-            )
-        )
-        .select("entity_id", "burst", "arrivals", F.expr(fold).alias("parts"))
-        .select("entity_id", "burst", F.explode(F.arrays_zip("arrivals", "parts")).alias("z"))
-        .select(
-            "entity_id",
-            "burst",
-            F.col("z.parts").alias("part"),
-            *[F.col(f"z.arrivals.{c}").alias(c) for c in (*order, "event_time")],
-        )
+        long_records.unionByName(starts, allowMissingColumns=True)
+        .withColumn("part", F.sum("is_start").over(by_burst))
+        .where("is_start = 0")
     )
     long = summarize(long_rows, ["entity_id", "burst", "part"]).drop("burst", "part")
     sessions = (

@@ -217,6 +217,26 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 Target("<=", 1.5),
             )
         )
+    if "H1" in m and "H2" in m:
+        checks.append(
+            Check(
+                "H2/H1",
+                "H2",
+                "sessionize a hot key, 2x the events, time",
+                throughput_ratio(seconds("H2"), seconds("H1")),
+                Target("<=", 2.3),
+            )
+        )
+    if "H2" in m and "HS" in m:
+        checks.append(
+            Check(
+                "H2/HS",
+                "H2",
+                "sessionize a hot key vs the same events over 5,000 entities, time",
+                throughput_ratio(seconds("H2"), seconds("HS")),
+                Target("<=", 3.0),
+            )
+        )
     if "R" in m:
         if "P1" in m:
             checks.append(

@@ -16,7 +16,7 @@ from pathlib import Path
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.options import fraction, positive
 
-STAGES = ("b1", "b2", "b2l", "p1", "replay", "empty", "pg", "growth")
+STAGES = ("b1", "b2", "b2l", "p1", "replay", "empty", "pg", "growth", "hotkey")
 STAGE_HELP = {
     "b1": "confluent-kafka drain of the topic",
     "b2": "Spark AvailableNow raw append to Delta, the Spark baseline",
@@ -26,6 +26,7 @@ STAGE_HELP = {
     "empty": "scheduled run with no new data vs trivial spark-submit",
     "pg": "COPY vs sinks.postgres.upsert_sessions: cold, replay, 10%% changed",
     "growth": "10k new events against sinks with N and 10xN sessions",
+    "hotkey": "sessionize one entity that is never idle (n/2 and n events over 48 h) vs n events of 5,000 entities",
 }
 BENCH_KAFKA_PORT = 39092
 BENCH_KAFKA_CONTROLLER_PORT = 39093
@@ -70,6 +71,7 @@ class BenchOptions:
     max_offsets_per_trigger: int | None = None
     growth_sessions: int = 10_000
     growth_events: int = 10_000
+    hotkey_events: int = 1_000_000
     home: Path = field(default_factory=default_home)
     output: Path | None = None  # default: <home>/results.json
     kafka_port: int = BENCH_KAFKA_PORT
@@ -88,6 +90,7 @@ class BenchOptions:
             "partitions",
             "growth_sessions",
             "growth_events",
+            "hotkey_events",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -154,6 +157,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"new events in each growth run (default {d.growth_events:,})",
     )
     parser.add_argument(
+        "--hotkey-events",
+        type=positive,
+        default=d.hotkey_events,
+        help=f"n, events of the hot entity in the hotkey stage (default {d.hotkey_events:,})",
+    )
+    parser.add_argument(
         "--home", type=Path, default=None, help="the bench's state folder (default .tidemark/bench in the checkout)"
     )
     parser.add_argument("--output", type=Path, default=None, help="JSON results file (default <home>/results.json)")
@@ -182,6 +191,7 @@ def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         growth_sessions=args.growth_sessions,
         growth_events=args.growth_events,
+        hotkey_events=args.hotkey_events,
         home=args.home or d.home,
         output=args.output,
         kafka_port=args.kafka_port,

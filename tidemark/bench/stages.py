@@ -16,12 +16,14 @@ from tidemark.bench.context import BenchContext, MainTopic, Sink, ensure
 from tidemark.bench.figures import Measurement
 from tidemark.bench.workloads import (
     EVENTS_PER_PREPOP_SESSION,
+    HOTKEY_SPREAD_ENTITIES,
     TRIVIAL_APP,
     append_available_now,
     changed_rows,
     drain,
     prepopulate,
     spark_submit,
+    steady_events,
 )
 
 UPDATE_FRACTION = 0.10
@@ -45,6 +47,8 @@ def run_stages(ctx: BenchContext) -> None:
         stage_pg(ctx)
     if "growth" in stages:
         stage_growth(ctx)
+    if "hotkey" in stages:
+        stage_hotkey(ctx)
 
 
 def produce_main(ctx: BenchContext) -> None:
@@ -337,3 +341,33 @@ def _growth_template(ctx: BenchContext, scale: int, entities: int, prefix: str) 
         f"written directly in {time.perf_counter() - started:.1f} s (not measured)"
     )
     return Path(sink.settings.lake_root), sink.database, sessions
+
+
+def stage_hotkey(ctx: BenchContext) -> None:
+    """H1 / H2 / HS: sessionize one entity never idle for 30 minutes over 48 h, with n/2 and n events,
+    and n events of 5,000 entities; the events are generated in Spark and cached, so only
+    ``sessionize`` is timed (every session is computed: the run sums their event counts)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.sessionize import sessionize
+
+    n = ctx.options.hotkey_events
+    cases = (
+        ("H1", f"one entity, {n // 2:,} events over 48 h", n // 2, 1),
+        ("H2", f"one entity, {n:,} events over 48 h", n, 1),
+        ("HS", f"{n:,} events of {HOTKEY_SPREAD_ENTITIES:,} entities over 48 h", n, HOTKEY_SPREAD_ENTITIES),
+    )
+    inputs = {key: steady_events(ctx.spark, count, entities) for key, _, count, entities in cases}
+    ms = {key: ctx.record.measurement(key, label, count) for key, label, count, _ in cases}
+    rules = ctx.settings.session_rules
+    for _ in range(ctx.options.repeat):
+        for key, _, count, _ in cases:
+            row = ctx.record.measure(
+                ms[key],
+                lambda k=key: sessionize(inputs[k], rules).agg(F.count("*"), F.sum("event_count")).first(),
+                lambda r: f"{r[0]:,} sessions",
+            )
+            ensure(row[1] == count, f"{key}: the sessions hold {row[1]} of {count} events")
+            ms[key].details = {"sessions": row[0]}
+    for events in inputs.values():
+        events.unpersist()

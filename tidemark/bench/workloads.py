@@ -1,6 +1,6 @@
 """What the stages time and set up besides tidemark's own jobs: the baselines (a consumer drain, an
 AvailableNow raw append, a trivial spark-submit), spark-submit itself, the changed rows of the
-PostgreSQL stage and the pre-populated sinks of the growth stage.
+PostgreSQL stage, the pre-populated sinks of the growth stage and the hot key's events.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,7 +20,7 @@ from spark_jobs.settings import Settings
 from tidemark.bench.context import ensure
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.offsets import PartitionRange
 
@@ -248,3 +249,26 @@ def prepopulate(
     finally:
         conn.close()
     return len(rows)
+
+
+HOTKEY_SPAN = timedelta(hours=48)
+HOTKEY_SPREAD_ENTITIES = 5_000
+
+
+def steady_events(spark: SparkSession, count: int, entities: int) -> DataFrame:
+    """``count`` events of ``entities`` entities, evenly spaced over :data:`HOTKEY_SPAN` per entity
+    (never a gap of 30 minutes for ``count / entities`` above 96), cached in memory."""
+    from pyspark.sql import functions as F
+
+    per_entity = max(1, count // entities)
+    step_us = int(HOTKEY_SPAN.total_seconds() * 1_000_000) // per_entity
+    start_us = 1_780_000_000_000_000  # 2026-05-28
+    events = spark.range(count).select(
+        F.concat(F.lit("entity-"), (F.col("id") % entities).cast("string")).alias("entity_id"),
+        F.timestamp_micros(F.lit(start_us) + (F.col("id") / entities).cast("long") * step_us).alias("arrival_time"),
+        F.lit(0).alias("partition"),
+        F.col("id").alias("offset"),
+    )
+    events = events.withColumn("event_time", F.col("arrival_time")).cache()
+    events.count()
+    return events

@@ -100,3 +100,19 @@ def test_a_takeover_touches_the_entity_that_loses_the_event(spark_session) -> No
     stored = sessions(spark_session, [("a", 10, 10, 1)])
     anchors = session_changes.anchors(ranked, stored, RULES).selectExpr("entity_id", "unix_micros(anchor) AS us")
     assert {r["entity_id"]: r["us"] for r in anchors.collect()} == {"a": micros(at(10)), "b": micros(at(0))}
+
+
+def test_a_takeover_committed_by_an_earlier_attempt_still_anchors_the_displaced_entity(spark_session) -> None:
+    """Retry after the takeover of e1 committed: events holds B's copy (replayed), duplicates A's."""
+    schema = TABLE_SCHEMAS["duplicates"]
+    stored_events = events(spark_session, [(2, 0, "B")]).selectExpr("topic", "partition", "offset", "arrival_time",
+                                                                    "'e1' AS event_id", "entity_id", "event_type",
+                                                                    "event_time", "properties")  # fmt: skip
+    duplicates = spark_session.createDataFrame([("t", 0, 0, at(10), "e1", "A")], schema)
+    ranked = dedupe.rank(stored_events, stored_events)  # the batch's record, as events holds it
+    displaced = dedupe.copies_in(duplicates, stored_events)
+    stored = sessions(spark_session, [("A", 11, 11, 1), ("B", 0, 0, 1)])
+    anchors = session_changes.anchors(ranked, stored, RULES, displaced).selectExpr("entity_id", "unix_micros(anchor)")
+    assert {r[0]: r[1] for r in anchors.collect()} == {"A": micros(at(10)), "B": micros(at(0))}
+    without = session_changes.anchors(ranked, stored, RULES).select("entity_id").collect()
+    assert [r[0] for r in without] == ["B"], "without the duplicates row, A would be left stale in PostgreSQL"

@@ -106,6 +106,20 @@ def test_checks_are_throughput_ratios_for_rates_and_time_ratios_for_growth_and_e
     assert "P2r/B3" not in checks and "P1/B2L" not in checks  # not measured, not reported
 
 
+def test_hot_key_checks_hold_growth_and_spread_to_their_targets() -> None:
+    ms = {
+        "H1": measured("H1", 500_000, 4.0),
+        "H2": measured("H2", 1_000_000, 10.0),
+        "HS": measured("HS", 1_000_000, 3.0),
+    }
+    checks = {c.key: c for c in build_checks(ms)}
+    assert checks["H2/H1"].value == pytest.approx(2.5) and checks["H2/H1"].result == "FAIL"
+    assert checks["H2/HS"].value == pytest.approx(10 / 3) and checks["H2/HS"].result == "FAIL"
+    ms["H2"] = measured("H2", 1_000_000, 8.0)
+    checks = {c.key: c for c in build_checks(ms)}
+    assert checks["H2/H1"].result == "PASS" and checks["H2/HS"].result == "PASS"
+
+
 def test_only_measured_stages_give_checks() -> None:
     assert build_checks({"P1": measured("P1", 1_000_000, 100.0)}) == []
 

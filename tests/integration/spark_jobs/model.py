@@ -1,0 +1,247 @@
+"""A pure-Python reference of tidemark's semantics, and random scenarios to check the real pipeline with.
+
+The reference knows nothing of batches, ledgers or retries: from the records processed so far it
+says where each one belongs and which sessions follow. Whatever order the real pipeline processed
+them in (scheduled runs in small batches, backfills over any ranges, crashes after any subset of
+the table commits and their retries), its tables must say the same.
+
+* ``quarantine``: the invalid records;
+* ``events``: per event_id, the first valid record in arrival order (Kafka timestamp, partition,
+  offset); ``duplicates``: every other valid record;
+* ``sessions``: ``events`` per entity in arrival order, cut at a gap longer than the rules' gap
+  and at the maximum length (:func:`spark_jobs.sessionize.split_sessions`), each identified by
+  :func:`spark_jobs.sessionize.session_id`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from spark_jobs.sessionize import SessionRules, session_id, split_sessions
+
+# Short rules, so that a few hundred records reach both the gap and the maximum length.
+RULES = SessionRules(gap=timedelta(minutes=10), max_length=timedelta(hours=1))
+START = datetime(2026, 10, 24, 22, tzinfo=UTC)  # the scenarios cross Europe/Berlin's clock change
+FAULT_WRITES = ("write:quarantine", "write:duplicates", "write:events", "write:sessions")
+
+
+@dataclass(frozen=True)
+class Record:
+    """One record as produced; ``offset`` is known once the broker acknowledged it."""
+
+    partition: int
+    arrival_ms: int  # the Kafka (CreateTime) timestamp
+    entity_id: str  # the key, and the entity of the value when it has one
+    event_id: str | None  # None: malformed, quarantined
+    event_time_ms: int
+    offset: int = -1
+
+    @property
+    def valid(self) -> bool:
+        return self.event_id is not None
+
+    @property
+    def coordinates(self) -> tuple[int, int]:
+        return self.partition, self.offset
+
+    def value(self) -> bytes:
+        if self.event_id is None:
+            return b'{"event_id": "broken", "entity_id": ' if self.offset % 2 else b"not json at all"
+        event_time = datetime.fromtimestamp(self.event_time_ms / 1000, UTC)
+        return json.dumps(
+            {
+                "event_id": self.event_id,
+                "entity_id": self.entity_id,
+                "event_type": "click",
+                "event_time": event_time.isoformat(timespec="milliseconds"),
+            }  # fmt: skip
+        ).encode()
+
+
+def _text(ms: int) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}"
+
+
+@dataclass(frozen=True)
+class Expected:
+    events: set[tuple[int, int]]
+    duplicates: set[tuple[int, int]]
+    quarantine: set[tuple[int, int]]
+    sessions: set[str]  # rows in sinks.delta.SESSION_ROW_TEXT / sinks.postgres.SESSION_ROW_TEXT form
+
+
+def expected(records: list[Record], processed: set[tuple[int, int]], rules: SessionRules = RULES) -> Expected:
+    """Where the processed records belong, and the sessions that follow, computed from scratch."""
+    seen = [r for r in records if r.coordinates in processed]
+    quarantine = {r.coordinates for r in seen if not r.valid}
+    first: dict[str, Record] = {}
+    duplicates = set()
+    for r in sorted((r for r in seen if r.valid), key=lambda r: (r.arrival_ms, r.partition, r.offset)):
+        if r.event_id in first:
+            duplicates.add(r.coordinates)
+        else:
+            first[r.event_id] = r
+    sessions = set()
+    by_entity: dict[str, list[Record]] = {}
+    for r in first.values():
+        by_entity.setdefault(r.entity_id, []).append(r)
+    for entity, rows in by_entity.items():
+        rows.sort(key=lambda r: (r.arrival_ms, r.partition, r.offset))
+        numbers = split_sessions([datetime.fromtimestamp(r.arrival_ms / 1000, UTC) for r in rows], rules)
+        for number in sorted(set(numbers)):
+            members = [r for r, n in zip(rows, numbers, strict=True) if n == number]
+            start, end = members[0].arrival_ms, members[-1].arrival_ms
+            sessions.add(
+                "|".join(
+                    (
+                        session_id(entity, start),
+                        entity,
+                        _text(start),
+                        _text(end),
+                        _text(members[0].event_time_ms),
+                        _text(members[-1].event_time_ms),
+                        str(len(members)),
+                        f"{(end - start) / 1000:.3f}",
+                    )
+                )  # fmt: skip
+            )
+    return Expected({r.coordinates for r in first.values()}, duplicates, quarantine, sessions)
+
+
+# -- scenarios -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Produce:
+    records: list[Record]
+
+    def __str__(self) -> str:
+        rows = ", ".join(
+            f"p{r.partition}@{(r.arrival_ms - _ms(START)) // 1000}s:{r.entity_id}/{r.event_id or 'MALFORMED'}"
+            for r in self.records
+        )
+        return f"produce {len(self.records)}: {rows}"
+
+
+@dataclass(frozen=True)
+class Crash:
+    """Fail the ``batch``-th batch a run writes (0 = its first) at ``points`` (writer.FAULT_POINTS)."""
+
+    points: tuple[str, ...]
+    batch: int
+
+    def hook(self):  # -> writer.Fault
+        written = [0]
+
+        def fault(point: str) -> None:
+            if written[0] == self.batch and point in self.points:
+                raise InjectedCrash(f"injected crash at {point} of batch {self.batch}")
+            if point == "after_postgres":
+                written[0] += 1
+
+        return fault
+
+
+class InjectedCrash(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    max_offsets_per_trigger: int | None
+    crash: Crash | None = None
+
+    def __str__(self) -> str:
+        return f"scheduled run (maxOffsetsPerTrigger={self.max_offsets_per_trigger}){_crash_text(self.crash)}"
+
+
+@dataclass(frozen=True)
+class Backfill:
+    offsets: dict[int, tuple[int, int]]  # partition -> [start, end)
+    crash: Crash | None = None
+
+    def __str__(self) -> str:
+        return f"backfill {self.offsets}{_crash_text(self.crash)}"
+
+
+def _crash_text(crash: Crash | None) -> str:
+    return "" if crash is None else f", crash at {'+'.join(crash.points)} of batch {crash.batch}, then retried"
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass
+class Scenario:
+    seed: int
+    partitions: int
+    steps: list[Produce | Scheduled | Backfill] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"seed {self.seed}: {self.partitions} partition(s), rules {RULES}"]
+        lines += [f"  {i}. {step}" for i, step in enumerate(self.steps)]
+        return "\n".join(lines)
+
+
+def generate(seed: int, prefix: str = "") -> Scenario:
+    """A random scenario: records with duplicates (some carrying another entity), timestamps that
+    go back, malformed values; scheduled runs and backfills, some crashing after a random subset of
+    the table commits. Backfill ranges are chosen when the scenario runs (they need the offsets)."""
+    rng = random.Random(seed)
+    scenario = Scenario(seed, partitions=rng.choice((1, 2, 3)))
+    entities = [f"{prefix}u{i}" for i in range(rng.randint(2, 5))]
+    clock = _ms(START)
+    sent: list[Record] = []
+    runs = rng.randint(2, 4)
+    for run in range(runs):
+        records = []
+        for _ in range(rng.randint(4, 20)):
+            clock += rng.choice((0, 1_000, 60_000, 4 * 60_000, 9 * 60_000, 11 * 60_000, 25 * 60_000))
+            arrival = clock - rng.randint(1, 90) * 60_000 if rng.random() < 0.15 else clock  # goes back
+            entity = rng.choice(entities)
+            event_time = arrival - rng.randint(0, 3_600_000)
+            roll = rng.random()
+            if roll < 0.08:
+                event_id = None
+            elif roll < 0.30 and sent:
+                copy = rng.choice(sent)
+                event_id, event_time = copy.event_id, copy.event_time_ms
+                entity = copy.entity_id if rng.random() < 0.75 else entity  # sometimes another entity
+            else:
+                event_id = f"{prefix}e{len(sent)}"
+            record = Record(entities.index(entity) % scenario.partitions, arrival, entity, event_id, event_time)
+            records.append(record)
+            if event_id is not None:
+                sent.append(record)
+        scenario.steps.append(Produce(records))
+        crash = _random_crash(rng) if rng.random() < 0.6 else None
+        if run == runs - 1 or rng.random() < 0.6:
+            scenario.steps.append(Scheduled(rng.choice((None, 6, 15)), crash))
+        else:
+            scenario.steps.append(Backfill({}, crash))  # ranges drawn by choose_ranges
+    return scenario
+
+
+def _random_crash(rng: random.Random) -> Crash:
+    if rng.random() < 0.25:
+        points: tuple[str, ...] = (rng.choice(("after_delta", "after_postgres")),)
+    else:
+        points = tuple(p for p in FAULT_WRITES if rng.random() < 0.5) or (rng.choice(FAULT_WRITES),)
+    return Crash(points, batch=rng.choice((0, 0, 1)))
+
+
+def choose_ranges(seed: int, step: int, ends: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """A backfill's ranges over some partitions: processed, unprocessed or overlapping offsets."""
+    rng = random.Random(seed * 1_000 + step)
+    chosen = [p for p, end in sorted(ends.items()) if end > 0 and rng.random() < 0.7]
+    chosen = chosen or [p for p, end in sorted(ends.items()) if end > 0][:1]
+    ranges = {}
+    for p in chosen:
+        start = rng.randint(0, ends[p] - 1)
+        ranges[p] = (start, rng.randint(start + 1, ends[p]))
+    return ranges
