@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from spark_jobs.offsets import PartitionRange, spark_offsets
@@ -24,11 +25,15 @@ def _with_client_options(reader, settings: Settings):  # noqa: ANN001, ANN202 - 
 
 
 def read_range(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> DataFrame:
-    """A bounded batch read of exactly ``ranges``."""
+    """A bounded batch read of exactly ``ranges``: their partitions are assigned, so a backfill of
+    some partitions of a topic reads those only (``subscribe`` would want offsets for all of them)."""
     starting, ending = spark_offsets(ranges)
+    partitions: dict[str, list[int]] = {}
+    for r in ranges:
+        partitions.setdefault(r.topic, []).append(r.partition)
     return (
         _with_client_options(spark.read, settings)
-        .option("subscribe", ranges[0].topic)
+        .option("assign", json.dumps(partitions))
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)
         .option("failOnDataLoss", "true")

@@ -189,8 +189,8 @@ class Scenario:
 
 
 def generate(seed: int, prefix: str = "") -> Scenario:
-    """A random scenario: records with duplicates (some carrying another entity), timestamps that
-    go back, malformed values; scheduled runs and backfills, some crashing after a random subset of
+    """A random scenario: records with duplicates (some carrying another entity, some stamped before
+    the original, which takes the original's place), timestamps that go back, malformed values; scheduled runs and backfills, some crashing after a random subset of
     the table commits. Backfill ranges are chosen when the scenario runs (they need the offsets)."""
     rng = random.Random(seed)
     scenario = Scenario(seed, partitions=rng.choice((1, 2, 3)))
@@ -212,6 +212,8 @@ def generate(seed: int, prefix: str = "") -> Scenario:
                 copy = rng.choice(sent)
                 event_id, event_time = copy.event_id, copy.event_time_ms
                 entity = copy.entity_id if rng.random() < 0.75 else entity  # sometimes another entity
+                if rng.random() < 0.4:  # a copy stamped before the original: a takeover when it was stored
+                    arrival = copy.arrival_ms - rng.randint(1, 30) * 60_000
             else:
                 event_id = f"{prefix}e{len(sent)}"
             record = Record(entities.index(entity) % scenario.partitions, arrival, entity, event_id, event_time)

@@ -279,3 +279,19 @@ def test_a_batch_of_only_malformed_records_is_quarantined_and_recorded(spark, ru
     assert_offset_coverage(spark, settings, report.committed)
     assert delta_rows(spark, settings, "sessions") == []
     assert ingest.run_scheduled(spark, settings) == [], "the batch should be in the ledger"
+
+
+def test_a_backfill_of_some_partitions_reads_only_those(spark, run, pg) -> None:
+    """`--offsets 1:0-40` on a three-partition topic: the other partitions are neither read nor needed."""
+    settings, prefix = run
+    report = produce(settings, ProduceSpec(count=120, entities=9, seed=6, id_prefix=prefix), topic=settings.topic,
+                     partitions=3)  # fmt: skip
+    ends = {r.partition: r.end for r in latest_ranges(settings, settings.topic)}
+    assert all(end > 0 for end in ends.values()), "every partition should hold records"
+
+    result = ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={1: (0, ends[1])}))
+    assert result.read == ends[1]
+    assert {r["partition"] for r in delta_rows(spark, settings, "events")} == {1}
+    ingest.run_scheduled(spark, settings)
+    assert_offset_coverage(spark, settings, report.committed)
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
