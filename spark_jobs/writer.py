@@ -4,16 +4,18 @@ Scheduled (streaming) runs and backfills both call :meth:`BatchWriter.write` wit
 ``foreachBatch`` signature ``(batch_df, batch_id)``. Per batch, in this order:
 
 1. the ledger: a batch whose ledger row exists is a no-op (nothing is rewritten);
-2. ``validation``: records are read from Kafka and validated once; invalid ones go to quarantine;
-3. ``dedupe``: valid ones are ranked by ``event_id`` against the batch and the stored events: the
-   first arrival is the ``events`` row, the others are ``duplicates``;
-4. ``session_changes``: the touched entities' sessions are recomputed from their anchors on and
-   compared with the stored ones;
-5. ``sinks.delta``: the four tables are written concurrently, only what differs;
-6. ``sinks.postgres``: sessions upserted in the same transaction as the batch's ledger row.
+2. :meth:`BatchWriter.plan`, before any write: records a record table holds already stay where
+   they are; the others are validated (invalid ones go to quarantine) and ranked by ``event_id``
+   against the stored events (``dedupe``: the first arrival is the ``events`` row, the others are
+   ``duplicates``); the touched entities' sessions are recomputed from their anchors on and
+   compared with the stored ones (``session_changes``);
+3. :meth:`BatchWriter.write_delta`: only what differs, one commit per table (``events``: an append
+   and a takeover MERGE); ``events`` last when the batch has a takeover;
+4. ``sinks.postgres``: sessions upserted in the same transaction as the batch's ledger row.
 
-Every write is idempotent on its own, so a batch that fails anywhere and is run again ends exactly
-as one clean run (docs/design.md, "Invariants").
+Every write is idempotent on its own, and no write loses what the next attempt's plan needs, so a
+batch that fails after any subset of its commits and is run again ends exactly as one clean run
+(docs/design.md, "Partial commits and retries").
 """
 
 from __future__ import annotations
@@ -232,7 +234,7 @@ class BatchWriter:
         return _SessionChanges(anchors, compared, ops.get("update", 0) + ops.get("delete", 0), ops.get("insert", 0))
 
     def write_delta(self, plan: BatchPlan) -> None:
-        """The plan's Delta writes: each table at most once, each write idempotent on its own.
+        """The plan's Delta writes, each idempotent on its own.
 
         A takeover removes a row from ``events`` that only ``duplicates`` will hold, and the next
         attempt of the batch can only find it there: so with takeovers ``events`` is written after

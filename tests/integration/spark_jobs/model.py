@@ -190,8 +190,9 @@ class Scenario:
 
 def generate(seed: int, prefix: str = "") -> Scenario:
     """A random scenario: records with duplicates (some carrying another entity, some stamped before
-    the original, which takes the original's place), timestamps that go back, malformed values; scheduled runs and backfills, some crashing after a random subset of
-    the table commits. Backfill ranges are chosen when the scenario runs (they need the offsets)."""
+    the original, which takes the original's place), timestamps that go back, malformed values;
+    scheduled runs and backfills, some crashing after a random subset of the table commits.
+    Backfill ranges are chosen when the scenario runs (they need the offsets)."""
     rng = random.Random(seed)
     scenario = Scenario(seed, partitions=rng.choice((1, 2, 3)))
     entities = [f"{prefix}u{i}" for i in range(rng.randint(2, 5))]
