@@ -222,7 +222,7 @@ def generate(seed: int, prefix: str = "") -> Scenario:
             if event_id is not None:
                 sent.append(record)
         scenario.steps.append(Produce(records))
-        crash = _random_crash(rng) if rng.random() < 0.6 else None
+        crash = _random_crash(rng) if rng.random() < 0.75 else None
         if run == runs - 1 or rng.random() < 0.6:
             scenario.steps.append(Scheduled(rng.choice((None, 6, 15)), crash))
         else:
@@ -231,8 +231,12 @@ def generate(seed: int, prefix: str = "") -> Scenario:
 
 
 def _random_crash(rng: random.Random) -> Crash:
-    if rng.random() < 0.25:
+    """Half the time one table's write fails while the others commit (the likeliest partial commit)."""
+    roll = rng.random()
+    if roll < 0.2:
         points: tuple[str, ...] = (rng.choice(("after_delta", "after_postgres")),)
+    elif roll < 0.7:
+        points = (rng.choice(FAULT_WRITES),)
     else:
         points = tuple(p for p in FAULT_WRITES if rng.random() < 0.5) or (rng.choice(FAULT_WRITES),)
     return Crash(points, batch=rng.choice((0, 0, 1)))
