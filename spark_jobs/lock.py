@@ -14,7 +14,9 @@ from spark_jobs.settings import Settings
 def single_writer(settings: Settings, topic: str, wait: bool = False) -> Iterator[None]:
     """Hold the per-topic writer lock (a PostgreSQL advisory lock) for the duration of a run.
 
-    The lock is tied to this connection, so a run that dies releases it.
+    The lock is released before this returns, so a retry started at once gets it; closing the
+    connection alone frees it only once the server has handled the disconnect. A run that dies
+    releases it with its connection.
     """
     conn = ledger.connect(settings.postgres_dsn)
     conn.autocommit = True
@@ -29,6 +31,20 @@ def single_writer(settings: Settings, topic: str, wait: bool = False) -> Iterato
                         "Only one may write at a time: wait for it to finish, or run with --wait to queue."
                     )
                 cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
-        yield
+        try:
+            yield
+        finally:
+            _unlock(conn, key)
     finally:
         conn.close()
+
+
+def _unlock(conn, key: str) -> None:  # noqa: ANN001 - psycopg2 connection
+    """Release at once; on a broken connection leave it to the close (the run's own error matters more)."""
+    import psycopg2
+
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+    except psycopg2.Error:
+        pass

@@ -219,6 +219,21 @@ def test_a_second_writer_on_the_same_topic_is_refused(spark, run) -> None:
     assert not ingest.run_backfill(spark, settings, plan).skipped
 
 
+def test_a_run_that_ends_releases_the_writer_lock_before_it_returns(run, pg) -> None:
+    """A retry started the moment a failed run returns must get the lock (found by the model test:
+    closing the connection alone frees the lock only once the server has handled the disconnect)."""
+    settings, _ = run
+    key = f"tidemark-writer:{settings.topic}"
+    pg.autocommit = True
+    with pg.cursor() as cur:
+        for _ in range(100):
+            with pytest.raises(RuntimeError), single_writer(settings, settings.topic):
+                raise RuntimeError("the run failed")
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))  # at once, on an open connection
+            assert cur.fetchone()[0], "the lock was still held after the run returned"
+            cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
+
 def test_backfill_dry_run_from_the_command_line_prints_the_plan_and_writes_nothing(run, pg) -> None:
     import os
     import subprocess
