@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.sessionize import SessionRules, session_id, split_sessions
+from tests.integration.spark_jobs.checks import InjectedCrash
 
 # Short rules, so that a few hundred records reach both the gap and the maximum length.
 RULES = SessionRules(gap=timedelta(minutes=10), max_length=timedelta(hours=1))
@@ -144,10 +145,6 @@ class Crash:
                 written[0] += 1
 
         return fault
-
-
-class InjectedCrash(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)

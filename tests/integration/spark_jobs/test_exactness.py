@@ -182,14 +182,9 @@ def test_a_createtime_topic_keeps_records_whose_timestamps_are_older_than_any_re
 TAKEOVER_BATCH_POINTS = ["write:quarantine", "write:duplicates", "write:events", "write:sessions", "after_delta"]
 
 
-@pytest.mark.parametrize("point", TAKEOVER_BATCH_POINTS)
-def test_a_batch_whose_writes_fail_part_way_ends_as_one_clean_run_when_retried(spark, run, pg, point) -> None:
-    """A batch with a takeover across entities, a new event twice and a malformed record fails at
-    ``point`` (the other tables' writes commit), then runs again: every record in one table, once.
-
-    The takeover is the hard part: it removes a row from ``events`` that only ``duplicates`` keeps.
-    """
-    settings, prefix = run
+def send_takeover_batch(spark, settings, prefix: str) -> None:
+    """Offsets 0-1 (E1, E2 of A at T+10, T+11 min) ingested; then, not ingested: offset 2, E1 of B
+    stamped T (a takeover across entities), offsets 3-4 a new E3 twice, offset 5 malformed."""
     ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
     t = datetime(2026, 3, 1, 12, tzinfo=UTC)
     send(settings, settings.topic, [event(prefix, "E1", "A", t), event(prefix, "E2", "A", t)],
@@ -198,6 +193,17 @@ def test_a_batch_whose_writes_fail_part_way_ends_as_one_clean_run_when_retried(s
     malformed = {"event_id": f"{prefix}M", "entity_id": f"{prefix}B"}  # no event_type, no event_time
     second = [event(prefix, "E1", "B", t), event(prefix, "E3", "B", t), event(prefix, "E3", "B", t), malformed]
     send(settings, settings.topic, second, [t, t + timedelta(minutes=1), t + timedelta(minutes=2), t])
+
+
+@pytest.mark.parametrize("point", TAKEOVER_BATCH_POINTS)
+def test_a_batch_whose_writes_fail_part_way_ends_as_one_clean_run_when_retried(spark, run, pg, point) -> None:
+    """A batch with a takeover across entities, a new event twice and a malformed record fails at
+    ``point`` (the other tables' writes commit), then runs again: every record in one table, once.
+
+    The takeover is the hard part: it removes a row from ``events`` that only ``duplicates`` keeps.
+    """
+    settings, prefix = run
+    send_takeover_batch(spark, settings, prefix)
 
     with pytest.raises(Exception, match="injected crash"):
         ingest.run_scheduled(spark, settings, fault=crash_at(point))
@@ -244,14 +250,7 @@ def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spar
     from spark_jobs.writer import BatchWriter
 
     settings, prefix = run
-    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
-    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
-    send(settings, settings.topic, [event(prefix, "E1", "A", t), event(prefix, "E2", "A", t)],
-         [t + timedelta(minutes=10), t + timedelta(minutes=11)])  # fmt: skip
-    ingest.run_scheduled(spark, settings)
-    malformed = {"event_id": f"{prefix}M", "entity_id": f"{prefix}B"}
-    second = [event(prefix, "E1", "B", t), event(prefix, "E3", "B", t), event(prefix, "E3", "B", t), malformed]
-    send(settings, settings.topic, second, [t, t + timedelta(minutes=1), t + timedelta(minutes=2), t])
+    send_takeover_batch(spark, settings, prefix)
 
     ranges = [PartitionRange(settings.topic, 0, 2, 6)]
     writer = BatchWriter(spark, settings, "blind-retry", lambda _: ranges)
