@@ -2,24 +2,29 @@
 ### tidemark_reconcile
 
 After every successful ingest or backfill (the ``tidemark_sinks`` Asset) and daily at 03:00 UTC,
-prove that nothing was lost or duplicated. For each ledger range not verified before, the
-committed records Kafka holds (counted by reading) must equal the rows of ``events``,
-``duplicates`` and ``quarantine`` in that range; Delta ``sessions`` must equal PostgreSQL
-``sessions`` (count and row checksum); gaps between consecutive scheduled batches are reported.
-Results go to ``reconcile_runs`` / ``reconcile_ranges`` in PostgreSQL. On a mismatch ``compare``
-fails naming the partitions and offset ranges, and the alert goes to the log, the
-``tidemark_alert_webhook`` connection and email when configured.
+prove that nothing was lost or duplicated (``spark_jobs/reconcile.py`` has the details):
+
+* every ledger range never verified: Kafka's committed records == rows of ``events`` +
+  ``duplicates`` + ``quarantine`` in it (a range whose start retention removed is *expired*);
+* verified ranges whose rows a commit touched, and a rotating share of the rest (all within
+  ``TIDEMARK_REVERIFY_DAYS``): still what they held when verified;
+* Delta ``sessions`` == PostgreSQL ``sessions``, and == a recompute from ``events`` for the
+  entities checked; no gap between consecutive scheduled batches.
+
+``check`` does it without Spark when nothing is new; otherwise the ``reconcile`` Spark job does.
+``verdict`` logs the report and, on a finding, fails with a short alert naming what is wrong,
+where, and the repair (the ``tidemark_repair`` DAG or ``tidemark repair --run-id``).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag
+from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
 from tidemark_airflow.assets import SINKS
 from tidemark_airflow.notifiers import AlertNotifier
-from tidemark_airflow.operators import ReconcileOperator, TidemarkSparkSubmitOperator
+from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOperator
 
 
 @dag(
@@ -32,15 +37,23 @@ from tidemark_airflow.operators import ReconcileOperator, TidemarkSparkSubmitOpe
     doc_md=__doc__,
 )
 def tidemark_reconcile():
-    count_sinks = TidemarkSparkSubmitOperator(
-        task_id="count_sinks",
+    @task.short_circuit(ignore_downstream_trigger_rules=False)
+    def check(run_id=None) -> bool:  # noqa: ANN001 - Airflow passes the run id
+        """Reconcile without Spark when nothing is new; True when the Spark job must count."""
+        import logging
+
+        from tidemark_airflow.operators import reconcile_without_spark
+
+        return reconcile_without_spark(run_id, logging.getLogger("airflow.task"))
+
+    reconcile = TidemarkSparkSubmitOperator(
+        task_id="reconcile",
         job="reconcile",
         application_args=["--run-id", "{{ run_id }}"],
         execution_timeout=timedelta(hours=1),
     )
-    # A mismatch is a finding, not a transient failure: no retry, alert at once.
-    compare = ReconcileOperator(task_id="compare", retries=0)
-    count_sinks >> compare
+    verdict = VerdictOperator(task_id="verdict", trigger_rule="none_failed_min_one_success", retries=0)
+    check() >> reconcile >> verdict
 
 
 tidemark_reconcile()

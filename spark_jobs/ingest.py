@@ -32,7 +32,8 @@ from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, plan_backfill
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
-from spark_jobs.writer import BatchResult, BatchWriter, Fault, rebuild_all_sessions
+from spark_jobs.writer import BatchResult, BatchWriter, Fault
+from spark_jobs.writer import rebuild_sessions as recompute_sessions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -58,7 +59,7 @@ def _check_session_rules(spark: SparkSession, settings: Settings, rebuild: bool)
                 raise ledger.rules_changed(stored, settings.session_rules)
     finally:
         conn.close()
-    rebuild_all_sessions(spark, settings)
+    recompute_sessions(spark, settings)
 
 
 def _offset_log_ends(checkpoint: str, batch_id: int, topic: str) -> dict[int, int] | None:

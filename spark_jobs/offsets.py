@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from spark_jobs.errors import ConfigError, TopicError
+from spark_jobs.errors import ConfigError, DataLossError, TopicError
 from spark_jobs.settings import Settings
 
 
@@ -31,6 +31,9 @@ class PartitionRange:
             raise ConfigError(f"start offset must be >= 0, got {self.start} for partition {self.partition}")
         if self.end < self.start:
             raise ConfigError(f"partition {self.partition}: end offset {self.end} is before start offset {self.start}")
+
+    def __str__(self) -> str:
+        return f"topic {self.topic} partition {self.partition} offsets [{self.start}, {self.end})"
 
     @property
     def size(self) -> int:
@@ -148,6 +151,8 @@ def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
                 "fetch.max.bytes": 16 * 1024 * 1024,
+                # A start the broker no longer holds is an error, not a silent jump to the end.
+                "auto.offset.reset": "error",
             }
         )
     )
@@ -167,6 +172,8 @@ def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         return count
+                    if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                        raise DataLossError(f"{r}: offset {r.start} is no longer on the broker (retention)")
                     raise KafkaException(error)
                 if message.offset() >= r.end:
                     return count

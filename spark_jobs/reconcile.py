@@ -1,33 +1,68 @@
-"""The Spark side of reconciliation: what the sinks hold, per ledger range, for one reconcile run.
+"""Reconciliation: does every committed Kafka record sit in exactly one sink, and do the sessions hold?
 
-spark-submit entry point (the ``tidemark_reconcile`` DAG's first task)::
+spark-submit entry point (the ``tidemark_reconcile`` DAG's Spark task)::
 
     spark-submit spark_jobs/reconcile.py --run-id RUN_ID
 
-For every ledger range no earlier run verified, it counts the rows of ``events``, ``duplicates``
-and ``quarantine`` whose coordinates fall in the range, and it summarises the sessions in Delta
-and in PostgreSQL (count and an order-independent checksum of the rows). It holds every topic's
-writer lock while it reads, so no run writes in between and the two sessions summaries describe
-the same state. The results go to ``reconcile_runs`` / ``reconcile_ranges``; the Airflow side
-(``plugins/tidemark_airflow``) adds Kafka's committed-record counts, compares and alerts.
+``tidemark reconcile`` runs the same :func:`run` without Airflow. One run:
+
+1. **Snapshot.** Under the lake lock (exclusive, for as long as it takes to list four Delta logs and
+   open a PostgreSQL snapshot) it fixes the Delta table versions and a ``REPEATABLE READ``
+   transaction; every batch holds that lock shared while it commits, so the snapshot sees each
+   batch in both sinks or in neither. Everything after reads that snapshot: writers go on.
+2. **What to check.** Ledger ranges never verified (``new``), verified ranges whose rows a commit
+   touched since the previous run (``changed``: the Delta log says which files), and a rotating
+   share of the rest, so that every verified range is re-checked within ``TIDEMARK_REVERIFY_DAYS``.
+   ``land`` ranges are not checked (``raw_events`` is not a record table).
+3. **No Spark when nothing is new.** No range to check, the Delta versions those of the previous
+   run and PostgreSQL's sessions equal to the Delta sessions that run summarised: the run ends
+   there, without starting Spark.
+4. **Counts.** Per range, the rows of ``events`` + ``duplicates`` + ``quarantine`` (count and
+   checksum, read with data skipping on offsets) against the committed records Kafka holds (new
+   ranges; a range whose start retention removed is *expired*, not a mismatch) or against what the
+   range held when it was verified (re-checks).
+5. **Sessions.** Delta against PostgreSQL (count and checksum; on a difference, per-bucket
+   checksums narrow it down to the named sessions), and Delta against a recompute from ``events``
+   for the entities of the checked ranges and of every commit since the previous run.
+6. **Record.** ``reconcile_runs`` (the report and its findings), ``reconcile_ranges`` (per range),
+   ``verified_ranges`` (count and checksum at verification).
 """
 
 from __future__ import annotations
 
 import argparse
-from contextlib import ExitStack
-from dataclasses import dataclass
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs import ledger
-from spark_jobs.contract import COORDINATES, RECORD_TABLES
-from spark_jobs.lock import single_writer
-from spark_jobs.offsets import PartitionRange
+from spark_jobs.contract import COORDINATES, RECORD_TABLES, TABLE_SCHEMAS
+from spark_jobs.findings import (
+    CHANGED,
+    NEW,
+    ROTATION,
+    LedgerEntry,
+    RangeCheck,
+    Report,
+    SessionDifference,
+    SessionsSummary,
+    find_gaps,
+)
+from spark_jobs.lock import lake_snapshot
+from spark_jobs.offsets import PartitionRange, count_committed, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+NOT_CHECKED = ("land",)  # pipelines whose ranges land in other tables
+SESSION_BUCKET = "substr(md5(entity_id), 1, 2)"  # 256 buckets, the same text in Spark SQL and PostgreSQL
 
 
 @dataclass(frozen=True)
@@ -37,35 +72,302 @@ class LedgerRange:
     range: PartitionRange
 
 
-def unverified_ranges(cur) -> list[LedgerRange]:  # noqa: ANN001 - psycopg2 cursor
-    """Ledger ranges that no reconcile run has found matching yet."""
+@dataclass(frozen=True)
+class Verified:
+    records: int
+    checksum: int
+    checked_at: datetime
+
+
+@dataclass
+class Snapshot:
+    """What one run checks: the Delta versions and the ledger as of the lake lock, and the previous run."""
+
+    versions: dict[str, int] | None  # None: not readable without Spark (a remote lake)
+    ranges: list[LedgerRange]
+    verified: dict[tuple[str, int, str, int], Verified]
+    previous_versions: dict[str, int] | None
+    previous_delta_sessions: SessionsSummary | None
+    previous_at: datetime | None
+    postgres_sessions: SessionsSummary
+    now: datetime
+    to_check: list[tuple[LedgerRange, str]] = field(default_factory=list)
+
+
+def key(r: LedgerRange) -> tuple[str, int, str, int]:
+    return (r.pipeline, r.batch_id, r.range.topic, r.range.partition)
+
+
+# ---------------------------------------------------------------------------------------------
+# Delta versions without Spark
+
+
+def log_version(table_path: str) -> int | None:
+    """The latest commit version of a local Delta table (-1 when it has none), None for remote paths."""
+    local = re.sub(r"^file:(//)?", "", table_path)
+    if "://" in local:
+        return None
+    log = Path(local) / "_delta_log"
+    if not log.is_dir():
+        return -1
+    versions = [int(p.name[:20]) for p in log.iterdir() if re.fullmatch(r"\d{20}\.json", p.name)]
+    return max(versions, default=-1)
+
+
+def local_versions(settings: Settings) -> dict[str, int] | None:
+    found = {name: log_version(settings.table_path(name)) for name in TABLE_SCHEMAS}
+    return None if any(v is None for v in found.values()) else found  # type: ignore[return-value]
+
+
+def spark_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
+    delta.ensure_tables(spark, settings)
+    return delta.table_versions(spark, settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+def run(
+    settings: Settings,
+    run_id: str,
+    spark_factory: Callable[[], SparkSession] | None,
+    repair_of: str | None = None,
+) -> Report | None:
+    """Reconcile once and record the outcome under ``run_id``.
+
+    With ``spark_factory`` None (the Airflow task that runs before Spark), returns None when the
+    run needs Spark, having recorded nothing: the Spark job then runs it in full.
+    """
+    if not run_id:
+        raise ValueError("a reconcile run needs a run id (Airflow passes its run_id)")
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        spark = None
+        versions = local_versions(settings)
+        if versions is None:  # a remote lake: only Spark reads its log
+            if spark_factory is None:
+                return None
+            spark = spark_factory()
+        conn.set_session(isolation_level="REPEATABLE READ")
+        cur = conn.cursor()
+        with lake_snapshot(settings):
+            if spark is not None:
+                versions = spark_versions(spark, settings)
+            cur.execute("SELECT now()")  # the PostgreSQL snapshot is fixed at the first query
+            now = cur.fetchone()[0]
+        snapshot = _read_snapshot(cur, settings, versions, now)
+        if not snapshot.to_check and _nothing_changed(snapshot):
+            report = Report(
+                run_id,
+                [],
+                _gaps(cur),
+                snapshot.previous_delta_sessions,
+                snapshot.postgres_sessions,
+                used_spark=False,
+            )
+        else:
+            if spark is None:
+                if spark_factory is None:
+                    conn.rollback()
+                    return None
+                spark = spark_factory()
+            report = _check_with_spark(spark, settings, cur, snapshot, run_id)
+        _record(cur, report, snapshot, repair_of)
+        conn.commit()
+        return report
+    finally:
+        conn.close()
+
+
+def _nothing_changed(s: Snapshot) -> bool:
+    return (
+        s.previous_versions is not None
+        and s.previous_versions == s.versions
+        and s.previous_delta_sessions == s.postgres_sessions
+    )
+
+
+def _read_snapshot(cur, settings: Settings, versions: dict[str, int] | None, now: datetime) -> Snapshot:  # noqa: ANN001
     cur.execute(
         """SELECT l.pipeline, l.batch_id, l.topic, l.kafka_partition, l.start_offset, l.end_offset
-           FROM ledger_ranges AS l
-           WHERE NOT EXISTS (
-               SELECT 1 FROM reconcile_ranges AS r
-               WHERE r.matches AND (r.pipeline, r.batch_id, r.topic, r.kafka_partition)
-                                   = (l.pipeline, l.batch_id, l.topic, l.kafka_partition))
-           ORDER BY l.topic, l.kafka_partition, l.start_offset, l.pipeline, l.batch_id"""
+           FROM ledger_ranges AS l WHERE l.pipeline <> ALL(%s)
+           ORDER BY l.topic, l.kafka_partition, l.start_offset, l.pipeline, l.batch_id""",
+        (list(NOT_CHECKED),),
     )
-    return [LedgerRange(p, b, PartitionRange(t, k, s, e)) for p, b, t, k, s, e in cur.fetchall()]
+    ranges = [LedgerRange(p, b, PartitionRange(t, k, s, e)) for p, b, t, k, s, e in cur.fetchall()]
+    cur.execute(
+        """SELECT pipeline, batch_id, topic, kafka_partition, sink_records, sink_checksum, checked_at
+           FROM verified_ranges"""
+    )
+    verified = {(p, b, t, k): Verified(int(n), int(c), at) for p, b, t, k, n, c, at in cur.fetchall()}
+    cur.execute(
+        """SELECT delta_versions, delta_sessions, delta_sessions_checksum, counted_at FROM reconcile_runs
+           WHERE status IN ('ok', 'mismatch') AND delta_versions IS NOT NULL
+           ORDER BY counted_at DESC LIMIT 1"""
+    )
+    row = cur.fetchone()
+    previous_versions, previous_sessions, previous_at = None, None, None
+    if row is not None:
+        previous_versions, previous_at = row[0], row[3]
+        previous_sessions = SessionsSummary(int(row[1]), int(row[2]))
+    snapshot = Snapshot(
+        versions=versions,
+        ranges=ranges,
+        verified=verified,
+        previous_versions=previous_versions,
+        previous_delta_sessions=previous_sessions,
+        previous_at=previous_at,
+        postgres_sessions=SessionsSummary(*postgres.sessions_summary(cur)),
+        now=now,
+    )
+    snapshot.to_check = [(r, NEW) for r in ranges if key(r) not in verified]
+    snapshot.to_check += [(r, ROTATION) for r in rotation_share(ranges, verified, previous_at, now, settings)]
+    return snapshot
 
 
-def sink_counts(spark: SparkSession, settings: Settings, ranges: list[LedgerRange]) -> list[int]:
-    """Rows of events + duplicates + quarantine inside each range (same order as ``ranges``)."""
+def rotation_share(
+    ranges: list[LedgerRange],
+    verified: dict[tuple[str, int, str, int], Verified],
+    previous_at: datetime | None,
+    now: datetime,
+    settings: Settings,
+) -> list[LedgerRange]:
+    """The verified ranges whose turn it is: all not re-checked for a whole period, and the oldest
+    ``n * elapsed / period`` others, so that the re-checks spread over the period."""
+    period = timedelta(days=settings.reverify_days)
+    candidates = sorted((r for r in ranges if key(r) in verified), key=lambda r: verified[key(r)].checked_at)
+    if not candidates:
+        return []
+    elapsed = (now - previous_at) if previous_at else timedelta(0)
+    share = math.floor(len(candidates) * min(1.0, elapsed / period))
+    overdue = sum(verified[key(r)].checked_at <= now - period for r in candidates)
+    return candidates[: max(share, overdue)]
+
+
+def _gaps(cur) -> list:  # noqa: ANN001
+    cur.execute(
+        "SELECT pipeline, batch_id, topic, kafka_partition, start_offset, end_offset FROM ledger_ranges "
+        "WHERE pipeline <> ALL(%s)",
+        (list(NOT_CHECKED),),
+    )
+    return find_gaps(LedgerEntry(*r) for r in cur.fetchall())
+
+
+# ---------------------------------------------------------------------------------------------
+# The Spark part
+
+
+def _at(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
+    """Table ``name`` as of ``version`` (the run's snapshot); an empty frame before the table exists."""
+    if version < 0:
+        return spark.createDataFrame([], TABLE_SCHEMAS[name])
+    return spark.read.format("delta").option("versionAsOf", version).load(settings.table_path(name))
+
+
+def _check_with_spark(spark: SparkSession, settings: Settings, cur, snapshot: Snapshot, run_id: str) -> Report:  # noqa: ANN001
+    versions = snapshot.versions
+    tables = {name: _at(spark, settings, name, versions[name]) for name in TABLE_SCHEMAS}
+    touched = _touched_since(spark, settings, snapshot.previous_versions, versions)
+    to_check = list(snapshot.to_check)
+    listed = {key(r) for r, _ in to_check}
+    if touched.coordinates is not None:
+        changed = _ranges_holding(spark, touched.coordinates, [r for r in snapshot.ranges if key(r) not in listed])
+        to_check += [(r, CHANGED) for r in changed]
+    elif snapshot.previous_versions is not None and snapshot.previous_versions != versions:
+        to_check += [(r, CHANGED) for r in snapshot.ranges if key(r) not in listed]  # the log is gone: all
+    counts = range_counts(spark, tables, [r for r, _ in to_check])
+    checks = _compare_ranges(settings, to_check, counts, snapshot.verified)
+
+    delta_sessions = SessionsSummary(*delta.sessions_summary_of(tables["sessions"]))
+    differences = []
+    if delta_sessions != snapshot.postgres_sessions:
+        pairs = sessions_differing_from_postgres(tables["sessions"], cur)
+        differences.append(SessionDifference.of("sinks", pairs))
+    entities = _entities_to_recompute(spark, tables["events"], [r.range for r, _ in to_check], touched)
+    entities = entities.localCheckpoint(eager=True)
+    checked = entities.count()
+    if checked:
+        rules = ledger.stored_session_rules(cur) or settings.session_rules
+        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], entities, rules)
+        if pairs:
+            differences.append(SessionDifference.of("events", pairs))
+    return Report(
+        run_id, checks, _gaps(cur), delta_sessions, snapshot.postgres_sessions, differences, checked, used_spark=True
+    )
+
+
+@dataclass(frozen=True)
+class Touched:
+    """Rows in files that commits after the previous run added or removed (None: unknown)."""
+
+    coordinates: DataFrame | None  # (topic, partition, offset) of record-table rows
+    entities: DataFrame | None  # entity_id of events and sessions rows
+
+
+def _touched_since(
+    spark: SparkSession, settings: Settings, previous: dict[str, int] | None, versions: dict[str, int]
+) -> Touched:
+    """What the commits after ``previous`` touched, from the Delta log's add and remove actions."""
+    from pyspark.sql import functions as F
+
+    if previous is None:
+        return Touched(None, None)
+    coordinates, entities = [], []
+    for name in TABLE_SCHEMAS:
+        start, end = previous.get(name, -1), versions[name]
+        if end <= start:
+            continue
+        rows = _rows_in_changed_files(spark, settings.table_path(name), start, end)
+        if rows is None:
+            return Touched(None, None)
+        if name in RECORD_TABLES:
+            coordinates.append(rows.select(*COORDINATES))
+        if name in ("events", "sessions"):
+            entities.append(rows.select("entity_id"))
+    empty_coordinates = spark.createDataFrame([], "topic string, partition int, offset long")
+    empty_entities = spark.createDataFrame([], "entity_id string")
+    union = _union(coordinates, empty_coordinates)
+    return Touched(union.distinct(), _union(entities, empty_entities).where(F.col("entity_id").isNotNull()).distinct())
+
+
+def _union(frames: list[DataFrame], empty: DataFrame) -> DataFrame:
+    result = empty
+    for frame in frames:
+        result = result.unionByName(frame)
+    return result
+
+
+def _rows_in_changed_files(spark: SparkSession, table_path: str, after: int, upto: int) -> DataFrame | None:
+    """The rows of every data file that commits ``after < v <= upto`` added or removed (None: log gone)."""
+    from urllib.parse import unquote
+
+    root = table_path.rstrip("/")
+    logs = [f"{root}/_delta_log/{v:020d}.json" for v in range(after + 1, upto + 1)]
+    local = [re.sub(r"^file:(//)?", "", p) for p in logs]
+    if any("://" not in p and not Path(p).exists() for p in local):
+        return None
+    actions = spark.read.json(logs)
+    paths: set[str] = set()
+    for kind in ("add", "remove"):
+        if kind in actions.columns:
+            paths |= {row[0] for row in actions.select(f"{kind}.path").where(f"{kind}.path IS NOT NULL").collect()}
+    if not paths:
+        return spark.read.format("delta").load(table_path).limit(0)
+    files = [p if "://" in p or p.startswith("/") else f"{root}/{unquote(p)}" for p in sorted(paths)]
+    # Removed files stay until VACUUM; one that is gone already cannot be read, and its rows were
+    # rewritten into an added file or deleted (a deleted row's range is still re-checked by rotation).
+    return spark.read.option("ignoreMissingFiles", "true").parquet(*files)
+
+
+def _ranges_holding(spark: SparkSession, coordinates: DataFrame, ranges: list[LedgerRange]) -> list[LedgerRange]:
+    """The ``ranges`` that hold at least one of ``coordinates``."""
     from pyspark.sql import functions as F
 
     if not ranges:
         return []
-    coordinates = None
-    for table in RECORD_TABLES:
-        df = delta.table(spark, settings.table_path(table)).toDF().select(*COORDINATES)
-        coordinates = df if coordinates is None else coordinates.unionByName(df)
-    keyed = spark.createDataFrame(
-        [(i, r.range.topic, r.range.partition, r.range.start, r.range.end) for i, r in enumerate(ranges)],
-        "i int, r_topic string, r_partition int, r_start long, r_end long",
-    )
-    counted = (
+    keyed = _ranges_frame(spark, ranges)
+    hit = (
         coordinates.join(
             F.broadcast(keyed),
             (F.col("topic") == F.col("r_topic"))
@@ -73,79 +375,281 @@ def sink_counts(spark: SparkSession, settings: Settings, ranges: list[LedgerRang
             & (F.col("offset") >= F.col("r_start"))
             & (F.col("offset") < F.col("r_end")),
         )
-        .groupBy("i")
-        .count()
+        .select("i")
+        .distinct()
         .collect()
     )
-    by_index = {row["i"]: row["count"] for row in counted}
-    return [by_index.get(i, 0) for i in range(len(ranges))]
+    return [ranges[row["i"]] for row in sorted(hit, key=lambda row: row["i"])]
 
 
-@dataclass(frozen=True)
-class SinkSummary:
-    run_id: str
-    ranges: int
-    delta_sessions: tuple[int, int]
-    postgres_sessions: tuple[int, int]
+def _ranges_frame(spark: SparkSession, ranges: list[LedgerRange]) -> DataFrame:
+    return spark.createDataFrame(
+        [(i, r.range.topic, r.range.partition, r.range.start, r.range.end) for i, r in enumerate(ranges)],
+        "i int, r_topic string, r_partition int, r_start long, r_end long",
+    )
 
 
-def count_sinks(spark: SparkSession, settings: Settings, run_id: str) -> SinkSummary:
-    """Record what the sinks hold for every unverified range, under every topic's writer lock."""
-    if not run_id:
-        raise ValueError("a reconcile run needs a --run-id (Airflow passes its run_id)")
-    conn = ledger.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute("SELECT DISTINCT topic FROM ledger_batches ORDER BY topic")
-            topics = [row[0] for row in cur.fetchall()]
-        with ExitStack() as locks:
-            for topic in topics:  # sorted, so two reconcilers cannot deadlock
-                locks.enter_context(single_writer(settings, topic, wait=True))
-            delta.ensure_tables(spark, settings)
-            with conn, conn.cursor() as cur:
-                ranges = unverified_ranges(cur)
-            counts = sink_counts(spark, settings, ranges)
-            delta_summary = delta.sessions_summary(spark, settings)
-            with conn, conn.cursor() as cur:
-                postgres_summary = postgres.sessions_summary(cur)
-                _record(cur, run_id, ranges, counts, delta_summary, postgres_summary)
-    finally:
-        conn.close()
-    return SinkSummary(run_id, len(ranges), delta_summary, postgres_summary)
+def range_counts(spark: SparkSession, tables: dict[str, DataFrame], ranges: list[LedgerRange]) -> list[tuple[int, int]]:
+    """(rows, checksum) of events + duplicates + quarantine inside each range (order of ``ranges``).
+
+    The checksum sums a hash of each row with its table's name, so a row that changed, moved to
+    another table or appears twice changes it. Only files whose offset statistics overlap the
+    ranges are read (the filter is on the merged spans per partition).
+    """
+    from pyspark.sql import functions as F
+
+    if not ranges:
+        return []
+    spans = merged_spans([r.range for r in ranges])
+    hashed = [
+        tables[name]
+        .alias("t")
+        .where(delta.range_filter(spans, "t"))
+        .select(*COORDINATES, F.xxhash64(F.lit(name), *tables[name].columns).alias("h"))
+        for name in RECORD_TABLES
+    ]
+    rows = _union(hashed[1:], hashed[0])
+    counted = (
+        rows.join(
+            F.broadcast(_ranges_frame(spark, ranges)),
+            (F.col("topic") == F.col("r_topic"))
+            & (F.col("partition") == F.col("r_partition"))
+            & (F.col("offset") >= F.col("r_start"))
+            & (F.col("offset") < F.col("r_end")),
+        )
+        .groupBy("i")
+        .agg(F.count("*").alias("n"), F.sum(F.col("h").cast("decimal(38,0)")).alias("checksum"))
+        .collect()
+    )
+    by_index = {row["i"]: (int(row["n"]), int(row["checksum"])) for row in counted}
+    return [by_index.get(i, (0, 0)) for i in range(len(ranges))]
 
 
-def _record(cur, run_id, ranges, counts, delta_summary, postgres_summary) -> None:  # noqa: ANN001
-    """Write (or, for a retried task, rewrite) this run's rows."""
+def merged_spans(ranges: list[PartitionRange]) -> list[PartitionRange]:
+    """``ranges`` merged per partition where they overlap or touch (a short filter for data skipping)."""
+    merged: list[PartitionRange] = []
+    for r in sorted(ranges, key=lambda r: (r.topic, r.partition, r.start)):
+        last = merged[-1] if merged else None
+        if last and (last.topic, last.partition) == (r.topic, r.partition) and r.start <= last.end:
+            merged[-1] = PartitionRange(r.topic, r.partition, last.start, max(last.end, r.end))
+        else:
+            merged.append(r)
+    return merged
+
+
+def _compare_ranges(
+    settings: Settings,
+    to_check: list[tuple[LedgerRange, str]],
+    counts: list[tuple[int, int]],
+    verified: dict[tuple[str, int, str, int], Verified],
+) -> list[RangeCheck]:
+    lows: dict[str, dict[int, int]] = {}
+    checks = []
+    for (r, reason), (n, checksum) in zip(to_check, counts, strict=True):
+        p = r.range
+        base = dict(
+            pipeline=r.pipeline, batch_id=r.batch_id, topic=p.topic, partition=p.partition, start=p.start,
+            end=p.end, sink_records=n, sink_checksum=checksum, reason=reason,
+        )  # fmt: skip
+        if reason == NEW:
+            if p.topic not in lows:
+                lows[p.topic] = {k: lo for k, (lo, _) in watermarks(settings, p.topic).items()}
+            low = lows[p.topic].get(p.partition, 0)
+            kafka = count_committed(settings, p) if low <= p.start or p.size == 0 else None
+            checks.append(RangeCheck(**base, kafka_records=kafka, low_watermark=low))
+        else:
+            v = verified[key(r)]
+            checks.append(RangeCheck(**base, verified_records=v.records, verified_checksum=v.checksum))
+    return checks
+
+
+def sessions_differing_from_postgres(sessions: DataFrame, cur) -> list[tuple[str, str]]:  # noqa: ANN001
+    """(entity_id, session_id) of the sessions that differ between Delta and PostgreSQL.
+
+    Per-bucket counts and checksums first (one aggregate on each side); only the buckets that
+    differ are compared row by row.
+    """
+    delta_buckets = _delta_buckets(sessions)
+    cur.execute(f"SELECT {SESSION_BUCKET}, count(*), {postgres.SESSIONS_CHECKSUM} FROM sessions GROUP BY 1")
+    postgres_buckets = {b: (int(n), int(c)) for b, n, c in cur.fetchall()}
+    differing = sorted(b for b in delta_buckets.keys() | postgres_buckets.keys()
+                       if delta_buckets.get(b) != postgres_buckets.get(b))  # fmt: skip
+    if not differing:
+        return []
+    in_delta = {
+        row["session_id"]: (row["entity_id"], row["h"])
+        for row in sessions.where(f"{SESSION_BUCKET} IN ({', '.join(repr(b) for b in differing)})")
+        .selectExpr("session_id", "entity_id", f"substr(sha2({delta.SESSION_ROW_TEXT}, 256), 1, 15) AS h")
+        .toLocalIterator()
+    }
+    cur.execute(
+        f"""SELECT session_id, entity_id,
+                   substr(encode(sha256(convert_to({postgres.SESSION_ROW_TEXT}, 'UTF8')), 'hex'), 1, 15)
+            FROM sessions WHERE {SESSION_BUCKET} = ANY(%s)""",
+        (differing,),
+    )
+    in_postgres = {session_id: (entity, h) for session_id, entity, h in cur.fetchall()}
+    pairs = set()
+    for session_id in in_delta.keys() | in_postgres.keys():
+        a, b = in_delta.get(session_id), in_postgres.get(session_id)
+        if a != b:
+            pairs |= {(side[0], session_id) for side in (a, b) if side is not None}
+    return sorted(pairs)
+
+
+def _delta_buckets(sessions: DataFrame) -> dict[str, tuple[int, int]]:
+    from pyspark.sql import functions as F
+
+    rows = (
+        sessions.withColumn("b", F.expr(SESSION_BUCKET))
+        .groupBy("b")
+        .agg(F.count("*").alias("n"), F.expr(delta.SESSIONS_CHECKSUM).alias("c"))
+        .collect()
+    )
+    return {row["b"]: (int(row["n"]), int(row["c"])) for row in rows}
+
+
+def _entities_to_recompute(
+    spark: SparkSession, events: DataFrame, ranges: list[PartitionRange], touched: Touched
+) -> DataFrame:
+    """Entities whose sessions are recomputed: those with events in the checked ranges, and those
+    in any events or sessions file a commit touched since the previous run (all, on a first run)."""
+    frames = []
+    if ranges:
+        frames.append(events.alias("t").where(delta.range_filter(merged_spans(ranges), "t")).select("entity_id"))
+    if touched.entities is not None:
+        frames.append(touched.entities)
+    if not frames:
+        return spark.createDataFrame([], "entity_id string")
+    return _union(frames[1:], frames[0]).distinct()
+
+
+def sessions_differing_from_events(
+    events: DataFrame, sessions: DataFrame, entities: DataFrame, rules
+) -> list[tuple[str, str]]:  # noqa: ANN001 - SessionRules
+    """(entity_id, session_id) where Delta ``sessions`` differ from a recompute of ``entities``' events."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session_changes import SESSIONIZE_COLUMNS
+    from spark_jobs.sessionize import sessionize
+
+    named = F.broadcast(entities)
+    recomputed = sessionize(events.join(named, "entity_id").select(*SESSIONIZE_COLUMNS), rules)
+    stored = sessions.join(named, "entity_id")
+    r = recomputed.selectExpr("session_id", "entity_id", f"{delta.SESSION_ROW_TEXT} AS row").alias("r")
+    s = stored.selectExpr("session_id", "entity_id", f"{delta.SESSION_ROW_TEXT} AS row").alias("s")
+    differing = (
+        r.join(s, F.col("r.session_id") == F.col("s.session_id"), "full_outer")
+        .where("NOT (r.row <=> s.row)")
+        .select(
+            F.coalesce("r.entity_id", "s.entity_id").alias("entity_id"),
+            F.coalesce("r.session_id", "s.session_id").alias("session_id"),
+        )  # fmt: skip
+        .collect()
+    )
+    return sorted((row["entity_id"], row["session_id"]) for row in differing)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording
+
+
+def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> None:  # noqa: ANN001
+    """Write (or, for a retried task, rewrite) this run's rows, and what it verified."""
+    run_id = report.run_id
     cur.execute("DELETE FROM reconcile_runs WHERE run_id = %s", (run_id,))
     cur.execute(
-        """INSERT INTO reconcile_runs (run_id, delta_sessions, delta_sessions_checksum, postgres_sessions,
-                                       postgres_sessions_checksum)
-           VALUES (%s, %s, %s, %s, %s)""",
-        (run_id, *delta_summary, *postgres_summary),
+        """INSERT INTO reconcile_runs (run_id, counted_at, finished_at, status, delta_sessions,
+                                       delta_sessions_checksum, postgres_sessions, postgres_sessions_checksum,
+                                       ranges_checked, ranges_mismatched, gaps, report, delta_versions, used_spark,
+                                       entities_checked, findings, repair_of, alert)
+           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        (
+            run_id,
+            snapshot.now,
+            report.status,
+            report.delta_sessions.count,
+            report.delta_sessions.checksum,
+            report.postgres_sessions.count,
+            report.postgres_sessions.checksum,
+            len(report.checks),
+            len(report.mismatched),
+            json.dumps([g.as_dict() for g in report.gaps]),
+            report.summary(),
+            json.dumps(snapshot.versions),
+            report.used_spark,
+            report.entities_checked,
+            json.dumps(report.findings()),
+            repair_of,
+            None if report.ok else report.alert(),
+        ),
     )
     cur.executemany(
         """INSERT INTO reconcile_ranges (run_id, pipeline, batch_id, topic, kafka_partition, start_offset,
-                                         end_offset, sink_records)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""",
+                                         end_offset, sink_records, sink_checksum, kafka_records, matches, reason,
+                                         outcome)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         [
-            (run_id, r.pipeline, r.batch_id, r.range.topic, r.range.partition, r.range.start, r.range.end, n)
-            for r, n in zip(ranges, counts, strict=True)
+            (
+                run_id,
+                c.pipeline,
+                c.batch_id,
+                c.topic,
+                c.partition,
+                c.start,
+                c.end,
+                c.sink_records,
+                c.sink_checksum,
+                c.kafka_records,
+                c.matches,
+                c.reason,
+                c.outcome,
+            )  # fmt: skip
+            for c in report.checks
         ],
     )
+    cur.executemany(
+        """INSERT INTO verified_ranges (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset,
+                                        sink_records, sink_checksum, verified_by)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+           ON CONFLICT (pipeline, batch_id, topic, kafka_partition) DO UPDATE SET checked_at = now()""",
+        [
+            (c.pipeline, c.batch_id, c.topic, c.partition, c.start, c.end, c.sink_records, c.sink_checksum, run_id)
+            for c in report.checks
+            if c.matches
+        ],
+    )
+
+
+def stored_report(settings: Settings, run_id: str | None = None) -> tuple[str, str, str] | None:
+    """(run_id, status, report) of ``run_id``, or of the latest run."""
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            if run_id:
+                cur.execute("SELECT run_id, status, report FROM reconcile_runs WHERE run_id = %s", (run_id,))
+            else:
+                cur.execute("SELECT run_id, status, report FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1")
+            return cur.fetchone()
+    finally:
+        conn.close()
+
+
+def new_run_id(prefix: str = "cli") -> str:
+    return f"{prefix}__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
 
 
 def main(argv: list[str] | None = None) -> None:
     from spark_jobs.spark import build_session
 
-    parser = argparse.ArgumentParser(description="tidemark reconciliation: count what the sinks hold")
+    parser = argparse.ArgumentParser(description="tidemark reconciliation")
     parser.add_argument("--run-id", required=True, help="the reconcile run (Airflow's run_id)")
+    parser.add_argument("--repair-of", help="the run a repair re-checks")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    summary = count_sinks(build_session(settings, "tidemark-reconcile"), settings, args.run_id)
-    print(
-        f"reconcile {summary.run_id}: {summary.ranges} unverified ledger ranges counted; sessions Delta "
-        f"{summary.delta_sessions[0]:,}, PostgreSQL {summary.postgres_sessions[0]:,}"
-    )
+    report = run(settings, args.run_id, lambda: build_session(settings, "tidemark-reconcile"), args.repair_of)
+    # The run is recorded; a finding is the verdict task's to report (and alert on), not a job failure.
+    print(report.summary())
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ class Settings:
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     # How sessions are cut; the ledger records them and a run with other rules is refused.
     session_rules: SessionRules = field(default_factory=SessionRules)
+    # Reconciliation re-checks every verified range at least once per this many days.
+    reverify_days: float = 7.0
     # Spark, when tidemark builds the session itself (the CLI, tests); spark-submit's own flags win.
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
@@ -129,6 +131,7 @@ class Settings:
             jars_dir=Path(env.get("TIDEMARK_JARS_DIR") or Path()),
             kafka_options=kafka_options,
             session_rules=_rules(env),
+            reverify_days=_number(env, "TIDEMARK_REVERIFY_DAYS", 7.0),
             spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
             shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
             driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
@@ -156,6 +159,7 @@ class Settings:
             "TIDEMARK_JARS_DIR": str(self.jars_dir),
             "TIDEMARK_SESSION_GAP_MINUTES": _minutes(self.session_rules.gap),
             "TIDEMARK_SESSION_MAX_HOURS": f"{self.session_rules.max_length.total_seconds() / 3600:g}",
+            "TIDEMARK_REVERIFY_DAYS": f"{self.reverify_days:g}",
             "TIDEMARK_SPARK_MASTER": self.spark_master,
             "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
             "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,

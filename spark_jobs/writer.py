@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import dedupe, ledger, session_changes
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.errors import LedgerConflict
+from spark_jobs.lock import batch_commit
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
@@ -134,16 +135,17 @@ class BatchWriter:
     def _write_new_batch(self, conn, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange]) -> BatchResult:  # noqa: ANN001
         clock = _Stopwatch()
         plan = self.plan(batch_df, batch_id, ranges, clock)
-        self.write_delta(plan)
-        clock.lap("delta")
-        self.fault("after_delta")
-        with conn, conn.cursor() as cur:
-            cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
-            if ledger.batch_exists(cur, self.pipeline, batch_id):
-                raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
-            ledger.check_session_rules(cur, self.rules)
-            written, deleted = postgres.upsert_sessions(cur, plan.session_rows, plan.anchor_rows)
-            ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules)
+        with batch_commit(self.settings):  # reconcile sees this batch in both sinks or in neither
+            self.write_delta(plan)
+            clock.lap("delta")
+            self.fault("after_delta")
+            with conn, conn.cursor() as cur:
+                cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
+                if ledger.batch_exists(cur, self.pipeline, batch_id):
+                    raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
+                ledger.check_session_rules(cur, self.rules)
+                written, deleted = postgres.upsert_sessions(cur, plan.session_rows, plan.anchor_rows)
+                ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules)
         clock.lap("postgres")
         c = plan.counts
         return BatchResult(
@@ -321,12 +323,14 @@ class BatchPlan:
         return delta.Txn(self.txn_app_id, self.batch_id)
 
 
-def rebuild_all_sessions(spark: SparkSession, settings: Settings) -> tuple[int, int]:
-    """Recompute every stored session from ``events`` under ``settings.session_rules``, in both sinks.
+def rebuild_sessions(spark: SparkSession, settings: Settings, entities: list[str] | None = None) -> tuple[int, int]:
+    """Recompute stored sessions from ``events`` under ``settings.session_rules``, in both sinks.
 
-    For a change of session rules; call it holding the writer lock. The same comparison as a batch
-    writes only what differs; the new rules are recorded with PostgreSQL's sessions, so a crash
-    in between leaves the old rules recorded and the rebuild is simply run again.
+    Every entity's (a change of session rules), or only ``entities``' (a repair). Call it holding
+    the writer lock. The same comparison as a batch writes only what differs to Delta, and
+    PostgreSQL gets the entities' full recomputed sessions, so a row missing or changed in either
+    sink is put back. A full rebuild records the new rules with PostgreSQL's sessions, so a crash in
+    between leaves the old rules recorded and the rebuild is simply run again.
     Returns (sessions written, sessions removed) in PostgreSQL.
     """
     from pyspark.sql import functions as F
@@ -334,6 +338,9 @@ def rebuild_all_sessions(spark: SparkSession, settings: Settings) -> tuple[int, 
     delta.ensure_tables(spark, settings)
     events = delta.table(spark, settings.table_path("events")).toDF()
     sessions = delta.table(spark, settings.table_path("sessions")).toDF()
+    if entities is not None:
+        named = F.broadcast(spark.createDataFrame([(e,) for e in entities], "entity_id string"))
+        events, sessions = events.join(named, "entity_id"), sessions.join(named, "entity_id")
     anchors = (
         events.select("entity_id", F.col("arrival_time").alias("anchor"))
         .unionByName(sessions.select("entity_id", F.col("started_at").alias("anchor")))
@@ -344,22 +351,24 @@ def rebuild_all_sessions(spark: SparkSession, settings: Settings) -> tuple[int, 
     recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules)
     compared = session_changes.compare(recomputed, sessions, anchors).localCheckpoint(eager=True)
     ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
-    delta.apply_session_changes(
-        spark,
-        settings.table_path("sessions"),
-        compared,
-        ops.get("update", 0) + ops.get("delete", 0),
-        ops.get("insert", 0),
-    )
-    conn = ledger.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            written = postgres.upsert_sessions(
-                cur,
-                postgres.rows_as_text(session_changes.surviving(compared), SESSION_COLUMNS),
-                postgres.rows_as_text(anchors, ("entity_id", "anchor")),
-            )
-            ledger.record_session_rules(cur, settings.session_rules, "rebuild")
-    finally:
-        conn.close()
+    with batch_commit(settings):
+        delta.apply_session_changes(
+            spark,
+            settings.table_path("sessions"),
+            compared,
+            ops.get("update", 0) + ops.get("delete", 0),
+            ops.get("insert", 0),
+        )
+        conn = ledger.connect(settings.postgres_dsn)
+        try:
+            with conn, conn.cursor() as cur:
+                written = postgres.upsert_sessions(
+                    cur,
+                    postgres.rows_as_text(session_changes.surviving(compared), SESSION_COLUMNS),
+                    postgres.rows_as_text(anchors, ("entity_id", "anchor")),
+                )
+                if entities is None:
+                    ledger.record_session_rules(cur, settings.session_rules, "rebuild")
+        finally:
+            conn.close()
     return written

@@ -168,6 +168,34 @@ def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
+    """Reconcile (Spark only if there is something new to check); exit 1 on a finding."""
+    from spark_jobs import reconcile
+    from spark_jobs.spark import build_session
+
+    if args.show is not None:
+        stored = reconcile.stored_report(settings, args.show or None)
+        if stored is None:
+            raise TidemarkError(f"no reconcile run {args.show!r}" if args.show else "no reconcile run yet")
+        print(stored[2])
+        return 0 if stored[1] == "ok" else 1
+    run_id = args.run_id or reconcile.new_run_id()
+    report = reconcile.run(settings, run_id, lambda: build_session(settings, "tidemark-reconcile"))
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+def cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
+    """Repair what a reconcile run named, then re-check; exit 1 when the re-check still finds something."""
+    from spark_jobs import repair
+    from spark_jobs.spark import build_session
+
+    repair.load_plan(settings, args.run_id)  # an unknown or passing run fails before Spark starts
+    outcome = repair.repair(build_session(settings, "tidemark-repair"), settings, args.run_id)
+    print(outcome.describe())
+    return 0 if outcome.recheck.ok else 1
+
+
 def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs.ledger import connect
 
@@ -239,6 +267,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_scheduled_arguments(sub.add_parser("ingest", help="scheduled run: process what arrived since the last run"))
     add_backfill_arguments(sub.add_parser("backfill", help="re-process an offset or arrival-time range"))
+    reconcile = sub.add_parser(
+        "reconcile", help="check Kafka against the sinks and the sessions against events; exit 1 on a finding"
+    )
+    reconcile.add_argument("--run-id", help="name of this run (default: cli__<UTC time>)")
+    reconcile.add_argument(
+        "--show", nargs="?", const="", metavar="RUN_ID", help="print a stored run's report (default: the latest)"
+    )
+    repair = sub.add_parser("repair", help="rewrite what a reconcile run named, then re-check")
+    repair.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
     sessions = sub.add_parser("sessions", help="show an entity's sessions (from PostgreSQL)")
     sessions.add_argument("entity_id")
 
@@ -261,6 +298,8 @@ COMMANDS = {
     "land": cmd_land,
     "ingest": cmd_ingest,
     "backfill": cmd_ingest,
+    "reconcile": cmd_reconcile,
+    "repair": cmd_repair,
     "sessions": cmd_sessions,
     "airflow": cmd_airflow,
     "bench": cmd_bench,

@@ -7,6 +7,7 @@ import os
 from typing import TYPE_CHECKING
 
 from airflow.sdk import BaseNotifier
+from airflow.sdk.exceptions import AirflowFailException
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -26,6 +27,10 @@ def webhook_url(host: str | None, schema: str | None, port: int | None, extra: d
     return f"{base.rstrip('/')}/{endpoint}" if endpoint else base
 
 
+class BadRequest(AirflowFailException):
+    """A trigger form or parameter the user must fix: the task fails at once and pages no one."""
+
+
 class AlertNotifier(BaseNotifier):
     """Send a tidemark alert about the task in ``context``.
 
@@ -35,7 +40,8 @@ class AlertNotifier(BaseNotifier):
     * an email through Airflow's SMTP connection (``smtp_default``) when ``TIDEMARK_ALERT_EMAIL``
       names recipients (comma-separated) and that connection exists.
 
-    A channel that fails is logged and does not hide the others.
+    A channel that fails is logged and does not hide the others. A :class:`BadRequest` (a form to
+    fix) is logged and not sent: alerts are for findings and failures, not for typos.
 
     :param webhook_conn_id: connection of the webhook
     :param smtp_conn_id: SMTP connection for email
@@ -59,6 +65,9 @@ class AlertNotifier(BaseNotifier):
         return f"tidemark alert: {dag_id}.{task_id} failed in run {run_id}\n{detail}"
 
     def notify(self, context: Context) -> None:
+        if isinstance(context.get("exception"), BadRequest):
+            self.log.warning("not alerting: the request was bad (%s)", context["exception"])
+            return
         text = self.message(context)
         self.log.error("%s", text)
         self._post_webhook(text)

@@ -1,8 +1,7 @@
-"""Operators: submit a tidemark Spark job, and reconcile Kafka against the sinks."""
+"""Operators: submit a tidemark Spark job; reconcile without Spark when nothing is new; read the verdict."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
@@ -14,13 +13,11 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
-from tidemark_airflow.hooks import KafkaOffsetsHook
-from tidemark_airflow.reconcile import LedgerEntry, RangeCheck, Report, SessionsSummary, find_gaps
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-JOBS = ("ingest", "reconcile")
+JOBS = ("ingest", "reconcile", "repair")
 
 
 class TidemarkSparkSubmitOperator(SparkSubmitOperator):
@@ -30,7 +27,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     connection says. At run time the job gets the ``TIDEMARK_*`` environment built from the Kafka
     and PostgreSQL connections, and the connector and Delta jars from ``TIDEMARK_JARS_DIR``.
 
-    :param job: ``ingest`` or ``reconcile``
+    :param job: ``ingest``, ``reconcile`` or ``repair``
     :param kafka_conn_id: connection with the Kafka client options
     :param postgres_conn_id: connection to the tidemark database
     """
@@ -65,17 +62,31 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         super().execute(context)
 
 
-class ReconcileOperator(BaseOperator):
-    """Compare Kafka's committed records with the sinks, range by range, and fail on a mismatch.
+def reconcile_without_spark(run_id: str, log) -> bool:  # noqa: ANN001 - a logger
+    """Reconcile without Spark when there is nothing new to check; say whether the Spark job must run.
 
-    Reads what ``spark_jobs/reconcile.py`` recorded for this run (sink counts per unverified ledger
-    range, sessions summaries of Delta and PostgreSQL), counts the committed records of each range
-    in Kafka by reading them, looks for gaps between consecutive scheduled batches, stores the
-    outcome in ``reconcile_runs`` / ``reconcile_ranges`` and, when anything disagrees, fails with
-    a message naming the partitions and offset ranges (a failure callback sends the alert).
+    Runs :func:`spark_jobs.reconcile.run` without a Spark session: when no range is new or due and
+    the sinks are as the previous run left them, it checks PostgreSQL's sessions against the Delta
+    summary of that run, records the outcome and returns False (the Spark task is skipped).
+    Otherwise it records nothing and returns True: the ``reconcile`` Spark job runs the check.
+    """
+    from spark_jobs import reconcile
 
-    :param kafka_conn_id: connection with the Kafka client options
-    :param postgres_conn_id: connection to the tidemark database
+    report = reconcile.run(tidemark_settings(), run_id, spark_factory=None)
+    if report is None:
+        log.info("new ranges or commits to check: the Spark job counts them")
+        return True
+    log.info("nothing new since the previous run: checked without Spark")
+    return False
+
+
+class VerdictOperator(BaseOperator):
+    """Read a recorded reconcile run; log its report and fail with the short alert when it found something.
+
+    A finding is not a transient failure: give it ``retries=0``; the failure callback sends the alert.
+
+    :param reconcile_run_id: the run (templated); for a repair, the repair's id, whose re-check is read
+    :param repair: whether ``reconcile_run_id`` names a repair (``repairs`` table) instead of a run
     """
 
     template_fields: Sequence[str] = ("reconcile_run_id",)
@@ -84,78 +95,41 @@ class ReconcileOperator(BaseOperator):
         self,
         *,
         reconcile_run_id: str = "{{ run_id }}",
-        kafka_conn_id: str = KAFKA_CONN_ID,
+        repair: bool = False,
         postgres_conn_id: str = POSTGRES_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.reconcile_run_id = reconcile_run_id
-        self.kafka_conn_id = kafka_conn_id
+        self.repair = repair
         self.postgres_conn_id = postgres_conn_id
 
     def execute(self, context: Context) -> dict[str, object]:
         from spark_jobs.ledger import connect
 
-        settings = tidemark_settings(self.kafka_conn_id, self.postgres_conn_id)
-        kafka = KafkaOffsetsHook(self.kafka_conn_id)
+        settings = tidemark_settings(postgres_conn_id=self.postgres_conn_id)
         conn = connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
-                report = self._compare(cur, kafka)
-                self._store(cur, report)
+                run_id = self.reconcile_run_id
+                if self.repair:
+                    cur.execute("SELECT recheck_run, actions FROM repairs WHERE repair_id = %s", (run_id,))
+                    row = cur.fetchone()
+                    if row is None or row[0] is None:
+                        raise AirflowFailException(f"repair {run_id} recorded no re-check: see the repair task's log")
+                    run_id = row[0]
+                    self.log.info("repair actions:\n%s", "\n".join(f"- {a}" for a in row[1]))
+                cur.execute(
+                    "SELECT status, report, alert, ranges_checked, used_spark FROM reconcile_runs WHERE run_id = %s",
+                    (run_id,),
+                )
+                row = cur.fetchone()
         finally:
             conn.close()
-        self.log.info("%s", report.summary())
-        if not report.ok:
-            raise AirflowFailException(report.summary())
-        return {"ranges_checked": len(report.checks), "sessions": report.delta_sessions.count}
-
-    def _compare(self, cur, kafka: KafkaOffsetsHook) -> Report:  # noqa: ANN001 - psycopg2 cursor
-        run_id = self.reconcile_run_id
-        cur.execute(
-            """SELECT delta_sessions, delta_sessions_checksum, postgres_sessions, postgres_sessions_checksum
-               FROM reconcile_runs WHERE run_id = %s""",
-            (run_id,),
-        )
-        row = cur.fetchone()
         if row is None:
-            raise AirflowFailException(
-                f"no sink counts recorded for reconcile run {run_id!r}: the count_sinks task must run first"
-            )
-        delta = SessionsSummary(int(row[0]), int(row[1]))
-        postgres = SessionsSummary(int(row[2]), int(row[3]))
-        cur.execute(
-            """SELECT pipeline, batch_id, topic, kafka_partition, start_offset, end_offset, sink_records
-               FROM reconcile_ranges WHERE run_id = %s ORDER BY topic, kafka_partition, start_offset""",
-            (run_id,),
-        )
-        checks = []
-        for pipeline, batch_id, topic, partition, start, end, sink_records in cur.fetchall():
-            committed = kafka.count_committed(topic, partition, start, end)
-            checks.append(RangeCheck(pipeline, batch_id, topic, partition, start, end, sink_records, committed))
-        cur.execute("SELECT pipeline, batch_id, topic, kafka_partition, start_offset, end_offset FROM ledger_ranges")
-        gaps = find_gaps(LedgerEntry(*r) for r in cur.fetchall())
-        return Report(run_id, checks, gaps, delta, postgres)
-
-    def _store(self, cur, report: Report) -> None:  # noqa: ANN001
-        cur.executemany(
-            """UPDATE reconcile_ranges SET kafka_records = %s, matches = %s
-               WHERE run_id = %s AND pipeline = %s AND batch_id = %s AND topic = %s AND kafka_partition = %s""",
-            [
-                (c.kafka_records, c.matches, report.run_id, c.pipeline, c.batch_id, c.topic, c.partition)
-                for c in report.checks
-            ],
-        )
-        cur.execute(
-            """UPDATE reconcile_runs SET finished_at = now(), status = %s, ranges_checked = %s,
-                      ranges_mismatched = %s, gaps = %s, report = %s
-               WHERE run_id = %s""",
-            (
-                "ok" if report.ok else "mismatch",
-                len(report.checks),
-                len(report.mismatched),
-                json.dumps([g.as_dict() for g in report.gaps]),
-                report.summary(),
-                report.run_id,
-            ),
-        )
+            raise AirflowFailException(f"reconcile run {run_id} recorded nothing: see the reconcile task's log")
+        status, report, alert, checked, used_spark = row
+        self.log.info("%s", report)
+        if status != "ok":
+            raise AirflowFailException(alert)
+        return {"run_id": run_id, "status": status, "ranges_checked": checked, "used_spark": used_spark}

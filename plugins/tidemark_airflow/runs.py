@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from tidemark_airflow.notifiers import BadRequest
+
 BACKFILL_RUN_TYPE = "backfill"  # DagRunType.BACKFILL_JOB: a run created by Airflow's own Backfill
 
 
@@ -81,10 +83,8 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
     """Check the trigger form and resolve it against the broker; log the plan with record counts.
 
     Returns the ingest job's arguments for exactly the plan logged, or None for a dry run. Bad
-    parameters raise AirflowFailException (no retry: the form must be fixed) with what to fix.
+    parameters raise BadRequest (no retry, no alert: the form must be fixed) with what to fix.
     """
-    from airflow.sdk.exceptions import AirflowFailException
-
     from spark_jobs.errors import TidemarkError
     from spark_jobs.planning import describe_plan, offsets_argument, parse_offsets, plan_backfill
     from tidemark_airflow.connections import tidemark_settings
@@ -96,9 +96,34 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
         offsets = parse_offsets(request.offsets) if request.offsets else None
         plan = plan_backfill(settings, request.topic, offsets, request.from_time, request.to_time)
     except (ValueError, TidemarkError) as exc:
-        raise AirflowFailException(f"invalid backfill parameters: {exc}") from None
+        raise BadRequest(f"invalid backfill parameters: {exc}") from None
     kafka = KafkaOffsetsHook()
     counts = {r.partition: kafka.count_committed(r.topic, r.partition, r.start, r.end) for r in plan.ranges}
     log.info("resolved backfill plan%s:\n%s", " (dry run: nothing will be written)" if request.dry_run else "",
              describe_plan(plan.ranges, counts))  # fmt: skip
     return None if request.dry_run else request.arguments(offsets_argument(plan.ranges))
+
+
+def plan_repair(params: Mapping[str, object], repair_id: str, log) -> list[str]:  # noqa: ANN001 - a logger
+    """Check the ``tidemark_repair`` form and log the repair plan; the repair job's arguments.
+
+    An unknown run, or one that found nothing, is a BadRequest (no alert): the form must be fixed.
+    """
+    from spark_jobs.errors import TidemarkError
+    from spark_jobs.repair import load_plan
+    from tidemark_airflow.connections import tidemark_settings
+
+    run_id = str(params.get("reconcile_run_id") or "").strip() or None
+    try:
+        plan = load_plan(tidemark_settings(), run_id)
+    except TidemarkError as exc:
+        raise BadRequest(f"cannot repair: {exc}") from None
+    lines = [f"repair of reconcile run {plan.run_id}:"]
+    lines += [f"  re-read {r}" + (" (cleared first)" if r in plan.clear else "") for r in plan.reread]
+    if plan.entities is None:
+        lines.append("  recompute every entity's sessions from events")
+    elif plan.entities:
+        lines.append(f"  recompute the sessions of {len(plan.entities):,} entities from events")
+    lines += [f"  expired, cannot be re-read: {r}" for r in plan.expired]
+    log.info("%s", "\n".join(lines))
+    return ["--run-id", plan.run_id, "--repair-id", repair_id]

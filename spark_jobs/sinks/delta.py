@@ -142,12 +142,12 @@ def apply_session_changes(
         append(compared.where("op = 'insert'").select(*SESSION_COLUMNS), path, txn)
 
 
-def range_filter(ranges: list[PartitionRange], alias: str) -> str:
-    """SQL predicate on ``alias``'s coordinates inside ``ranges`` (lets Delta skip files by offset stats)."""
-    t = alias
+def range_filter(ranges: list[PartitionRange], alias: str = "") -> str:
+    """SQL predicate on (``alias``'s) coordinates inside ``ranges`` (lets Delta skip files by offset stats)."""
+    t = f"{alias}." if alias else ""
     return " OR ".join(
-        f"({t}.topic = '{r.topic}' AND {t}.partition = {r.partition} AND {t}.offset >= {r.start} "
-        f"AND {t}.offset < {r.end})"
+        f"({t}topic = '{r.topic}' AND {t}partition = {r.partition} AND {t}offset >= {r.start} "
+        f"AND {t}offset < {r.end})"
         for r in ranges
     )
 
@@ -185,12 +185,12 @@ def files_rewritten_since(spark: SparkSession, settings: Settings, versions: dic
 
 def sessions_summary(spark: SparkSession, settings: Settings) -> tuple[int, int]:
     """Row count and checksum of Delta ``sessions`` (comparable with sinks.postgres.sessions_summary)."""
-    row = (
-        table(spark, settings.table_path("sessions"))
-        .toDF()
-        .selectExpr("count(*) AS n", f"{SESSIONS_CHECKSUM} AS checksum")
-        .first()
-    )
+    return sessions_summary_of(table(spark, settings.table_path("sessions")).toDF())
+
+
+def sessions_summary_of(sessions: DataFrame) -> tuple[int, int]:
+    """Row count and checksum of a sessions frame (a table version, say)."""
+    row = sessions.selectExpr("count(*) AS n", f"{SESSIONS_CHECKSUM} AS checksum").first()
     return int(row["n"]), int(row["checksum"])
 
 

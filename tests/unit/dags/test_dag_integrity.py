@@ -16,7 +16,7 @@ import pytest
 
 from spark_jobs.settings import PROJECT_ROOT
 
-EXPECTED_DAGS = {"tidemark_ingest", "tidemark_backfill", "tidemark_reconcile"}
+EXPECTED_DAGS = {"tidemark_ingest", "tidemark_backfill", "tidemark_reconcile", "tidemark_repair"}
 HEAVY_MODULES = ("pyspark", "pandas", "pyarrow", "psycopg2", "confluent_kafka", "delta", "spark_jobs")
 
 PARSE = r"""
@@ -86,6 +86,10 @@ def test_dags_do_not_catch_up_retry_alert_and_are_documented(parsed: dict, dag_i
     for task_id, task in dag["tasks"].items():
         assert task["callbacks"], f"{dag_id}.{task_id} sends no alert when it fails"
     # Retries everywhere except where a failure is a finding, not a transient error.
-    no_retry = {"tidemark_backfill": {"plan"}, "tidemark_reconcile": {"compare"}}.get(dag_id, set())
+    no_retry = {
+        "tidemark_backfill": {"plan"},
+        "tidemark_reconcile": {"verdict"},
+        "tidemark_repair": {"plan", "verdict"},
+    }.get(dag_id, set())
     for task_id, task in dag["tasks"].items():
         assert (task["retries"] == 0) == (task_id in no_retry), f"{dag_id}.{task_id} retries={task['retries']}"

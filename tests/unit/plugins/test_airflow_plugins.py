@@ -1,4 +1,4 @@
-"""Pure logic of the Airflow side: reconciliation, run arguments, connection mapping, alerts."""
+"""Pure logic of the Airflow side: run arguments, connection mapping, alerts."""
 
 from __future__ import annotations
 
@@ -11,54 +11,7 @@ from spark_jobs.planning import offsets_argument
 from spark_jobs.settings import Settings
 from tidemark_airflow.connections import kafka_env, postgres_dsn
 from tidemark_airflow.notifiers import AlertNotifier, webhook_url
-from tidemark_airflow.reconcile import Gap, LedgerEntry, RangeCheck, Report, SessionsSummary, find_gaps
 from tidemark_airflow.runs import BackfillRequest, ingest_arguments
-
-
-def entry(pipeline: str, batch: int, start: int, end: int, partition: int = 0) -> LedgerEntry:
-    return LedgerEntry(pipeline, batch, "events", partition, start, end)
-
-
-def test_consecutive_scheduled_batches_that_tile_have_no_gap() -> None:
-    assert find_gaps([entry("ingest:events", 0, 0, 10), entry("ingest:events", 1, 10, 25)]) == []
-
-
-def test_a_hole_between_scheduled_batches_is_a_gap_unless_a_backfill_covers_it() -> None:
-    entries = [entry("ingest:events", 0, 0, 10), entry("ingest:events", 2, 40, 50), entry("ingest:events", 3, 50, 60)]
-    assert find_gaps(entries) == [Gap("ingest:events", "events", 0, 10, 40, 0, 2)]
-    partly = [*entries, entry("backfill:events", 0, 10, 30)]
-    assert find_gaps(partly) == [Gap("ingest:events", "events", 0, 10, 40, 0, 2)]
-    covered = [*partly, entry("backfill:events", 1, 25, 45)]
-    assert find_gaps(covered) == []
-
-
-def test_backfill_pipelines_and_other_partitions_are_not_compared_with_each_other() -> None:
-    entries = [
-        entry("backfill:events", 0, 0, 10),
-        entry("backfill:events", 1, 50, 60),
-        entry("ingest:events", 0, 0, 10, partition=0),
-        entry("ingest:events", 0, 100, 110, partition=1),
-        entry("ingest:events", 1, 10, 20, partition=0),
-        entry("ingest:events", 1, 110, 120, partition=1),
-    ]
-    assert find_gaps(entries) == []
-
-
-def test_report_names_partitions_offsets_and_sessions_and_says_what_to_do() -> None:
-    checks = [
-        RangeCheck("ingest:events", 3, "events", 1, 100, 200, sink_records=98, kafka_records=100),
-        RangeCheck("ingest:events", 3, "events", 0, 50, 60, sink_records=10, kafka_records=10),
-    ]
-    report = Report("r1", checks, [], SessionsSummary(5, 123), SessionsSummary(4, 99))
-    assert not report.ok
-    text = report.summary()
-    assert "topic events partition 1 offsets [100, 200) (ingest:events batch 3)" in text
-    assert "Kafka has 100 committed records, the sinks hold 98" in text and "2 missing" in text
-    assert "partition 0 offsets [50, 60)" not in text
-    assert "sessions: Delta has 5 rows (checksum 123), PostgreSQL has 4 rows (checksum 99)" in text
-    assert "What to do" in text
-    fine = Report("r2", checks[1:], [], SessionsSummary(5, 1), SessionsSummary(5, 1))
-    assert fine.ok and "What to do" not in fine.summary()
 
 
 def test_scheduled_and_manual_runs_ingest_what_is_new() -> None:

@@ -1,0 +1,62 @@
+"""
+### tidemark_repair
+
+Repair what a reconcile run named, and only that, then re-check. Give the run id from the alert
+(empty: the latest run that found a mismatch). ``plan`` checks it before Spark starts and logs
+what will be rewritten; ``repair`` (``spark_jobs/repair.py``) re-reads the named offset ranges
+from Kafka (records a sink holds stay as they are), clears and rewrites ranges with extra or
+changed rows, recomputes the named entities' sessions from ``events`` in both sinks, and runs a
+reconcile; ``verdict`` passes when that re-check passes. Expired ranges cannot be re-read and are
+only reported.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import Param, dag, task
+
+from tidemark_airflow.assets import SINKS
+from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOperator
+
+
+@dag(
+    schedule=None,
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=1), "on_failure_callback": AlertNotifier()},
+    params={
+        "reconcile_run_id": Param(
+            "",
+            type="string",
+            title="Reconcile run",
+            description="The tidemark_reconcile run whose findings to repair, as the alert names it. "
+            "Leave empty for the latest run that found a mismatch.",
+        ),
+    },
+    tags=["tidemark"],
+    doc_md=__doc__,
+)
+def tidemark_repair():
+    @task(retries=0)
+    def plan(params=None, run_id=None) -> list[str]:  # noqa: ANN001
+        """Check the run id and log what the repair will rewrite."""
+        import logging
+
+        from tidemark_airflow.runs import plan_repair
+
+        return plan_repair(params, run_id, logging.getLogger("airflow.task"))
+
+    repair = TidemarkSparkSubmitOperator(
+        task_id="repair",
+        job="repair",
+        application_args=plan(),
+        outlets=[SINKS],
+        execution_timeout=timedelta(hours=6),
+    )
+    repair >> VerdictOperator(task_id="verdict", repair=True, retries=0)
+
+
+tidemark_repair()

@@ -1,0 +1,265 @@
+"""Repair what a reconcile run named, and only that, then re-check.
+
+spark-submit entry point (the ``tidemark_repair`` DAG's Spark task)::
+
+    spark-submit spark_jobs/repair.py [--run-id RECONCILE_RUN_ID]
+
+``tidemark repair`` runs the same :func:`repair`. Per finding of the run (the latest mismatch when
+no run is given):
+
+* **missing records, a gap:** the named offsets are read again from Kafka and processed as one
+  batch of the ``repair:<topic>`` pipeline. Records a sink holds stay as they are; the others are
+  validated and ranked as any batch would, and their entities' sessions recomputed. A range that
+  lost nothing writes nothing, and still records its ledger range (which closes a gap).
+* **extra or changed rows:** the range's rows are deleted from ``events``, ``duplicates`` and
+  ``quarantine`` and the range is processed again, so each committed record is back exactly once.
+* **sessions that differ** (Delta vs PostgreSQL, or vs a recompute from ``events``): the named
+  entities' sessions are recomputed from ``events`` and written to both sinks.
+* **expired ranges:** nothing can be re-read; they are reported, not repaired.
+
+Then a reconcile run re-checks everything (its ``repair_of`` names the run repaired); the repair's
+outcome goes to the ``repairs`` table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spark_jobs import ledger, reconcile
+from spark_jobs.contract import RECORD_TABLES
+from spark_jobs.errors import ConfigError
+from spark_jobs.findings import Report
+from spark_jobs.kafka_source import read_range
+from spark_jobs.lock import batch_commit, single_writer
+from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
+from spark_jobs.writer import BatchWriter, rebuild_sessions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPAIR = "repair"
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What a run's findings ask for: ranges to re-read (and, of those, ranges to clear first), entities."""
+
+    run_id: str
+    reread: list[PartitionRange]
+    clear: list[PartitionRange]
+    entities: list[str] | None  # None: every entity (the run could not name them all)
+    expired: list[PartitionRange]
+
+    @property
+    def empty(self) -> bool:
+        return not self.reread and self.entities == []
+
+
+def plan_repair(run_id: str, findings: list[dict]) -> RepairPlan:
+    """The repair of ``findings`` (``reconcile_runs.findings``), pure."""
+    reread, clear, expired, entities = [], [], [], set()
+    every_entity = False
+    for f in findings:
+        kind = f["kind"]
+        if kind in ("range", "gap"):
+            r = PartitionRange(f["topic"], f["partition"], f["start"], f["end"])
+            outcome = f.get("outcome", "missing")
+            if outcome == "expired":
+                expired.append(r)
+                continue
+            reread.append(r)
+            if outcome in ("extra", "changed"):
+                clear.append(r)
+        elif kind in ("sessions_sinks", "sessions_events"):
+            entities |= set(f["sessions"])
+            every_entity |= f["entity_count"] > len(f["sessions"])
+        elif kind == "sessions_totals":  # totals differ but no session was named: recompute all
+            every_entity = True
+    return RepairPlan(
+        run_id,
+        reconcile.merged_spans(reread),
+        reconcile.merged_spans(clear),
+        None if every_entity else sorted(entities),
+        expired,
+    )
+
+
+@dataclass(frozen=True)
+class RepairOutcome:
+    repair_id: str
+    plan: RepairPlan
+    actions: list[str]
+    recheck: Report
+
+    def describe(self) -> str:
+        lines = [f"tidemark repair {self.repair_id} of reconcile run {self.plan.run_id}:"]
+        lines += [f"- {a}" for a in self.actions] or ["- nothing to rewrite"]
+        lines.append(self.recheck.summary())
+        return "\n".join(lines)
+
+
+def load_plan(settings: Settings, run_id: str | None) -> RepairPlan:
+    """The repair plan of ``run_id`` (default: the latest run that found a mismatch); checks before any work."""
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            if run_id:
+                cur.execute("SELECT run_id, status, findings FROM reconcile_runs WHERE run_id = %s", (run_id,))
+            else:
+                cur.execute(
+                    "SELECT run_id, status, findings FROM reconcile_runs WHERE status = 'mismatch' "
+                    "ORDER BY counted_at DESC LIMIT 1"
+                )
+            row = cur.fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        raise ConfigError(
+            f"no reconcile run {run_id!r}: give the run id from the alert (tidemark reconcile --show lists the latest)"
+            if run_id
+            else "no reconcile run found a mismatch: nothing to repair"
+        )
+    found_id, status, findings = row
+    if status != "mismatch":
+        raise ConfigError(f"reconcile run {found_id} found nothing to repair (status {status})")
+    if findings is None:
+        raise ConfigError(
+            f"reconcile run {found_id} predates named findings; run `tidemark reconcile` and repair that run"
+        )
+    return plan_repair(found_id, findings)
+
+
+def repair(
+    spark: SparkSession, settings: Settings, run_id: str | None = None, repair_id: str | None = None
+) -> RepairOutcome:
+    """Repair the findings of ``run_id`` (default: the latest mismatch), then re-check."""
+    plan = load_plan(settings, run_id)
+    repair_id = repair_id or reconcile.new_run_id("repair")
+    _record(settings, repair_id, plan.run_id, [], None, "running")
+    actions: list[str] = []
+    try:
+        by_topic: dict[str, list[PartitionRange]] = defaultdict(list)
+        for r in plan.reread:
+            by_topic[r.topic].append(r)
+        for topic, ranges in sorted(by_topic.items()):
+            with single_writer(settings, topic, wait=True):
+                actions += _reprocess(spark, settings, topic, ranges, [r for r in plan.clear if r.topic == topic])
+        if plan.entities is None or plan.entities:
+            with ExitStack() as locks:
+                for topic in _topics(settings):  # sorted, as every lock taker does
+                    locks.enter_context(single_writer(settings, topic, wait=True))
+                written, removed = rebuild_sessions(spark, settings, plan.entities)
+            who = "every entity" if plan.entities is None else f"{len(plan.entities):,} entities"
+            actions.append(
+                f"sessions of {who} recomputed from events: {written:,} PostgreSQL rows written, {removed:,} removed"
+            )
+        actions += [f"{r}: expired (retention removed it), cannot be re-read" for r in plan.expired]
+        recheck = reconcile.run(settings, reconcile.new_run_id("recheck"), lambda: spark, repair_of=plan.run_id)
+    except BaseException:
+        _record(settings, repair_id, plan.run_id, actions, None, "failed")
+        raise
+    _record(settings, repair_id, plan.run_id, actions, recheck.run_id, recheck.status)
+    return RepairOutcome(repair_id, plan, actions, recheck)
+
+
+def _reprocess(
+    spark: SparkSession, settings: Settings, topic: str, ranges: list[PartitionRange], clear: list[PartitionRange]
+) -> list[str]:
+    """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first."""
+    low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()}
+    actions = []
+    readable = []
+    for r in ranges:
+        start = max(r.start, low.get(r.partition, 0))
+        if start > r.start:
+            actions.append(f"{r}: offsets [{r.start}, {min(start, r.end)}) are gone (retention); re-read the rest")
+        if start < r.end:
+            readable.append(PartitionRange(r.topic, r.partition, start, r.end))
+    before = _held(spark, settings, readable)
+    if clear:
+        with batch_commit(settings):
+            for name in RECORD_TABLES:
+                delta.table(spark, settings.table_path(name)).delete(delta.range_filter(clear))
+        actions.append(f"cleared {', '.join(str(r) for r in clear)} from the record tables to rewrite them")
+    pipeline = f"{REPAIR}:{topic}"
+    for batch in _batches(readable):
+        conn = ledger.connect(settings.postgres_dsn)
+        try:
+            with conn, conn.cursor() as cur:
+                batch_id = ledger.next_batch_id(cur, pipeline)
+        finally:
+            conn.close()
+        writer = BatchWriter(spark, settings, pipeline, lambda _, b=batch: b)
+        writer.write(read_range(spark, settings, batch), batch_id)
+    after = _held(spark, settings, readable)
+    for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):
+        actions.append(f"{r}: re-read from Kafka; the sinks held {n_before:,} rows of it, now {n_after:,}")
+    return actions
+
+
+def _held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> list[int]:
+    tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
+    entries = [reconcile.LedgerRange(REPAIR, 0, r) for r in ranges]
+    return [n for n, _ in reconcile.range_counts(spark, tables, entries)]
+
+
+def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:
+    """Group ranges into batches with at most one range per partition (a batch's ranges are per partition)."""
+    per_partition: dict[int, list[PartitionRange]] = defaultdict(list)
+    for r in sorted(ranges, key=lambda r: (r.partition, r.start)):
+        per_partition[r.partition].append(r)
+    depth = max((len(v) for v in per_partition.values()), default=0)
+    return [[v[i] for v in per_partition.values() if i < len(v)] for i in range(depth)]
+
+
+def _topics(settings: Settings) -> list[str]:
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT DISTINCT topic FROM ledger_batches ORDER BY topic")
+            return [row[0] for row in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+def _record(
+    settings: Settings, repair_id: str, run_id: str, actions: list[str], recheck: str | None, status: str
+) -> None:
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                """INSERT INTO repairs (repair_id, reconcile_run, actions, recheck_run, status)
+                   VALUES (%s, %s, %s, %s, %s)
+                   ON CONFLICT (repair_id) DO UPDATE SET actions = EXCLUDED.actions,
+                       recheck_run = EXCLUDED.recheck_run, status = EXCLUDED.status,
+                       finished_at = CASE WHEN EXCLUDED.status = 'running' THEN NULL ELSE now() END""",
+                (repair_id, run_id, json.dumps(actions), recheck, status),
+            )
+    finally:
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from spark_jobs.spark import build_session
+
+    parser = argparse.ArgumentParser(description="tidemark repair: rewrite what a reconcile run named, re-check")
+    parser.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
+    parser.add_argument("--repair-id", help="this repair's id (Airflow passes its run_id)")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    load_plan(settings, args.run_id)  # bad input fails before Spark starts
+    outcome = repair(build_session(settings, "tidemark-repair"), settings, args.run_id, args.repair_id)
+    # Recorded in `repairs`; the verdict task reads the re-check and alerts when it still finds something.
+    print(outcome.describe())
+
+
+if __name__ == "__main__":
+    main()
