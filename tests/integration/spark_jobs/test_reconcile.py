@@ -1,0 +1,188 @@
+"""Reconcile and repair against real Kafka, Spark/Delta and PostgreSQL: the tamper drill.
+
+Each test has its own database, lake and topic: reconcile checks everything a database's ledger
+holds. Damage is done behind tidemark's back, as an operator's mistake or a bug would: then
+reconcile must name it, ``repair`` must fix exactly that, and the next reconcile must pass.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from spark_jobs import ingest, reconcile, repair
+from spark_jobs.errors import ConfigError
+from spark_jobs.sinks import delta
+from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows
+from tidemark.producer import ProduceSpec, produce
+
+
+@pytest.fixture
+def fresh(spark, database, topic):
+    """Settings with this test's own database, lake, checkpoints and topic."""
+    home = database.home / "runs" / f"reconcile-{uuid.uuid4().hex[:8]}"
+    return replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
+
+
+def query(settings, sql: str, *args: object) -> list[tuple]:
+    from spark_jobs.ledger import connect
+
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
+def reconciled(spark, settings, name: str):
+    report = reconcile.run(settings, name, lambda: spark)
+    assert report is not None
+    return report
+
+
+def ingest_some(spark, settings, seed: int, count: int = 400) -> None:
+    spec = ProduceSpec(
+        count=count, entities=12, duplicate_rate=0.05, malformed_rate=0.03, seed=seed, id_prefix=f"s{seed}-"
+    )
+    produce(settings, spec, topic=settings.topic, partitions=3)
+    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=count // 2)
+
+
+def versions(spark, settings) -> dict[str, int]:
+    return delta.table_versions(spark, settings)
+
+
+def test_a_clean_run_verifies_every_range_and_the_next_needs_no_spark(spark, fresh) -> None:
+    settings = fresh
+    ingest_some(spark, settings, seed=1)
+
+    first = reconciled(spark, settings, "first")
+    assert first.ok and first.used_spark, first.summary()
+    assert first.checks and all(c.reason == "new" and c.outcome == "ok" for c in first.checks)
+    assert first.entities_checked == 12  # on a first run, every entity is recomputed from events
+    assert query(settings, "SELECT count(*) FROM verified_ranges")[0][0] == len(first.checks)
+
+    # Nothing new: no Spark at all (the Airflow task passes no factory; it would get None back if
+    # the run needed Spark).
+    second = reconcile.run(settings, "second", spark_factory=None)
+    assert second is not None and second.ok and not second.used_spark and second.checks == []
+    [(used_spark, status)] = query(settings, "SELECT used_spark, status FROM reconcile_runs WHERE run_id = 'second'")
+    assert (used_spark, status) == (False, "ok")
+
+    # New data: the same call says it needs Spark and records nothing.
+    ingest_some(spark, settings, seed=2, count=100)
+    assert reconcile.run(settings, "third", spark_factory=None) is None
+    assert query(settings, "SELECT count(*) FROM reconcile_runs WHERE run_id = 'third'")[0][0] == 0
+    third = reconciled(spark, settings, "third")
+    assert third.ok and {c.reason for c in third.checks} == {"new"}
+
+
+def test_the_tamper_drill_each_damage_is_named_repaired_and_rechecked(spark, fresh) -> None:
+    settings = fresh
+    ingest_some(spark, settings, seed=3)
+    ingest_some(spark, settings, seed=4)
+    assert reconciled(spark, settings, "baseline").ok
+
+    # (a) rows deleted from PostgreSQL sessions.
+    gone = query(
+        settings,
+        "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions ORDER BY session_id LIMIT 3) "
+        "RETURNING entity_id, session_id",
+    )
+    found = reconciled(spark, settings, "a")
+    assert not found.ok and not found.mismatched
+    [difference] = found.differences
+    assert difference.kind == "sinks" and difference.session_count == 3
+    assert {(e, s) for e, ids in difference.sessions.items() for s in ids} == set(gone)
+    before = versions(spark, settings)
+    fixed = repair.repair(spark, settings, "a")
+    assert fixed.recheck.ok, fixed.describe()
+    assert versions(spark, settings) == before, "PostgreSQL was wrong: Delta must not be rewritten"
+    assert query(settings, "SELECT count(*) FROM sessions WHERE session_id = ANY(%s)", [s for _, s in gone])[0][0] == 3
+
+    # (b) rows deleted from Delta events (a Delta DELETE): the ranges holding them were verified,
+    # the commit tells reconcile to re-check them.
+    victims = delta_rows(spark, settings, "events", "partition", "offset", "entity_id")[:2]
+    condition = " OR ".join(f"(partition = {v['partition']} AND offset = {v['offset']})" for v in victims)
+    delta.table(spark, settings.table_path("events")).delete(condition)
+    found = reconciled(spark, settings, "b")
+    assert not found.ok
+    named = {(c.partition, c.start, c.end) for c in found.mismatched}
+    assert all(c.outcome == "missing" and c.reason == "changed" for c in found.mismatched)
+    for v in victims:
+        assert any(p == v["partition"] and start <= v["offset"] < end for p, start, end in named), (v, named)
+    assert {d.kind for d in found.differences} == {"events"}
+    assert {v["entity_id"] for v in victims} <= set(found.differences[0].entities)
+    ledger_before = query(settings, "SELECT count(*) FROM ledger_ranges")[0][0]
+    fixed = repair.repair(spark, settings, "b")
+    assert fixed.recheck.ok, fixed.describe()
+    repaired = query(
+        settings, "SELECT kafka_partition, start_offset, end_offset FROM ledger_ranges WHERE pipeline LIKE 'repair:%%'"
+    )
+    assert set(repaired) == named, "only the named ranges are re-read"
+    assert query(settings, "SELECT count(*) FROM ledger_ranges")[0][0] == ledger_before + len(named)
+    assert_sessions_follow_events(spark, settings)
+
+    # (c) one session's event_count changed identically in both sinks: they agree, but not with events.
+    [(session_id, entity_id)] = query(settings, "SELECT session_id, entity_id FROM sessions ORDER BY 1 LIMIT 1")
+    query(settings, "UPDATE sessions SET event_count = event_count + 1 WHERE session_id = %s", session_id)
+    delta.table(spark, settings.table_path("sessions")).update(
+        f"session_id = '{session_id}'", {"event_count": "event_count + 1"}
+    )
+    found = reconciled(spark, settings, "c")
+    assert not found.ok and not found.mismatched
+    [difference] = found.differences
+    assert difference.kind == "events" and difference.sessions == {entity_id: (session_id,)}
+    fixed = repair.repair(spark, settings, "c")
+    assert fixed.recheck.ok, fixed.describe()
+    assert any("sessions of 1 entities recomputed" in a for a in fixed.actions)
+    assert_sessions_follow_events(spark, settings)
+
+    # (d) a ledger batch removed: its offsets are a gap between scheduled batches.
+    pipeline = f"ingest:{settings.topic}"
+    [(middle,)] = query(
+        settings, "SELECT batch_id FROM ledger_batches WHERE pipeline = %s ORDER BY batch_id LIMIT 1 OFFSET 1", pipeline
+    )
+    lost = query(
+        settings,
+        "SELECT kafka_partition, start_offset, end_offset FROM ledger_ranges "
+        "WHERE pipeline = %s AND batch_id = %s AND end_offset > start_offset",
+        pipeline,
+        middle,
+    )
+    query(settings, "DELETE FROM ledger_batches WHERE pipeline = %s AND batch_id = %s", pipeline, middle)
+    found = reconciled(spark, settings, "d")
+    assert not found.ok
+    assert {(g.partition, g.start, g.end) for g in found.gaps} == set(lost)
+    before = versions(spark, settings)
+    fixed = repair.repair(spark, settings, "d")
+    assert fixed.recheck.ok, fixed.describe()
+    assert versions(spark, settings) == before, "the records were all there: nothing is rewritten"
+
+    # A passing run has nothing to repair: said before any work.
+    with pytest.raises(ConfigError, match="found nothing to repair"):
+        repair.load_plan(settings, fixed.recheck.run_id)
+
+
+def test_a_range_whose_start_retention_removed_before_verification_is_reported_expired(spark, fresh) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    settings = fresh
+    produce(settings, ProduceSpec(count=120, entities=3, seed=9, id_prefix="x-"), topic=settings.topic, partitions=1)
+    ingest.run_scheduled(spark, settings)
+    admin = AdminClient(settings.kafka_client_config())
+    for future in admin.delete_records([TopicPartition(settings.topic, 0, 50)]).values():
+        future.result(timeout=30)
+
+    report = reconciled(spark, settings, "expired")
+    assert report.ok, report.summary()  # not a mismatch
+    [expired] = report.expired
+    assert (expired.start, expired.end, expired.low_watermark) == (0, 120, 50)
+    assert "expired: topic" in report.summary() and "removed offsets [0, 50)" in report.summary()
+    [(outcome,)] = query(settings, "SELECT outcome FROM reconcile_ranges WHERE run_id = 'expired'")
+    assert outcome == "expired"
