@@ -8,7 +8,8 @@ the ``tidemark_sinks`` Asset, which schedules ``tidemark_reconcile``.
 
 Runs made by Airflow's **Backfill** (UI, CLI or API) re-read their own data interval's
 arrival-time range as one bounded batch instead; that is idempotent, so backfilling intervals that
-were already processed changes nothing.
+were already processed changes nothing. Give the backfill a run conf ``{"partitions": "0,2"}``
+to re-read only those partitions.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import CronDataIntervalTimetable, dag, task
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
 from tidemark_airflow.assets import SINKS
 from tidemark_airflow.notifiers import AlertNotifier
@@ -32,17 +33,28 @@ TOPIC = os.environ.get("TIDEMARK_TOPIC", "events")
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": AlertNotifier()},
+    params={
+        "partitions": Param(
+            "",
+            type="string",
+            pattern=r"^\s*([0-9]+\s*(,\s*[0-9]+\s*)*)?$",
+            title="Partitions (Backfill runs only)",
+            description="Runs made by Airflow's Backfill re-read only these partitions, e.g. 0,2. "
+            "Empty: every partition. Scheduled runs ignore it.",
+        ),
+    },
     tags=["tidemark"],
     doc_md=__doc__,
 )
 def tidemark_ingest():
     @task
-    def choose_range(dag_run=None, data_interval_start=None, data_interval_end=None) -> list[str]:  # noqa: ANN001
+    def choose_range(dag_run=None, data_interval_start=None, data_interval_end=None, params=None) -> list[str]:  # noqa: ANN001
         """Scheduled and manual runs: what is new. Backfill runs: the data interval's arrival range."""
         from tidemark_airflow.runs import ingest_arguments
 
         limit = int(os.environ.get("TIDEMARK_MAX_OFFSETS_PER_TRIGGER") or 0) or None  # bounds each batch
-        return ingest_arguments(dag_run.run_type, data_interval_start, data_interval_end, TOPIC, limit)
+        partitions = (params or {}).get("partitions")
+        return ingest_arguments(dag_run.run_type, data_interval_start, data_interval_end, TOPIC, limit, partitions)
 
     TidemarkSparkSubmitOperator(
         task_id="ingest",

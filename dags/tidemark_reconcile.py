@@ -37,14 +37,15 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOpera
     doc_md=__doc__,
 )
 def tidemark_reconcile():
-    @task.short_circuit(ignore_downstream_trigger_rules=False)
-    def check(run_id=None) -> bool:  # noqa: ANN001 - Airflow passes the run id
-        """Reconcile without Spark when nothing is new; True when the Spark job must count."""
+    @task.branch
+    def check(run_id=None) -> list[str]:  # noqa: ANN001 - Airflow passes the run id
+        """Reconcile without Spark when nothing is new (then only the verdict follows)."""
         import logging
 
         from tidemark_airflow.operators import reconcile_without_spark
 
-        return reconcile_without_spark(run_id, logging.getLogger("airflow.task"))
+        needs_spark = reconcile_without_spark(run_id, logging.getLogger("airflow.task"))
+        return ["reconcile", "verdict"] if needs_spark else ["verdict"]
 
     reconcile = TidemarkSparkSubmitOperator(
         task_id="reconcile",
@@ -53,7 +54,9 @@ def tidemark_reconcile():
         execution_timeout=timedelta(hours=1),
     )
     verdict = VerdictOperator(task_id="verdict", trigger_rule="none_failed_min_one_success", retries=0)
-    check() >> reconcile >> verdict
+    decision = check()
+    decision >> reconcile >> verdict
+    decision >> verdict
 
 
 tidemark_reconcile()

@@ -29,7 +29,7 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.kafka_source import read_range, stream_reader
 from spark_jobs.lock import single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
-from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, plan_backfill
+from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
 from spark_jobs.writer import BatchResult, BatchWriter, Fault
@@ -212,6 +212,7 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument("--offsets", help="PARTITION:START-END[,...], END exclusive")
     group.add_argument("--from-time", type=datetime.fromisoformat, help="arrival time range start (ISO-8601)")
     p.add_argument("--to-time", type=datetime.fromisoformat, help="arrival time range end (exclusive)")
+    p.add_argument("--partitions", help="with a time range: only these partitions, e.g. 0,2 (default: all)")
     p.add_argument("--dry-run", action="store_true", help="print the resolved ranges and counts only")
     p.add_argument("--allow-data-loss", action="store_true", help="skip offsets that are gone")
     p.set_defaults(mode="backfill")
@@ -241,7 +242,8 @@ def run_from_arguments(
             rebuild_sessions=args.rebuild_sessions,
         )
     offsets = parse_offsets(args.offsets) if args.offsets else None
-    plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss)
+    partitions = parse_partitions(args.partitions) if args.partitions else None
+    plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss, partitions)
     return run_backfill(
         spark_factory(), settings, plan, args.dry_run, wait=args.wait, rebuild_sessions=args.rebuild_sessions
     )

@@ -7,7 +7,7 @@ module to plan and show a backfill before Spark starts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -51,11 +51,12 @@ def plan_backfill(
     from_time: datetime | None = None,
     to_time: datetime | None = None,
     allow_data_loss: bool = False,
+    partitions: Collection[int] | None = None,
 ) -> BackfillPlan:
     """Resolve a backfill to frozen per-partition ranges, checking them against the broker.
 
-    Either ``offsets`` or a ``[from_time, to_time)`` arrival-time range. Fails before any work with
-    a message that says what to fix.
+    Either ``offsets`` or a ``[from_time, to_time)`` arrival-time range, the latter over every
+    partition or over ``partitions``. Fails before any work with a message that says what to fix.
     """
     # The parameters alone first: nothing is asked of the broker for a request that cannot work.
     if (offsets is None) == (from_time is None and to_time is None):
@@ -68,11 +69,20 @@ def plan_backfill(
         if to_time <= from_time:
             raise ConfigError(f"the range ends ({to_time.isoformat()}) before it starts ({from_time.isoformat()})")
     else:
+        if partitions is not None:
+            raise ConfigError("partitions go with a time range; offsets name their partitions already")
         for partition, (start, end) in offsets.items():
             PartitionRange(topic, partition, start, end)
+    if partitions is not None and not partitions:
+        raise ConfigError("no partitions given: name at least one, e.g. 0,2")
     held = watermarks(settings, topic)  # TopicError for an unknown topic
+    unknown = sorted(set(partitions or ()) - set(held))
+    if unknown:
+        raise ConfigError(f"topic {topic!r} has no partition {unknown[0]} (it has {sorted(held)})")
     if offsets is None:
         offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
+        if partitions is not None:
+            offsets = {p: span for p, span in offsets.items() if p in set(partitions)}
     ranges = []
     for partition, (start, end) in sorted(offsets.items()):
         if partition not in held:
@@ -113,6 +123,17 @@ def describe_plan(ranges: list[PartitionRange], records: Mapping[int, int]) -> s
     ]
     lines.append(f"  total {sum(records.get(r.partition, 0) for r in ranges):,} records")
     return "\n".join(lines)
+
+
+def parse_partitions(text: str) -> list[int]:
+    """``"0,2"`` -> ``[0, 2]``."""
+    try:
+        partitions = sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise ConfigError(f"bad partitions {text!r}: write partition numbers separated by commas, e.g. 0,2") from None
+    if not partitions:
+        raise ConfigError("no partitions given: name at least one, e.g. 0,2")
+    return partitions
 
 
 def offsets_argument(ranges: list[PartitionRange]) -> str:

@@ -12,13 +12,15 @@ BACKFILL_RUN_TYPE = "backfill"  # DagRunType.BACKFILL_JOB: a run created by Airf
 
 
 def ingest_arguments(run_type: object, interval_start: datetime | None, interval_end: datetime | None,
-                     topic: str, max_offsets_per_trigger: int | None = None) -> list[str]:  # fmt: skip
+                     topic: str, max_offsets_per_trigger: int | None = None,
+                     partitions: str | None = None) -> list[str]:  # fmt: skip
     """Arguments of ``spark_jobs/ingest.py`` for a ``tidemark_ingest`` run.
 
     A scheduled or manual run processes whatever arrived since the last one (the streaming
     checkpoint knows where that is). A run that Airflow's Backfill created re-reads its own data
-    interval's arrival-time range as one bounded batch; that is idempotent, so backfilling an
-    interval that was already processed changes nothing.
+    interval's arrival-time range as one bounded batch, of every partition or of ``partitions``
+    (``"0,2"``, the backfill's run conf); that is idempotent, so backfilling an interval that was
+    already processed changes nothing.
     """
     kind = getattr(run_type, "value", run_type)
     common = ["--topic", topic, "--wait"]
@@ -30,7 +32,9 @@ def ingest_arguments(run_type: object, interval_start: datetime | None, interval
             f"a backfill run needs a data interval with its end after its start, got [{interval_start}, "
             f"{interval_end}); the DAG's timetable must give data intervals"
         )
-    return ["backfill", *common, "--from-time", interval_start.isoformat(), "--to-time", interval_end.isoformat()]
+    subset = ["--partitions", partitions.strip()] if partitions and partitions.strip() else []
+    window = ["--from-time", interval_start.isoformat(), "--to-time", interval_end.isoformat()]
+    return ["backfill", *common, *window, *subset]
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def test_backfill_dag_dry_run_writes_nothing_and_a_real_run_processes_the_plan(d
     assert sum(e for _, _, e in planned) < report.committed
 
 
-def test_backfill_dag_rejects_bad_parameters_before_spark_starts(deployment: Settings) -> None:
+def test_backfill_dag_rejects_bad_parameters_before_spark_starts_without_paging(deployment: Settings, webhook) -> None:
     settings = deployment
     produce(settings, ProduceSpec(count=20, entities=2, seed=1), topic=settings.topic, partitions=1)
     dag = load_dag("tidemark_backfill")
@@ -152,9 +152,12 @@ def test_backfill_dag_rejects_bad_parameters_before_spark_starts(deployment: Set
     states = task_states(run)
     assert states["plan"] == "failed" and states["backfill"] in ("upstream_failed", "skipped")
     assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 0
+    assert webhook == [], "a form to fix is not an alert"
 
 
-def test_reconcile_dag_passes_on_agreeing_sinks_and_alerts_on_mismatches(deployment: Settings, webhook) -> None:
+def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_back_to_green(
+    deployment: Settings, webhook
+) -> None:
     settings = deployment
     produce(settings, ProduceSpec(count=600, entities=10, malformed_rate=0.05, seed=5), topic=settings.topic)
     ingest = load_dag("tidemark_ingest")
@@ -162,16 +165,24 @@ def test_reconcile_dag_passes_on_agreeing_sinks_and_alerts_on_mismatches(deploym
     reconcile = load_dag("tidemark_reconcile")
 
     ok = reconcile.test()
-    assert task_states(ok) == {"count_sinks": "success", "compare": "success"}
-    [(status, checked, mismatched)] = query(
-        settings, "SELECT status, ranges_checked, ranges_mismatched FROM reconcile_runs"
+    assert task_states(ok) == {"check": "success", "reconcile": "success", "verdict": "success"}
+    [(status, checked, mismatched, used_spark)] = query(
+        settings, "SELECT status, ranges_checked, ranges_mismatched, used_spark FROM reconcile_runs"
     )
-    assert (status, mismatched) == ("ok", 0) and checked >= 1
+    assert (status, mismatched, used_spark) == ("ok", 0, True) and checked >= 1
+    # Nothing new: checked without Spark, the Spark task skipped.
+    quiet = reconcile.test()
+    assert task_states(quiet) == {"check": "success", "reconcile": "skipped", "verdict": "success"}
+    assert query(settings, "SELECT used_spark FROM reconcile_runs WHERE run_id = %s", quiet.run_id) == [(False,)]
     assert webhook == []
 
     # Behind tidemark's back: remove sessions from PostgreSQL, and lose the ledger row of a middle
     # batch after a second ingest (a gap between scheduled batches).
-    query(settings, "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions LIMIT 2)")
+    gone = query(
+        settings,
+        "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions ORDER BY 1 LIMIT 2) "
+        "RETURNING entity_id, session_id",
+    )
     produce(settings, ProduceSpec(count=300, entities=10, seed=6, id_prefix="more-"), topic=settings.topic)
     assert state(ingest.test()) == "success"
     produce(settings, ProduceSpec(count=300, entities=10, seed=7, id_prefix="last-"), topic=settings.topic)
@@ -190,12 +201,26 @@ def test_reconcile_dag_passes_on_agreeing_sinks_and_alerts_on_mismatches(deploym
     query(settings, "DELETE FROM ledger_batches WHERE pipeline = %s AND batch_id = %s", pipeline, middle)
 
     failed = reconcile.test()
-    assert task_states(failed) == {"count_sinks": "success", "compare": "failed"}
+    assert task_states(failed) == {"check": "success", "reconcile": "success", "verdict": "failed"}
     [(status, report)] = query(settings, "SELECT status, report FROM reconcile_runs WHERE run_id = %s", failed.run_id)
     assert status == "mismatch"
-    assert "sessions: Delta has" in report
     assert f"gap: topic {settings.topic} partition {p} offsets [{start}, {end})" in report
     assert len(webhook) == 1 and webhook[0]["path"] == "/services/alert"
     text = webhook[0]["json"]["text"]
-    assert "tidemark_reconcile.compare failed" in text
-    assert f"partition {p} offsets [{start}, {end})" in text and "sessions: Delta has" in text
+    assert "tidemark_reconcile.verdict failed" in text
+    assert f"partition {p} offsets [{start}, {end})" in text
+    assert all(session_id[:8] in text for _, session_id in gone), text
+    assert f"tidemark repair --run-id {failed.run_id}" in text and text.count(failed.run_id) <= 4
+
+    repair = load_dag("tidemark_repair")
+    unknown = repair.test(run_conf={"reconcile_run_id": "no-such-run"})
+    assert task_states(unknown)["plan"] == "failed" and len(webhook) == 1, "a bad request pages no one"
+    fixed = repair.test(run_conf={"reconcile_run_id": failed.run_id})
+    assert task_states(fixed) == {"plan": "success", "repair": "success", "verdict": "success"}
+    [(repair_status, recheck)] = query(
+        settings, "SELECT status, recheck_run FROM repairs WHERE reconcile_run = %s", failed.run_id
+    )
+    assert repair_status == "ok" and recheck
+    assert len(query(settings, "SELECT 1 FROM sessions WHERE session_id = ANY(%s)", [s for _, s in gone])) == 2
+    green = reconcile.test()
+    assert task_states(green)["verdict"] == "success" and len(webhook) == 1

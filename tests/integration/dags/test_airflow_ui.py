@@ -41,6 +41,7 @@ def airflow(stack: Settings):
     # timestamps must grow with offsets (as they do with LogAppendTime) for time ranges to make sense.
     ensure_topic(settings, settings.topic, partitions=2, timestamp_type="CreateTime")
     _produce_yesterday(settings)
+    [YESTERDAYS_PARTITION[settings.topic]] = [r.partition for r in latest_ranges(settings, settings.topic) if r.end]
     # A metadata database of its own, so runs of earlier test sessions do not show up.
     services = AirflowServices(settings, port=AIRFLOW_TEST_PORT, parallelism=2, metadata_database=f"airflow_{suffix}")
     services.start()
@@ -59,6 +60,7 @@ def airflow(stack: Settings):
 
 YESTERDAY = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
 ARRIVALS = [YESTERDAY + timedelta(minutes=m) for m in (1, 5, 16, 20, 40)]
+YESTERDAYS_PARTITION: dict[str, int] = {}  # topic -> the one partition yesterday's records (one key) are in
 
 
 def _produce_yesterday(settings: Settings) -> None:
@@ -146,7 +148,10 @@ def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices
     settings = airflow.settings
     before = {r.partition: r.end for r in latest_ranges(settings, settings.topic)}
     produce(settings, ProduceSpec(count=200, entities=6, seed=11, id_prefix="ui-"), topic=settings.topic, partitions=2)
-    offsets = ",".join(f"{r.partition}:{before[r.partition]}-{r.end}" for r in latest_ranges(settings, settings.topic))
+    # One partition of the two: a backfill of a subset of partitions, as a reconcile alert asks for.
+    [new] = [r for r in latest_ranges(settings, settings.topic) if r.partition == 1]
+    offsets = f"1:{before[1]}-{new.end}"
+    assert new.end > before[1]
 
     user, password = airflow.login()
     browser.get(airflow.url + "/")
@@ -186,10 +191,10 @@ def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices
     assert run["state"] == "success" and run["conf"]["offsets"] == offsets
     planned = rows(
         settings,
-        "SELECT sum(end_offset - start_offset) FROM ledger_ranges WHERE pipeline = %s",
+        "SELECT kafka_partition, start_offset, end_offset FROM ledger_ranges WHERE pipeline = %s",
         f"backfill:{settings.topic}",
     )
-    assert planned == [(200,)]
+    assert planned == [(1, before[1], new.end)]
 
 
 def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: AirflowServices) -> None:
@@ -197,6 +202,7 @@ def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: 
     start = YESTERDAY
     api = Api(airflow)
     pipeline = f"backfill:{settings.topic}"
+    partition = YESTERDAYS_PARTITION[settings.topic]
     [(before,)] = rows(settings, "SELECT coalesce(max(batch_id), -1) FROM ledger_batches WHERE pipeline = %s", pipeline)
     # Backfill runs only run while the DAG is unpaused; its scheduled run then ingests the topic in
     # the ingest:<topic> pipeline, which is kept apart from the backfill's batches below.
@@ -209,6 +215,7 @@ def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: 
             "to_date": (start + timedelta(minutes=15)).isoformat(),
             "max_active_runs": 1,
             "reprocess_behavior": "completed",
+            "dag_run_conf": {"partitions": str(partition)},  # only the partition that holds them
         },
     )
     assert backfill["dag_id"] == "tidemark_ingest"
@@ -228,3 +235,8 @@ def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: 
         before,
     )
     assert (batches, read) == (len(runs), inside)
+    read_partitions = rows(
+        settings, "SELECT DISTINCT kafka_partition FROM ledger_ranges WHERE pipeline = %s AND batch_id > %s",
+        pipeline, before,
+    )  # fmt: skip
+    assert read_partitions == [(partition,)], "the other partition is not read"

@@ -307,6 +307,12 @@ def test_a_backfill_of_some_partitions_reads_only_those(spark, run, pg) -> None:
     result = ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={1: (0, ends[1])}))
     assert result.read == ends[1]
     assert {r["partition"] for r in delta_rows(spark, settings, "events")} == {1}
+    # By arrival time, for partitions 0 and 2 (what Airflow's Backfill passes with a run conf).
+    window = {"from_time": datetime.now(UTC) - timedelta(hours=1), "to_time": datetime.now(UTC) + timedelta(minutes=1)}
+    plan = plan_backfill(settings, settings.topic, partitions=[0, 2], **window)
+    assert [(r.partition, r.start, r.end) for r in plan.ranges] == [(0, 0, ends[0]), (2, 0, ends[2])]
+    with pytest.raises(ValueError, match="has no partition 7"):
+        plan_backfill(settings, settings.topic, partitions=[0, 7], **window)
     ingest.run_scheduled(spark, settings)
     assert_offset_coverage(spark, settings, report.committed)
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))

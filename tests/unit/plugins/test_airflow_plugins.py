@@ -29,6 +29,11 @@ def test_a_backfill_run_rereads_its_data_interval_by_arrival_time() -> None:
     ]  # fmt: skip
     with pytest.raises(ValueError, match="data interval"):
         ingest_arguments("backfill", end, end, "events")
+    subset = ingest_arguments("backfill", start, end, "events", partitions=" 0,2 ")
+    assert subset[-2:] == ["--partitions", "0,2"]
+    assert ingest_arguments("scheduled", None, None, "events", partitions="1") == ingest_arguments(
+        "scheduled", None, None, "events"
+    ), "scheduled runs read what is new on every partition"
 
 
 @pytest.mark.parametrize(

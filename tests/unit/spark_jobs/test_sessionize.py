@@ -3,7 +3,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs.planning import parse_offsets
+from spark_jobs.planning import parse_offsets, parse_partitions
 from spark_jobs.sessionize import SessionRules, session_id, split_sessions
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -48,3 +48,11 @@ def test_offsets_argument_parses_and_rejects_bad_input() -> None:
         parse_offsets("0:100")
     with pytest.raises(ValueError, match="no offset ranges"):
         parse_offsets(" , ")
+
+
+def test_partitions_argument_parses_and_rejects_bad_input() -> None:
+    assert parse_partitions(" 2,0, 2") == [0, 2]
+    with pytest.raises(ValueError, match="separated by commas"):
+        parse_partitions("0-2")
+    with pytest.raises(ValueError, match="name at least one"):
+        parse_partitions(" , ")
