@@ -5,8 +5,9 @@ Re-process a range of the topic, by arrival time or by per-partition offsets, fr
 form. The `plan` task checks the parameters against the broker (end before start, unknown topic,
 offsets the broker no longer or not yet holds all fail here, before Spark starts, saying what to
 fix) and prints the resolved ranges with their committed-record counts. With **dry run** it stops
-there; otherwise `backfill` processes exactly that plan. Replaying a range that was processed
-before leaves every sink as it was.
+there, and a plan processed before exactly is a no-op: the `backfill` task is skipped and the plan
+log says so. Otherwise `backfill` processes exactly that plan. (To repair sinks, use
+`tidemark_repair`.)
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def tidemark_backfill():
         return resolve_backfill(params, logging.getLogger("airflow.task"))
 
     @task.short_circuit
-    def unless_dry_run(arguments: list[str] | None) -> bool:
+    def anything_to_do(arguments: list[str] | None) -> bool:
+        """False for a dry run or a plan processed before: the backfill task is then skipped, not run."""
         return arguments is not None
 
     arguments = plan()
@@ -86,7 +88,7 @@ def tidemark_backfill():
         outlets=[SINKS],
         execution_timeout=timedelta(hours=6),
     )
-    unless_dry_run(arguments) >> backfill
+    anything_to_do(arguments) >> backfill
 
 
 tidemark_backfill()

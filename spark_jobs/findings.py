@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 SCHEDULED_PREFIX = "ingest:"  # scheduled pipelines tile their partitions batch after batch
 SHOWN = 10  # names listed per finding in a report; the stored finding keeps up to STORED
@@ -183,6 +184,39 @@ def _covered(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
 
 
 @dataclass(frozen=True)
+class Lag:
+    """How far the sinks are behind Kafka in one partition when the run looked."""
+
+    topic: str
+    partition: int
+    high_watermark: int
+    processed_to: int
+    oldest_unprocessed: datetime | None  # arrival time of the first record not processed yet
+    behind_seconds: float
+
+    @property
+    def behind_records(self) -> int:
+        return max(0, self.high_watermark - self.processed_to)
+
+    def describe(self) -> str:
+        return (
+            f"lag: topic {self.topic} partition {self.partition}: {self.behind_records:,} offsets "
+            f"[{self.processed_to}, {self.high_watermark}) not processed yet, the oldest arrived "
+            f"{self.behind_seconds / 60:,.0f} min ago. Is tidemark_ingest running (unpaused, not failing)?"
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "kind": "lag",
+            "topic": self.topic,
+            "partition": self.partition,
+            "start": self.processed_to,
+            "end": self.high_watermark,
+            "behind_seconds": self.behind_seconds,
+        }
+
+
+@dataclass(frozen=True)
 class SessionsSummary:
     count: int
     checksum: int
@@ -246,6 +280,13 @@ class Report:
     differences: list[SessionDifference] = field(default_factory=list)
     entities_checked: int = 0
     used_spark: bool = True
+    lags: list[Lag] = field(default_factory=list)
+    lag_alert_seconds: float = float("inf")
+    snapshot_seconds: float = 0.0  # how long the run held the lake lock
+
+    @property
+    def lagging(self) -> list[Lag]:
+        return [lag for lag in self.lags if lag.behind_seconds > self.lag_alert_seconds]
 
     @property
     def mismatched(self) -> list[RangeCheck]:
@@ -260,19 +301,27 @@ class Report:
         return self.delta_sessions == self.postgres_sessions and not self.differences
 
     @property
-    def ok(self) -> bool:
+    def consistent(self) -> bool:
         """No finding that needs a repair (expired ranges are reported, not failed)."""
         return not self.mismatched and not self.gaps and self.sessions_match
 
     @property
+    def ok(self) -> bool:
+        return self.consistent and not self.lagging
+
+    @property
     def status(self) -> str:
-        return "ok" if self.ok else "mismatch"
+        """``ok``; ``mismatch`` (something to repair); ``lagging`` (consistent, but too far behind Kafka)."""
+        if not self.consistent:
+            return "mismatch"
+        return "lagging" if self.lagging else "ok"
 
     def findings(self) -> list[dict[str, object]]:
         """Every finding as JSON-ready dicts (what ``reconcile_runs.findings`` stores)."""
         found: list[dict[str, object]] = [c.as_dict() for c in self.mismatched + self.expired]
         found += [g.as_dict() for g in self.gaps]
         found += [d.as_dict() for d in self.differences]
+        found += [lag.as_dict() for lag in self.lagging]
         if self.delta_sessions != self.postgres_sessions and not any(d.kind == "sinks" for d in self.differences):
             found.append({"kind": "sessions_totals", **self._totals()})
         return found
@@ -288,6 +337,7 @@ class Report:
         if self.delta_sessions != self.postgres_sessions:
             d, p = self.delta_sessions, self.postgres_sessions
             lines.append(f"sessions: Delta has {d.count:,} rows, PostgreSQL has {p.count:,} (checksums differ)")
+        lines += [lag.describe() for lag in self.lagging]
         return lines
 
     def headline(self) -> str:
@@ -300,6 +350,9 @@ class Report:
             f"sessions {'match' if self.sessions_match else 'DIFFER'} ({self.delta_sessions.count:,} in Delta, "
             f"{self.entities_checked:,} entities recomputed from events)",
         ]
+        if self.lags:
+            worst = max(self.lags, key=lambda lag: lag.behind_seconds)
+            parts.append(f"behind Kafka by at most {worst.behind_seconds / 60:,.0f} min")
         return f"tidemark reconcile {self.run_id}: {self.status.upper()}: " + ", ".join(parts)
 
     def summary(self) -> str:
@@ -307,7 +360,7 @@ class Report:
         lines = [self.headline()]
         lines += [f"- {line}" for line in self.problems()]
         lines += [f"- {c.describe()}" for c in self.expired]
-        if not self.ok:
+        if not self.consistent:
             lines.append(self.repair_hint())
         return "\n".join(lines)
 
@@ -317,7 +370,8 @@ class Report:
         shown = [f"- {line}" for line in problems[:5]]
         if len(problems) > 5:
             shown.append(f"- and {len(problems) - 5} more (tidemark reconcile --show {self.run_id})")
-        return "\n".join([self.headline(), *shown, self.repair_hint()])
+        hint = [self.repair_hint()] if not self.consistent else []
+        return "\n".join([self.headline(), *shown, *hint])
 
     def repair_hint(self) -> str:
         return (

@@ -161,7 +161,7 @@ def run_backfill(
         conn = ledger.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
-                batch_id = _recorded_plan(cur, plan)
+                batch_id = recorded_plan(cur, plan)
                 if batch_id is None:
                     batch_id = ledger.next_batch_id(cur, pipeline_name(BACKFILL, plan.topic))
         finally:
@@ -171,7 +171,7 @@ def run_backfill(
     return writer.results[-1]
 
 
-def _recorded_plan(cur, plan: BackfillPlan) -> int | None:  # noqa: ANN001
+def recorded_plan(cur, plan: BackfillPlan) -> int | None:  # noqa: ANN001
     """The batch id of an earlier backfill with exactly these ranges, if any."""
     cur.execute(
         """SELECT batch_id FROM ledger_ranges WHERE pipeline = %s AND topic = %s

@@ -127,6 +127,33 @@ def offsets_for_time(
     return {tp.partition: tp.offset if tp.offset >= 0 else held[tp.partition][1] for tp in found}
 
 
+def first_arrival(settings: Settings, topic: str, partition: int, offset: int, timeout_s: float = 10.0):
+    """Arrival time (the record timestamp, UTC) of the first committed record at or after ``offset``; None if none."""
+    from datetime import UTC
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        settings.kafka_client_config(
+            **{
+                "group.id": "tidemark-reconcile",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        for message in consumer.consume(num_messages=1, timeout=timeout_s):
+            if message.error() is None:
+                return datetime.fromtimestamp(message.timestamp()[1] / 1000, tz=UTC)
+        return None
+    finally:
+        consumer.close()
+
+
 def latest_ranges(settings: Settings, topic: str) -> list[PartitionRange]:
     """Everything the broker holds now: [low watermark, high watermark) per partition."""
     return [PartitionRange(topic, p, low, high) for p, (low, high) in watermarks(settings, topic).items()]

@@ -21,10 +21,13 @@ spark-submit entry point (the ``tidemark_reconcile`` DAG's Spark task)::
    checksum, read with data skipping on offsets) against the committed records Kafka holds (new
    ranges; a range whose start retention removed is *expired*, not a mismatch) or against what the
    range held when it was verified (re-checks).
-5. **Sessions.** Delta against PostgreSQL (count and checksum; on a difference, per-bucket
+5. **Freshness.** Per partition, how far the sinks are behind Kafka (offsets, and minutes since the
+   oldest record not processed yet arrived); past ``TIDEMARK_LAG_ALERT_MINUTES`` the run is
+   ``lagging`` and alerts.
+6. **Sessions.** Delta against PostgreSQL (count and checksum; on a difference, per-bucket
    checksums narrow it down to the named sessions), and Delta against a recompute from ``events``
    for the entities of the checked ranges and of every commit since the previous run.
-6. **Record.** ``reconcile_runs`` (the report and its findings), ``reconcile_ranges`` (per range),
+7. **Record.** ``reconcile_runs`` (the report and its findings), ``reconcile_ranges`` (per range),
    ``verified_ranges`` (count and checksum at verification).
 """
 
@@ -34,8 +37,9 @@ import argparse
 import json
 import math
 import re
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -46,6 +50,7 @@ from spark_jobs.findings import (
     CHANGED,
     NEW,
     ROTATION,
+    Lag,
     LedgerEntry,
     RangeCheck,
     Report,
@@ -54,7 +59,7 @@ from spark_jobs.findings import (
     find_gaps,
 )
 from spark_jobs.lock import lake_snapshot
-from spark_jobs.offsets import PartitionRange, count_committed, watermarks
+from spark_jobs.offsets import PartitionRange, count_committed, first_arrival, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
 
@@ -152,11 +157,14 @@ def run(
         conn.set_session(isolation_level="REPEATABLE READ")
         cur = conn.cursor()
         with lake_snapshot(settings):
+            held_from = time.perf_counter()
             if spark is not None:
                 versions = spark_versions(spark, settings)
             cur.execute("SELECT now()")  # the PostgreSQL snapshot is fixed at the first query
             now = cur.fetchone()[0]
+        held = time.perf_counter() - held_from
         snapshot = _read_snapshot(cur, settings, versions, now)
+        lags = measure_lag(settings, snapshot.ranges, now)
         if not snapshot.to_check and _nothing_changed(snapshot):
             report = Report(
                 run_id,
@@ -173,6 +181,9 @@ def run(
                     return None
                 spark = spark_factory()
             report = _check_with_spark(spark, settings, cur, snapshot, run_id)
+        report = replace(
+            report, lags=lags, lag_alert_seconds=settings.lag_alert_minutes * 60, snapshot_seconds=held
+        )
         _record(cur, report, snapshot, repair_of)
         conn.commit()
         return report
@@ -243,6 +254,23 @@ def rotation_share(
     share = math.floor(len(candidates) * min(1.0, elapsed / period))
     overdue = sum(verified[key(r)].checked_at <= now - period for r in candidates)
     return candidates[: max(share, overdue)]
+
+
+def measure_lag(settings: Settings, ranges: list[LedgerRange], now: datetime) -> list[Lag]:
+    """Per partition of every topic the ledger holds: Kafka's high watermark against the furthest
+    processed offset, and how long ago the oldest record not processed yet arrived."""
+    processed: dict[str, dict[int, int]] = {}
+    for r in ranges:
+        ends = processed.setdefault(r.range.topic, {})
+        ends[r.range.partition] = max(ends.get(r.range.partition, 0), r.range.end)
+    lags = []
+    for topic, ends in sorted(processed.items()):
+        for partition, (low, high) in sorted(watermarks(settings, topic).items()):
+            done = max(ends.get(partition, low), low)
+            oldest = first_arrival(settings, topic, partition, done) if done < high else None
+            behind = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
+            lags.append(Lag(topic, partition, high, done, oldest, behind))
+    return lags
 
 
 def _gaps(cur) -> list:  # noqa: ANN001
@@ -562,8 +590,8 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
         """INSERT INTO reconcile_runs (run_id, counted_at, finished_at, status, delta_sessions,
                                        delta_sessions_checksum, postgres_sessions, postgres_sessions_checksum,
                                        ranges_checked, ranges_mismatched, gaps, report, delta_versions, used_spark,
-                                       entities_checked, findings, repair_of, alert)
-           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                                       entities_checked, findings, repair_of, alert, snapshot_seconds)
+           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         (
             run_id,
             snapshot.now,
@@ -582,6 +610,7 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
             json.dumps(report.findings()),
             repair_of,
             None if report.ok else report.alert(),
+            report.snapshot_seconds,
         ),
     )
     cur.executemany(
@@ -606,6 +635,24 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
                 c.outcome,
             )  # fmt: skip
             for c in report.checks
+        ],
+    )
+    cur.executemany(
+        """INSERT INTO reconcile_lag (run_id, topic, kafka_partition, high_watermark, processed_to, behind_records,
+                                      oldest_unprocessed, behind_seconds)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""",
+        [
+            (
+                run_id,
+                g.topic,
+                g.partition,
+                g.high_watermark,
+                g.processed_to,
+                g.behind_records,
+                g.oldest_unprocessed,
+                g.behind_seconds,
+            )  # fmt: skip
+            for g in report.lags
         ],
     )
     cur.executemany(

@@ -86,6 +86,8 @@ class Settings:
     session_rules: SessionRules = field(default_factory=SessionRules)
     # Reconciliation re-checks every verified range at least once per this many days.
     reverify_days: float = 7.0
+    # Reconciliation alerts when the oldest record not processed yet arrived longer ago than this.
+    lag_alert_minutes: float = 60.0
     # Spark, when tidemark builds the session itself (the CLI, tests); spark-submit's own flags win.
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
@@ -132,6 +134,7 @@ class Settings:
             kafka_options=kafka_options,
             session_rules=_rules(env),
             reverify_days=_number(env, "TIDEMARK_REVERIFY_DAYS", 7.0),
+            lag_alert_minutes=_number(env, "TIDEMARK_LAG_ALERT_MINUTES", 60.0),
             spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
             shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
             driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
@@ -160,6 +163,7 @@ class Settings:
             "TIDEMARK_SESSION_GAP_MINUTES": _minutes(self.session_rules.gap),
             "TIDEMARK_SESSION_MAX_HOURS": f"{self.session_rules.max_length.total_seconds() / 3600:g}",
             "TIDEMARK_REVERIFY_DAYS": f"{self.reverify_days:g}",
+            "TIDEMARK_LAG_ALERT_MINUTES": f"{self.lag_alert_minutes:g}",
             "TIDEMARK_SPARK_MASTER": self.spark_master,
             "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
             "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,

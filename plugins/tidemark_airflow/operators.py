@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,43 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         env = {"PYSPARK_PYTHON": python, **settings.to_env()}
         self.env_vars = env | dict(self.env_vars or {})  # what the task sets explicitly wins
         self.conf = {"spark.pyspark.python": python, **(self.conf or {})}
+        started = datetime.now(UTC)
         super().execute(context)
+        if self.outlets:
+            extra = committed_since(settings, started)
+            self.log.info("batches committed: %s", extra)
+            for outlet in self.outlets:
+                context["outlet_events"][outlet].extra = extra
+
+
+def committed_since(settings, started: datetime) -> dict[str, object]:  # noqa: ANN001 - Settings
+    """What the topic's ledger gained since ``started`` (one writer per topic: this run's batches)."""
+    from spark_jobs.ledger import connect
+
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                """SELECT b.pipeline, b.batch_id, b.records_read, b.accepted, b.duplicates, b.quarantined,
+                          coalesce(string_agg(r.kafka_partition || ':' || r.start_offset || '-' || r.end_offset, ','
+                                              ORDER BY r.kafka_partition), '')
+                   FROM ledger_batches AS b JOIN ledger_ranges AS r USING (pipeline, batch_id)
+                   WHERE b.topic = %s AND b.committed_at >= %s
+                   GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2""",
+                (settings.topic, started),
+            )
+            batches = cur.fetchall()
+    finally:
+        conn.close()
+    return {
+        "topic": settings.topic,
+        "batches": len(batches),
+        "records_read": sum(b[2] for b in batches),
+        "accepted": sum(b[3] for b in batches),
+        "duplicates": sum(b[4] for b in batches),
+        "quarantined": sum(b[5] for b in batches),
+        "ranges": [{"pipeline": b[0], "batch_id": b[1], "offsets": b[6]} for b in batches],
+    }
 
 
 def reconcile_without_spark(run_id: str, log) -> bool:  # noqa: ANN001 - a logger

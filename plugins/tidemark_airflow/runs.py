@@ -86,7 +86,8 @@ def _timestamp(value: object, name: str) -> datetime | None:
 def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # noqa: ANN001 - a logger
     """Check the trigger form and resolve it against the broker; log the plan with record counts.
 
-    Returns the ingest job's arguments for exactly the plan logged, or None for a dry run. Bad
+    Returns the ingest job's arguments for exactly the plan logged, or None when there is nothing to
+    run: a dry run, or a plan processed before (a no-op, so the backfill task is skipped). Bad
     parameters raise BadRequest (no retry, no alert: the form must be fixed) with what to fix.
     """
     from spark_jobs.errors import TidemarkError
@@ -105,7 +106,31 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
     counts = {r.partition: kafka.count_committed(r.topic, r.partition, r.start, r.end) for r in plan.ranges}
     log.info("resolved backfill plan%s:\n%s", " (dry run: nothing will be written)" if request.dry_run else "",
              describe_plan(plan.ranges, counts))  # fmt: skip
-    return None if request.dry_run else request.arguments(offsets_argument(plan.ranges))
+    if request.dry_run:
+        return None
+    done = processed_before(settings, plan)
+    if done is not None:
+        log.info(
+            "nothing to do: exactly this plan was processed before (%s batch %s), and replaying it changes "
+            "nothing. To repair sinks, use the tidemark_repair DAG with the reconcile run that named the problem.",
+            *done,
+        )
+        return None
+    return request.arguments(offsets_argument(plan.ranges))
+
+
+def processed_before(settings, plan) -> tuple[str, int] | None:  # noqa: ANN001 - Settings, BackfillPlan
+    """(pipeline, batch_id) of an earlier backfill of exactly ``plan``, if any."""
+    from spark_jobs.ingest import BACKFILL, pipeline_name, recorded_plan
+    from spark_jobs.ledger import connect
+
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            batch_id = recorded_plan(cur, plan)
+    finally:
+        conn.close()
+    return None if batch_id is None else (pipeline_name(BACKFILL, plan.topic), batch_id)
 
 
 def plan_repair(params: Mapping[str, object], repair_id: str, log) -> list[str]:  # noqa: ANN001 - a logger

@@ -207,6 +207,20 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 Target("<=", 1.3),
             )
         )
+    if "RC1" in m and "RC10" in m:
+        checks.append(
+            Check(
+                "RC10/RC1",
+                "RC10",
+                "reconcile after 10k new events, 10xN vs N stored sessions, time",
+                throughput_ratio(seconds("RC10"), seconds("RC1")),
+                Target("<=", 1.3),
+            )
+        )
+    if "RC10" in m:
+        held = max(max(m[k].details.get("lock_seconds") or [0.0]) for k in ("RC1", "RC10") if k in m)
+        checks.append(Check("RC lock", "RC10", "longest lake-lock hold of a reconcile (writers blocked), s",
+                            held, Target("<=", 5.0)))  # fmt: skip
     if "E1" in m and "E0" in m:
         checks.append(
             Check(

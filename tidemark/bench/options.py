@@ -25,7 +25,7 @@ STAGE_HELP = {
     "replay": "backfill of P1's range: time, Delta files rewritten, PostgreSQL rows changed",
     "empty": "scheduled run with no new data vs trivial spark-submit",
     "pg": "COPY vs sinks.postgres.upsert_sessions: cold, replay, 10%% changed",
-    "growth": "10k new events against sinks with N and 10xN sessions",
+    "growth": "10k new events against sinks with N and 10xN sessions, then a reconcile of each",
     "hotkey": "sessionize one entity that is never idle (n/2 and n events over 48 h) vs n events of 5,000 entities",
 }
 BENCH_KAFKA_PORT = 39092

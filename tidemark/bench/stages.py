@@ -293,8 +293,9 @@ def stage_pg(ctx: BenchContext) -> None:
 
 
 def stage_growth(ctx: BenchContext) -> None:
-    """G1 / G10: ``--growth-events`` new events ingested into sinks already holding N and 10xN sessions."""
-    from spark_jobs import ingest
+    """G1 / G10: ``--growth-events`` new events ingested into sinks already holding N and 10xN sessions;
+    RC1 / RC10: a reconcile of each right after (writers blocked: how long it held the lake lock)."""
+    from spark_jobs import ingest, reconcile
 
     o = ctx.options
     entities = max(1, o.growth_events // EVENTS_PER_PREPOP_SESSION)
@@ -306,6 +307,12 @@ def stage_growth(ctx: BenchContext) -> None:
         ms[scale] = ctx.record.measurement(
             f"G{scale}", f"{o.growth_events:,} new events, sink with {name}={sessions:,} sessions", o.growth_events
         )
+    rc = {
+        scale: ctx.record.measurement(
+            f"RC{scale}", f"reconcile after G{scale}: its new ranges and their entities' sessions", o.growth_events
+        )
+        for scale in templates
+    }
     for rep in range(o.repeat):
         for scale, (lake, database, stored) in templates.items():
             topic = f"bench-{ctx.run_id}-g{scale}-{rep}"
@@ -325,6 +332,18 @@ def stage_growth(ctx: BenchContext) -> None:
                 "entities": entities,
                 "sessions_written": sum(r.sessions_written for r in results),
                 "sessions_deleted": sum(r.sessions_deleted for r in results),
+            }
+            # RC: reconcile the sink after that ingest (its new ranges, the sessions of their entities).
+            report = ctx.record.measure(
+                rc[scale],
+                lambda s=sink, name=f"bench-rc{scale}-{rep}": reconcile.run(s.settings, name, lambda: ctx.spark),
+                lambda rep_: f"{rep_.status}, lake lock held {rep_.snapshot_seconds:.2f} s",
+            )
+            ensure(report.ok, f"reconcile of the growth sink found something:\n{report.summary()}")
+            rc[scale].details = {
+                "lock_seconds": rc[scale].details.get("lock_seconds", []) + [round(report.snapshot_seconds, 3)],
+                "ranges_checked": len(report.checks),
+                "entities_checked": report.entities_checked,
             }
             ctx.discard(sink)
 

@@ -120,6 +120,15 @@ def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: S
     )
     assert read == report.committed and batches >= 1
     assert query(settings, "SELECT count(*) FROM sessions")[0][0] > 0
+    # The Asset event says what the run committed.
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        [extra] = [e.extra for e in session.query(AssetEvent).filter(AssetEvent.source_run_id == run.run_id)]
+    assert extra["records_read"] == report.committed and extra["batches"] == batches
+    assert extra["accepted"] + extra["duplicates"] + extra["quarantined"] == report.committed
+    assert all(r["pipeline"] == pipeline and r["offsets"] for r in extra["ranges"])
 
 
 def test_backfill_dag_dry_run_writes_nothing_and_a_real_run_processes_the_plan(deployment: Settings) -> None:
@@ -132,7 +141,7 @@ def test_backfill_dag_dry_run_writes_nothing_and_a_real_run_processes_the_plan(d
     dag = load_dag("tidemark_backfill")
 
     dry = dag.test(run_conf={"topic": settings.topic, "offsets": offsets, "dry_run": True})
-    assert task_states(dry) == {"plan": "success", "unless_dry_run": "success", "backfill": "skipped"}
+    assert task_states(dry) == {"plan": "success", "anything_to_do": "success", "backfill": "skipped"}
     assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 0
 
     run = dag.test(run_conf={"topic": settings.topic, "offsets": offsets, "dry_run": False})
@@ -141,6 +150,11 @@ def test_backfill_dag_dry_run_writes_nothing_and_a_real_run_processes_the_plan(d
     assert ranges == planned
     assert query(settings, "SELECT sum(records_read) FROM ledger_batches")[0][0] == sum(e for _, _, e in planned)
     assert sum(e for _, _, e in planned) < report.committed
+
+    # The same plan again is a no-op: marked by a skipped backfill task, not a green run that did nothing.
+    again = dag.test(run_conf={"topic": settings.topic, "offsets": offsets, "dry_run": False})
+    assert task_states(again) == {"plan": "success", "anything_to_do": "success", "backfill": "skipped"}
+    assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 1
 
 
 def test_backfill_dag_rejects_bad_parameters_before_spark_starts_without_paging(deployment: Settings, webhook) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -31,10 +32,23 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 @pytest.fixture(scope="module")
 def airflow(stack: Settings):
     """The four Airflow components for this module, with a topic and lake of its own."""
+    from tidemark.migrations import migrate
+
     suffix = uuid.uuid4().hex[:8]
     home = stack.home / "runs" / f"airflow-{suffix}"
+    # A tidemark database of its own too: the tidemark page shows reconcile runs of this module only.
+    admin = connect(stack.postgres_dsn.replace("user=tidemark", "user=postgres"))
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "tidemark_{suffix}" OWNER tidemark')
+    dsn = stack.postgres_dsn.replace("dbname=tidemark", f"dbname=tidemark_{suffix}")
+    migrate(dsn)
     settings = replace(
-        stack, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=f"ui-{suffix}"
+        stack,
+        lake_root=str(home / "lake"),
+        checkpoint_root=str(home / "checkpoints"),
+        topic=f"ui-{suffix}",
+        postgres_dsn=dsn,
     )
     # CreateTime, so records can arrive in yesterday's intervals for the Backfill test. They are
     # written first: Kafka finds offsets for times by the first record at or after a time, so
@@ -50,10 +64,9 @@ def airflow(stack: Settings):
     finally:
         stopped = services.stop()
         assert "scheduler" in stopped and not services.running()
-        admin = connect(stack.postgres_dsn.replace("user=tidemark", "user=postgres"))
-        admin.autocommit = True
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE "{services.metadata_database}" WITH (FORCE)')
+            cur.execute(f'DROP DATABASE "tidemark_{suffix}" WITH (FORCE)')
         admin.close()
         shutil.rmtree(services.home, ignore_errors=True)
 
@@ -240,3 +253,50 @@ def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: 
         pipeline, before,
     )  # fmt: skip
     assert read_partitions == [(partition,)], "the other partition is not read"
+
+
+def test_the_tidemark_page_in_the_airflow_ui_shows_real_reconcile_numbers_and_charts(
+    airflow: AirflowServices, browser, spark
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from spark_jobs import reconcile
+
+    settings = airflow.settings
+    first = reconcile.run(settings, "ui-first", lambda: spark)
+    second = reconcile.run(settings, "ui-second", spark_factory=None)  # nothing new: no Spark
+    assert first is not None and second is not None and not second.used_spark
+    [(verified,)] = rows(settings, "SELECT sum(end_offset - start_offset) FROM verified_ranges")
+    assert verified > 0
+
+    user, password = airflow.login()
+    browser.get(airflow.url + "/")
+    fields = browser.find_elements(By.TAG_NAME, "input")
+    fields[0].send_keys(user)
+    fields[1].send_keys(password)
+    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    WebDriverWait(browser, 30).until(lambda d: "/auth/login" not in d.current_url)
+
+    # The nav entry opens the page inside the UI (an iframe of /tidemark/).
+    browser.get(airflow.url + "/plugin/tidemark")
+    frame = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.TAG_NAME, "iframe"))
+    assert frame.get_attribute("src").rstrip("/").endswith("/tidemark")
+    browser.switch_to.frame(frame)
+    status = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "latest-status"))
+    assert status.text == second.status.upper()
+    page = browser.page_source
+    assert "ui-first" in page and "ui-second" in page
+    coverage = browser.find_element(By.ID, "coverage").text
+    assert f"{verified:,}" in coverage
+    lines = browser.find_elements(By.CSS_SELECTOR, "svg polyline")
+    assert lines and all(line.size["width"] > 0 for line in lines), "the charts draw a line per partition"
+    browser.find_element(By.LINK_TEXT, "ui-first").click()
+    report = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "report"))
+    assert report.text.startswith("tidemark reconcile ui-first:")
+    browser.switch_to.default_content()
+
+    # Without a login the page is refused.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(airflow.url + "/tidemark/", timeout=30)
+    assert refused.value.code in (401, 403)

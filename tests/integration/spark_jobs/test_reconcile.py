@@ -73,12 +73,23 @@ def test_a_clean_run_verifies_every_range_and_the_next_needs_no_spark(spark, fre
     [(used_spark, status)] = query(settings, "SELECT used_spark, status FROM reconcile_runs WHERE run_id = 'second'")
     assert (used_spark, status) == (False, "ok")
 
-    # New data: the same call says it needs Spark and records nothing.
-    ingest_some(spark, settings, seed=2, count=100)
+    # Records Kafka has and the sinks do not yet: the lag is measured per partition, and past the
+    # threshold the run alerts (consistent, but lagging).
+    produce(settings, ProduceSpec(count=100, entities=4, seed=2, id_prefix="late-"), topic=settings.topic)
+    lagging = reconcile.run(replace(settings, lag_alert_minutes=0.0001), "lagging", spark_factory=None)
+    assert lagging is not None and lagging.consistent and lagging.status == "lagging"
+    assert sum(lag.behind_records for lag in lagging.lags) == 100 and len(lagging.lags) == 3
+    assert "lag: topic" in lagging.alert() and "tidemark repair" not in lagging.alert()
+    assert query(settings, "SELECT sum(behind_records) FROM reconcile_lag WHERE run_id = 'lagging'") == [(100,)]
+    assert not reconcile.run(settings, "not-lagging-yet", spark_factory=None).lagging  # within the hour
+
+    # New data in the sinks: the same call says it needs Spark and records nothing.
+    ingest.run_scheduled(spark, settings)
     assert reconcile.run(settings, "third", spark_factory=None) is None
     assert query(settings, "SELECT count(*) FROM reconcile_runs WHERE run_id = 'third'")[0][0] == 0
     third = reconciled(spark, settings, "third")
     assert third.ok and {c.reason for c in third.checks} == {"new"}
+    assert sum(lag.behind_records for lag in third.lags) == 0
 
 
 def test_the_tamper_drill_each_damage_is_named_repaired_and_rechecked(spark, fresh) -> None:

@@ -160,3 +160,18 @@ def test_a_local_delta_log_gives_its_version_without_spark(tmp_path) -> None:
     assert log_version(str(tmp_path / "events")) == 1
     assert log_version(f"file://{tmp_path / 'events'}") == 1
     assert log_version("s3a://bucket/lake/events") is None
+
+
+def test_a_run_too_far_behind_kafka_is_lagging_not_a_mismatch() -> None:
+    from spark_jobs.findings import Lag
+
+    fresh = Lag("events", 0, high_watermark=100, processed_to=100, oldest_unprocessed=None, behind_seconds=0)
+    late = Lag("events", 1, 500, 200, datetime(2026, 11, 21, 9, tzinfo=UTC), behind_seconds=2 * 3600)
+    summary = SessionsSummary(1, 1)
+    report = Report("r", [], [], summary, summary, lags=[fresh, late], lag_alert_seconds=3600)
+    assert report.consistent and not report.ok and report.status == "lagging"
+    assert report.lagging == [late] and late.behind_records == 300
+    expected = "lag: topic events partition 1: 300 offsets [200, 500) not processed yet, the oldest arrived 120 min ago"
+    assert expected in report.alert()
+    assert "tidemark repair" not in report.alert() and [f["kind"] for f in report.findings()] == ["lag"]
+    assert Report("r", [], [], summary, summary, lags=[fresh, late], lag_alert_seconds=3 * 3600).ok

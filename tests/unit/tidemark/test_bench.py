@@ -208,3 +208,14 @@ def test_a_spark_submitted_job_gets_exactly_the_sink_settings(tmp_path) -> None:
     env = submit_env(settings, base)
     assert Settings.from_env(env) == settings  # nothing of this process's own TIDEMARK_* leaks in
     assert env["HOME"] == "/h" and env["PATH"].endswith("/usr/bin") and env["PATH"] != "/usr/bin"
+
+
+def test_reconcile_checks_hold_its_growth_and_the_lake_lock_to_their_targets() -> None:
+    ms = {"RC1": measured("RC1", 10_000, 10.0), "RC10": measured("RC10", 10_000, 14.0)}
+    ms["RC1"].details["lock_seconds"] = [0.2, 0.3]
+    ms["RC10"].details["lock_seconds"] = [0.4, 6.0]
+    checks = {c.key: c for c in build_checks(ms)}
+    assert checks["RC10/RC1"].value == pytest.approx(1.4) and checks["RC10/RC1"].result == "FAIL"
+    assert checks["RC lock"].value == pytest.approx(6.0) and checks["RC lock"].result == "FAIL"
+    ms["RC10"].details["lock_seconds"] = [0.4]
+    assert {c.key: c for c in build_checks(ms)}["RC lock"].result == "PASS"

@@ -1,0 +1,246 @@
+"""The tidemark page inside the Airflow UI: reconcile history, coverage and lag over time, mismatches and repairs.
+
+A FastAPI app that ``plugins/tidemark_plugin.py`` mounts on Airflow's api-server at ``/tidemark``
+and adds to the UI's navigation. It reads the tidemark database through the ``tidemark_postgres``
+connection; every page needs an Airflow login (the UI's session cookie or a bearer token). The
+charts are SVG drawn here, so the page needs no JavaScript and no files beyond itself.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+STATUS_COLOURS = {"ok": "#2e7d32", "mismatch": "#c62828", "lagging": "#ef6c00", "counted": "#757575"}
+SERIES_COLOURS = ("#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457", "#4e342e", "#37474f")
+
+
+@dataclass(frozen=True)
+class Point:
+    at: datetime
+    value: float
+
+
+def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int = 640, height: int = 220) -> str:
+    """An SVG line chart, one polyline per series, time on x (oldest left)."""
+    points = [p for line in series.values() for p in line]
+    head = f'<figure class="chart"><figcaption>{html.escape(title)}</figcaption>'
+    if not points:
+        return head + '<p class="empty">no runs yet</p></figure>'
+    left, right, top, bottom = 56, 12, 10, 28
+    t0, t1 = min(p.at for p in points).timestamp(), max(p.at for p in points).timestamp()
+    v1 = max(max(p.value for p in points), 1.0)
+
+    def x(at: datetime) -> float:
+        span = (t1 - t0) or 1.0
+        return left + (at.timestamp() - t0) / span * (width - left - right)
+
+    def y(value: float) -> float:
+        return top + (1 - value / v1) * (height - top - bottom)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" data-chart="{html.escape(title)}" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
+        f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" stroke="#999"/>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y(0):.1f}" stroke="#999"/>',
+        f'<text x="{left - 6}" y="{top + 4}" text-anchor="end" font-size="11">{_number(v1)} {html.escape(unit)}</text>',
+        f'<text x="{left - 6}" y="{y(0):.1f}" text-anchor="end" font-size="11">0</text>',
+        f'<text x="{left}" y="{height - 8}" font-size="11">{datetime.fromtimestamp(t0):%Y-%m-%d %H:%M}</text>',
+        f'<text x="{width - right}" y="{height - 8}" text-anchor="end" font-size="11">'
+        f"{datetime.fromtimestamp(t1):%Y-%m-%d %H:%M}</text>",
+    ]
+    legend = []
+    for i, (name, line) in enumerate(sorted(series.items())):
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+        coords = " ".join(f"{x(p.at):.1f},{y(p.value):.1f}" for p in sorted(line, key=lambda p: p.at))
+        parts.append(
+            f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" points="{coords}">'
+            f"<title>{html.escape(name)}</title></polyline>"
+        )
+        legend.append(f'<span style="color:{colour}">&#9632; {html.escape(name)}</span>')
+    parts.append("</svg>")
+    return head + "".join(parts) + f'<div class="legend">{" ".join(legend)}</div></figure>'
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+@dataclass(frozen=True)
+class Overview:
+    runs: list[tuple]  # run_id, counted_at, status, ranges_checked, mismatched, used_spark, entities, repair_of, lag
+    lag: list[tuple]  # counted_at, topic, partition, behind_records, behind_seconds, processed_to, high_watermark
+    coverage: list[tuple]  # topic, partition, ledger offsets, verified offsets, ranges, verified ranges
+    mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
+
+
+def read_overview(cur, limit: int = 100) -> Overview:  # noqa: ANN001 - psycopg2 cursor
+    cur.execute(
+        """SELECT r.run_id, r.counted_at, r.status, r.ranges_checked, r.ranges_mismatched, r.used_spark,
+                  r.entities_checked, r.repair_of,
+                  (SELECT max(l.behind_seconds) FROM reconcile_lag AS l WHERE l.run_id = r.run_id)
+           FROM reconcile_runs AS r ORDER BY r.counted_at DESC LIMIT %s""",
+        (limit,),
+    )
+    runs = cur.fetchall()
+    cur.execute(
+        """SELECT r.counted_at, l.topic, l.kafka_partition, l.behind_records, l.behind_seconds, l.processed_to,
+                  l.high_watermark
+           FROM reconcile_lag AS l JOIN reconcile_runs AS r USING (run_id)
+           WHERE r.run_id IN (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT %s)
+           ORDER BY r.counted_at""",
+        (limit,),
+    )
+    lag = cur.fetchall()
+    cur.execute(
+        """SELECT l.topic, l.kafka_partition, sum(l.end_offset - l.start_offset),
+                  coalesce(sum(v.end_offset - v.start_offset), 0), count(*), count(v.pipeline)
+           FROM ledger_ranges AS l
+           LEFT JOIN verified_ranges AS v USING (pipeline, batch_id, topic, kafka_partition)
+           WHERE l.pipeline <> 'land'
+           GROUP BY 1, 2 ORDER BY 1, 2"""
+    )
+    coverage = cur.fetchall()
+    cur.execute(
+        """SELECT r.run_id, r.counted_at, r.status, r.alert, p.repair_id, p.status, p.recheck_run
+           FROM reconcile_runs AS r LEFT JOIN repairs AS p ON p.reconcile_run = r.run_id
+           WHERE r.status <> 'ok' ORDER BY r.counted_at DESC LIMIT 10"""
+    )
+    return Overview(runs, lag, coverage, cur.fetchall())
+
+
+PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
+body{{font-family:system-ui,sans-serif;margin:16px;color:#222}} table{{border-collapse:collapse;margin:8px 0 20px}}
+td,th{{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left;font-size:13px}} th{{background:#f5f5f5}}
+.status{{font-weight:600}} figure{{display:inline-block;margin:0 24px 16px 0}} figcaption{{font-weight:600}}
+pre{{background:#f7f7f7;padding:10px;white-space:pre-wrap}} .legend{{font-size:12px}} .num{{text-align:right}}
+</style></head><body>{body}</body></html>"""
+
+
+def render_overview(o: Overview) -> str:
+    e = html.escape
+    lag_records: dict[str, list[Point]] = defaultdict(list)
+    lag_minutes: dict[str, list[Point]] = defaultdict(list)
+    processed: dict[str, list[Point]] = defaultdict(list)
+    for at, topic, partition, records, seconds, processed_to, _high in o.lag:
+        name = f"{topic} p{partition}"
+        lag_records[name].append(Point(at, float(records)))
+        lag_minutes[name].append(Point(at, float(seconds) / 60))
+        processed[name].append(Point(at, float(processed_to)))
+    body = ["<h2>tidemark</h2>"]
+    latest = o.runs[0] if o.runs else None
+    if latest:
+        colour = STATUS_COLOURS.get(latest[2], "#222")
+        body.append(
+            f'<p>Latest reconcile: <a href="runs/{e(latest[0])}">{e(latest[0])}</a> at {latest[1]:%Y-%m-%d %H:%M:%S}: '
+            f'<span class="status" id="latest-status" style="color:{colour}">{e(latest[2].upper())}</span></p>'
+        )
+    else:
+        body.append("<p>No reconcile run yet: trigger tidemark_reconcile.</p>")
+    body.append(
+        line_chart("Lag behind Kafka (records)", "records", lag_records)
+        + line_chart("Lag behind Kafka (minutes)", "min", lag_minutes)
+        + line_chart("Processed up to (offset)", "", processed)
+    )
+    body.append("<h3>Coverage per partition</h3><table id=\"coverage\"><tr><th>topic</th><th>partition</th>"
+                "<th class=num>ledger offsets</th><th class=num>verified offsets</th><th class=num>ranges</th>"
+                "<th class=num>verified ranges</th></tr>")  # fmt: skip
+    for topic, partition, offsets, verified, ranges, verified_ranges in o.coverage:
+        body.append(
+            f"<tr><td>{e(topic)}</td><td>{partition}</td><td class=num>{offsets:,}</td>"
+            f"<td class=num>{verified:,}</td><td class=num>{ranges:,}</td><td class=num>{verified_ranges:,}</td></tr>"
+        )
+    body.append("</table><h3>Last findings and their repair</h3><table id=\"findings\"><tr><th>run</th><th>when</th>"
+                "<th>status</th><th>alert</th><th>repair</th></tr>")  # fmt: skip
+    for run_id, at, status, alert, repair_id, repair_status, recheck in o.mismatches:
+        repair = (
+            f"{e(repair_id)}: {e(repair_status)}"
+            + (f' (re-check <a href="runs/{e(recheck)}">{e(recheck)}</a>)' if recheck else "")
+            if repair_id
+            else f"not repaired: <code>tidemark repair --run-id {e(run_id)}</code>"
+        )
+        body.append(
+            f'<tr><td><a href="runs/{e(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M}</td>'
+            f"<td>{e(status)}</td><td><pre>{e(alert or '')}</pre></td><td>{repair}</td></tr>"
+        )
+    body.append("</table><h3>Reconcile runs</h3><table id=\"runs\"><tr><th>run</th><th>when</th><th>status</th>"
+                "<th class=num>ranges checked</th><th class=num>mismatched</th><th>Spark</th>"
+                "<th class=num>entities recomputed</th><th class=num>max lag (min)</th>"
+                "<th>repair of</th></tr>")  # fmt: skip
+    for run_id, at, status, checked, mismatched, used_spark, entities, repair_of, lag in o.runs:
+        colour = STATUS_COLOURS.get(status, "#222")
+        body.append(
+            f'<tr><td><a href="runs/{e(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M:%S}</td>'
+            f'<td class="status" style="color:{colour}">{e(status)}</td><td class=num>{checked or 0:,}</td>'
+            f"<td class=num>{mismatched or 0:,}</td><td>{'yes' if used_spark else 'no'}</td>"
+            f"<td class=num>{entities or 0:,}</td><td class=num>{(lag or 0) / 60:,.1f}</td>"
+            f"<td>{e(repair_of or '')}</td></tr>"
+        )
+    body.append("</table>")
+    return PAGE.format(title="tidemark", body="\n".join(body))
+
+
+def render_run(run: tuple | None, ranges: list[tuple]) -> str:
+    e = html.escape
+    if run is None:
+        return PAGE.format(title="tidemark: no such run", body='<p>No such reconcile run. <a href="../">Back</a></p>')
+    run_id, status, report = run
+    rows = "".join(
+        f"<tr><td>{e(topic)}</td><td>{partition}</td><td>[{start}, {end})</td><td>{e(pipeline)} {batch}</td>"
+        f"<td>{e(reason)}</td><td class=num>{sink:,}</td><td class=num>{'' if kafka is None else f'{kafka:,}'}</td>"
+        f"<td>{e(outcome or '')}</td></tr>"
+        for topic, partition, start, end, pipeline, batch, reason, sink, kafka, outcome in ranges
+    )
+    body = (
+        f'<p><a href="../">tidemark</a> / {e(run_id)}</p><h2>Reconcile run {e(run_id)}: '
+        f'<span class="status" style="color:{STATUS_COLOURS.get(status, "#222")}">{e(status)}</span></h2>'
+        f'<pre id="report">{e(report or "")}</pre><h3>Ranges checked</h3><table><tr><th>topic</th>'
+        "<th>partition</th><th>offsets</th><th>batch</th><th>why</th><th class=num>sinks</th><th class=num>Kafka</th>"
+        "<th>outcome</th></tr>"
+        f"{rows}</table>"
+    )
+    return PAGE.format(title=f"tidemark: {run_id}", body=body)
+
+
+def create_app():  # -> fastapi.FastAPI
+    """The FastAPI app; every route needs an authenticated Airflow user."""
+    from airflow.api_fastapi.core_api.security import requires_authenticated
+    from fastapi import Depends, FastAPI
+    from fastapi.responses import HTMLResponse
+
+    app = FastAPI(title="tidemark", dependencies=[Depends(requires_authenticated())])
+
+    @app.get("/", response_class=HTMLResponse)
+    def overview() -> str:
+        return render_overview(_query(read_overview))
+
+    @app.get("/runs/{run_id:path}", response_class=HTMLResponse)
+    def run(run_id: str) -> str:
+        def read(cur) -> tuple:  # noqa: ANN001
+            cur.execute("SELECT run_id, status, report FROM reconcile_runs WHERE run_id = %s", (run_id,))
+            found = cur.fetchone()
+            cur.execute(
+                """SELECT topic, kafka_partition, start_offset, end_offset, pipeline, batch_id, reason, sink_records,
+                          kafka_records, outcome
+                   FROM reconcile_ranges WHERE run_id = %s ORDER BY topic, kafka_partition, start_offset""",
+                (run_id,),
+            )
+            return found, cur.fetchall()
+
+        return render_run(*_query(read))
+
+    return app
+
+
+def _query(read):  # noqa: ANN001, ANN202
+    from spark_jobs.ledger import connect
+    from tidemark_airflow.connections import tidemark_settings
+
+    conn = connect(tidemark_settings().postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            return read(cur)
+    finally:
+        conn.close()

@@ -1,0 +1,43 @@
+"""The tidemark page's rendering: charts and tables from reconcile history (no server, no database)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tidemark_airflow.view import Overview, Point, line_chart, render_overview, render_run
+
+T0 = datetime(2026, 11, 21, 8, tzinfo=UTC)
+
+
+def test_a_line_chart_draws_one_polyline_per_series_scaled_to_the_largest_value() -> None:
+    svg = line_chart("Lag (records)", "records", {"events p0": [Point(T0, 0), Point(T0 + timedelta(hours=1), 50)],
+                                                  "events p1": [Point(T0, 100)]})  # fmt: skip
+    assert svg.count("<polyline") == 2 and 'data-chart="Lag (records)"' in svg
+    assert ">100 records</text>" in svg  # the y axis tops at the largest value
+    assert "events p0" in svg and "events p1" in svg
+    assert "no runs yet" in line_chart("Lag", "min", {})
+
+
+def test_the_overview_shows_the_latest_verdict_coverage_findings_and_runs() -> None:
+    overview = Overview(
+        runs=[
+            ("r2", T0 + timedelta(hours=1), "mismatch", 3, 1, True, 7, None, 120.0),
+            ("r1", T0, "ok", 5, 0, False, 0, None, 0.0),
+        ],
+        lag=[(T0, "events", 0, 0, 0.0, 100, 100), (T0 + timedelta(hours=1), "events", 0, 40, 120.0, 100, 140)],
+        coverage=[("events", 0, 140, 100, 3, 2)],
+        mismatches=[("r2", T0, "mismatch", "tidemark reconcile r2: MISMATCH <b>", None, None, None)],
+    )
+    page = render_overview(overview)
+    assert 'id="latest-status"' in page and "MISMATCH" in page
+    assert page.count("<svg") == 3 and page.count("<polyline") == 3
+    assert "<td class=num>140</td><td class=num>100</td>" in page
+    assert "tidemark repair --run-id r2" in page and "&lt;b&gt;" in page  # alert text is escaped
+    assert '<a href="runs/r1">r1</a>' in page
+
+
+def test_a_run_page_shows_its_report_and_ranges_or_says_it_does_not_exist() -> None:
+    ranges = [("events", 0, 0, 10, "ingest:events", 0, "new", 10, 10, "ok")]
+    page = render_run(("r1", "ok", "tidemark reconcile r1: OK"), ranges)
+    assert "tidemark reconcile r1: OK" in page and "[0, 10)" in page and "ingest:events 0" in page
+    assert "No such reconcile run" in render_run(None, [])
