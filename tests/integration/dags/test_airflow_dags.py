@@ -15,9 +15,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from psycopg2.extensions import parse_dsn
 
-from spark_jobs.ledger import connect
 from spark_jobs.offsets import latest_ranges
 from spark_jobs.settings import PROJECT_ROOT, Settings
+from tests.integration.spark_jobs.checks import query
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -96,16 +96,6 @@ def state(run) -> str:  # noqa: ANN001 - DagRun
 
 def task_states(run) -> dict[str, str]:  # noqa: ANN001 - DagRun
     return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in run.get_task_instances()}
-
-
-def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
 
 
 def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: Settings) -> None:

@@ -22,6 +22,7 @@ import pytest
 from spark_jobs.ledger import connect
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.settings import Settings
+from tests.integration.spark_jobs.checks import query
 from tidemark.embedded.airflow import AirflowServices
 from tidemark.producer import ProduceSpec, produce
 
@@ -125,16 +126,6 @@ class Api:
         raise AssertionError(f"{dag_id}: {count} finished {run_type} runs expected in {timeout:.0f} s, got {runs}")
 
 
-def rows(settings: Settings, sql: str, *args: object) -> list[tuple]:
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall()
-    finally:
-        conn.close()
-
-
 @pytest.fixture
 def browser():
     if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
@@ -152,6 +143,20 @@ def browser():
     driver.quit()
 
 
+def sign_in(browser, airflow: AirflowServices) -> None:
+    """Log in through the UI's form, as a user does."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    user, password = airflow.login()
+    browser.get(airflow.url + "/")
+    fields = browser.find_elements(By.TAG_NAME, "input")
+    fields[0].send_keys(user)
+    fields[1].send_keys(password)
+    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    WebDriverWait(browser, 30).until(lambda d: "/auth/login" not in d.current_url)
+
+
 def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices, browser) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -166,13 +171,7 @@ def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices
     offsets = f"1:{before[1]}-{new.end}"
     assert new.end > before[1]
 
-    user, password = airflow.login()
-    browser.get(airflow.url + "/")
-    fields = browser.find_elements(By.TAG_NAME, "input")
-    fields[0].send_keys(user)
-    fields[1].send_keys(password)
-    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
-    WebDriverWait(browser, 30).until(lambda d: "/auth/login" not in d.current_url)
+    sign_in(browser, airflow)
 
     browser.get(airflow.url + "/dags/tidemark_backfill")
     browser.find_element(By.XPATH, "//button[@aria-label='Trigger Dag']").click()
@@ -202,7 +201,7 @@ def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices
     api = Api(airflow)
     run = api.get(f"/api/v2/dags/tidemark_backfill/dagRuns/{urllib.parse.quote(run_id)}")
     assert run["state"] == "success" and run["conf"]["offsets"] == offsets
-    planned = rows(
+    planned = query(
         settings,
         "SELECT kafka_partition, start_offset, end_offset FROM ledger_ranges WHERE pipeline = %s",
         f"backfill:{settings.topic}",
@@ -216,7 +215,8 @@ def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: 
     api = Api(airflow)
     pipeline = f"backfill:{settings.topic}"
     partition = YESTERDAYS_PARTITION[settings.topic]
-    [(before,)] = rows(settings, "SELECT coalesce(max(batch_id), -1) FROM ledger_batches WHERE pipeline = %s", pipeline)
+    latest = "SELECT coalesce(max(batch_id), -1) FROM ledger_batches WHERE pipeline = %s"
+    [(before,)] = query(settings, latest, pipeline)
     # Backfill runs only run while the DAG is unpaused; its scheduled run then ingests the topic in
     # the ingest:<topic> pipeline, which is kept apart from the backfill's batches below.
     api.patch("/api/v2/dags/tidemark_ingest", {"is_paused": False})
@@ -241,14 +241,14 @@ def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: 
                  for r in runs]  # fmt: skip
     inside = sum(any(lo <= when < hi for lo, hi in intervals) for when in ARRIVALS)
     assert 0 < inside < len(ARRIVALS)
-    [(batches, read)] = rows(
+    [(batches, read)] = query(
         settings,
         "SELECT count(*), sum(records_read) FROM ledger_batches WHERE pipeline = %s AND batch_id > %s",
         pipeline,
         before,
     )
     assert (batches, read) == (len(runs), inside)
-    read_partitions = rows(
+    read_partitions = query(
         settings, "SELECT DISTINCT kafka_partition FROM ledger_ranges WHERE pipeline = %s AND batch_id > %s",
         pipeline, before,
     )  # fmt: skip
@@ -261,22 +261,20 @@ def test_the_tidemark_page_in_the_airflow_ui_shows_real_reconcile_numbers_and_ch
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from spark_jobs import reconcile
+    from spark_jobs import ingest, reconcile
 
     settings = airflow.settings
+    produce(settings, ProduceSpec(count=150, entities=6, seed=13, id_prefix="view-"), topic=settings.topic)
+    ingest.run_scheduled(spark, settings, wait=True)
     first = reconcile.run(settings, "ui-first", lambda: spark)
     second = reconcile.run(settings, "ui-second", spark_factory=None)  # nothing new: no Spark
     assert first is not None and second is not None and not second.used_spark
-    [(verified,)] = rows(settings, "SELECT sum(end_offset - start_offset) FROM verified_ranges")
-    assert verified > 0
+    verified = query(
+        settings, "SELECT topic, kafka_partition, sum(end_offset - start_offset) FROM verified_ranges GROUP BY 1, 2"
+    )
+    assert verified and all(n > 0 for *_, n in verified)
 
-    user, password = airflow.login()
-    browser.get(airflow.url + "/")
-    fields = browser.find_elements(By.TAG_NAME, "input")
-    fields[0].send_keys(user)
-    fields[1].send_keys(password)
-    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
-    WebDriverWait(browser, 30).until(lambda d: "/auth/login" not in d.current_url)
+    sign_in(browser, airflow)
 
     # The nav entry opens the page inside the UI (an iframe of /tidemark/).
     browser.get(airflow.url + "/plugin/tidemark")
@@ -288,7 +286,8 @@ def test_the_tidemark_page_in_the_airflow_ui_shows_real_reconcile_numbers_and_ch
     page = browser.page_source
     assert "ui-first" in page and "ui-second" in page
     coverage = browser.find_element(By.ID, "coverage").text
-    assert f"{verified:,}" in coverage
+    for topic, partition, offsets in verified:  # every offset processed is verified: the same number twice
+        assert f"{topic} {partition} {offsets:,} {offsets:,}" in coverage, coverage
     lines = browser.find_elements(By.CSS_SELECTOR, "svg polyline")
     assert lines and all(line.size["width"] > 0 for line in lines), "the charts draw a line per partition"
     browser.find_element(By.LINK_TEXT, "ui-first").click()

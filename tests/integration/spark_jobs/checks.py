@@ -12,6 +12,19 @@ from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
 
 
+def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
+    """Run ``sql`` on the settings' tidemark database; the rows it returns, if any."""
+    from spark_jobs.ledger import connect
+
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
 def delta_rows(spark, settings: Settings, table: str, *expressions: str) -> list:
     return spark.read.format("delta").load(settings.table_path(table)).selectExpr(*(expressions or ("*",))).collect()
 

@@ -299,7 +299,7 @@ def test_a_batch_of_only_malformed_records_is_quarantined_and_recorded(spark, ru
 def test_a_backfill_of_some_partitions_reads_only_those(spark, run, pg) -> None:
     """`--offsets 1:0-40` on a three-partition topic: the other partitions are neither read nor needed."""
     settings, prefix = run
-    report = produce(settings, ProduceSpec(count=120, entities=9, seed=6, id_prefix=prefix), topic=settings.topic,
+    report = produce(settings, ProduceSpec(count=120, entities=30, seed=6, id_prefix=prefix), topic=settings.topic,
                      partitions=3)  # fmt: skip
     ends = {r.partition: r.end for r in latest_ranges(settings, settings.topic)}
     assert all(end > 0 for end in ends.values()), "every partition should hold records"

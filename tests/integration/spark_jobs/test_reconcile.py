@@ -15,7 +15,7 @@ import pytest
 from spark_jobs import ingest, reconcile, repair
 from spark_jobs.errors import ConfigError
 from spark_jobs.sinks import delta
-from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows
+from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows, query
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -24,18 +24,6 @@ def fresh(spark, database, topic):
     """Settings with this test's own database, lake, checkpoints and topic."""
     home = database.home / "runs" / f"reconcile-{uuid.uuid4().hex[:8]}"
     return replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
-
-
-def query(settings, sql: str, *args: object) -> list[tuple]:
-    from spark_jobs.ledger import connect
-
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
 
 
 def reconciled(spark, settings, name: str):

@@ -19,9 +19,9 @@ import pytest
 from psycopg2 import errors
 from psycopg2.extensions import make_dsn, parse_dsn
 
+from spark_jobs import reconcile
 from spark_jobs.ingest import run_scheduled
 from spark_jobs.ledger import connect
-from spark_jobs.reconcile import count_sinks
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.migrations import discover, migrate
 from tidemark.producer import ProduceSpec, produce
@@ -137,7 +137,8 @@ def test_roles_script_is_idempotent_and_gives_the_pipeline_rows_only(roles: Role
     owned = owned_by(roles, roles.owner)
     tables = {name for kind, name in owned if kind == "table"}
     assert tables == {"ledger_batches", "ledger_ranges", "sessions", "session_rules", "reconcile_runs",
-                      "reconcile_ranges", "schema_migrations"}  # fmt: skip
+                      "reconcile_ranges", "verified_ranges", "repairs", "reconcile_lag",
+                      "schema_migrations"}  # fmt: skip
     assert ("database", roles.dbname) in owned and ("schema", "public") not in owned  # pg_database_owner's
     assert owned_by(roles, roles.pipeline) == set()
 
@@ -203,9 +204,10 @@ def test_the_pipeline_role_ingests_and_reconciles_but_cannot_change_the_schema(
     assert duplicates > 0 and quarantined > 0
     [(sessions, events)] = fetch(roles.pipeline_dsn, "SELECT count(*), sum(event_count) FROM sessions")
     assert sessions > 0 and events == accepted
-    # The reconcile job's count also runs as the pipeline role (it rewrites reconcile_runs rows).
-    summary = count_sinks(spark, settings, f"roles-{topic}")
-    assert summary.postgres_sessions[0] == sessions == summary.delta_sessions[0]
+    # Reconcile also runs as the pipeline role (the lake lock, a REPEATABLE READ snapshot, its own rows).
+    report = reconcile.run(settings, f"roles-{topic}", lambda: spark)
+    assert report.ok, report.summary()
+    assert report.postgres_sessions.count == sessions == report.delta_sessions.count
     assert owned_by(roles, roles.pipeline) == set()
 
     # No DDL of any kind.
