@@ -65,9 +65,13 @@ lint: venv  ## ruff
 test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a local Spark)
 	$(BIN)/pytest -m "not integration" tests
 
-test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta (pipeline's also under a DST time zone)
-	$(BIN)/pytest -m integration tests
-	TZ=Europe/Berlin $(BIN)/pytest -m integration tests/integration/spark_jobs
+# The second pass runs the tests that turn arrival times into sessions under a time zone with a
+# daylight-saving change (the driver's local time must never leak into a timestamp).
+TZ_TESTS := $(addprefix tests/integration/spark_jobs/,test_exactness.py test_ingest.py test_model.py test_sessionize_spark.py)
+
+test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta (sessions also under a DST time zone)
+	$(BIN)/pytest -m integration --durations=15 tests
+	TZ=Europe/Berlin $(BIN)/pytest -m integration --durations=5 $(TZ_TESTS)
 
 fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20), or SEED=S to replay one
 	TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_SEED=$(SEED) $(BIN)/pytest -m integration \

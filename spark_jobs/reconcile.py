@@ -60,6 +60,7 @@ from spark_jobs.findings import (
 )
 from spark_jobs.lock import lake_snapshot
 from spark_jobs.offsets import PartitionRange, count_committed, first_arrival, watermarks
+from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
 
@@ -96,7 +97,9 @@ class Snapshot:
     previous_at: datetime | None
     postgres_sessions: SessionsSummary
     now: datetime
+    previous_buckets: dict[str, tuple[int, int]] | None = None  # Delta sessions per entity bucket, then
     to_check: list[tuple[LedgerRange, str]] = field(default_factory=list)
+    buckets: dict[str, tuple[int, int]] | None = None  # ... and now (set by the Spark check)
 
 
 def key(r: LedgerRange) -> tuple[str, int, str, int]:
@@ -149,8 +152,7 @@ def run(
     conn = ledger.connect(settings.postgres_dsn)
     try:
         spark = None
-        versions = local_versions(settings)
-        if versions is None:  # a remote lake: only Spark reads its log
+        if local_versions(settings) is None:  # a remote lake: only Spark reads its log
             if spark_factory is None:
                 return None
             spark = spark_factory()
@@ -158,8 +160,7 @@ def run(
         cur = conn.cursor()
         with lake_snapshot(settings):
             held_from = time.perf_counter()
-            if spark is not None:
-                versions = spark_versions(spark, settings)
+            versions = spark_versions(spark, settings) if spark is not None else local_versions(settings)
             cur.execute("SELECT now()")  # the PostgreSQL snapshot is fixed at the first query
             now = cur.fetchone()[0]
         held = time.perf_counter() - held_from
@@ -181,9 +182,7 @@ def run(
                     return None
                 spark = spark_factory()
             report = _check_with_spark(spark, settings, cur, snapshot, run_id)
-        report = replace(
-            report, lags=lags, lag_alert_seconds=settings.lag_alert_minutes * 60, snapshot_seconds=held
-        )
+        report = replace(report, lags=lags, lag_alert_seconds=settings.lag_alert_minutes * 60, snapshot_seconds=held)
         _record(cur, report, snapshot, repair_of)
         conn.commit()
         return report
@@ -213,15 +212,18 @@ def _read_snapshot(cur, settings: Settings, versions: dict[str, int] | None, now
     )
     verified = {(p, b, t, k): Verified(int(n), int(c), at) for p, b, t, k, n, c, at in cur.fetchall()}
     cur.execute(
-        """SELECT delta_versions, delta_sessions, delta_sessions_checksum, counted_at FROM reconcile_runs
+        """SELECT delta_versions, delta_sessions, delta_sessions_checksum, counted_at, delta_session_buckets
+           FROM reconcile_runs
            WHERE status IN ('ok', 'mismatch') AND delta_versions IS NOT NULL
            ORDER BY counted_at DESC LIMIT 1"""
     )
     row = cur.fetchone()
-    previous_versions, previous_sessions, previous_at = None, None, None
+    previous_versions, previous_sessions, previous_at, previous_buckets = None, None, None, None
     if row is not None:
         previous_versions, previous_at = row[0], row[3]
         previous_sessions = SessionsSummary(int(row[1]), int(row[2]))
+        if row[4] is not None:
+            previous_buckets = {b: (int(n), int(c)) for b, (n, c) in row[4].items()}
     snapshot = Snapshot(
         versions=versions,
         ranges=ranges,
@@ -231,6 +233,7 @@ def _read_snapshot(cur, settings: Settings, versions: dict[str, int] | None, now
         previous_at=previous_at,
         postgres_sessions=SessionsSummary(*postgres.sessions_summary(cur)),
         now=now,
+        previous_buckets=previous_buckets,
     )
     snapshot.to_check = [(r, NEW) for r in ranges if key(r) not in verified]
     snapshot.to_check += [(r, ROTATION) for r in rotation_share(ranges, verified, previous_at, now, settings)]
@@ -307,30 +310,41 @@ def _check_with_spark(spark: SparkSession, settings: Settings, cur, snapshot: Sn
     counts = range_counts(spark, tables, [r for r, _ in to_check])
     checks = _compare_ranges(settings, to_check, counts, snapshot.verified)
 
-    delta_sessions = SessionsSummary(*delta.sessions_summary_of(tables["sessions"]))
+    buckets = _sessions_buckets(tables["sessions"], snapshot.previous_buckets, touched)
+    delta_sessions = SessionsSummary(sum(n for n, _ in buckets.values()), sum(c for _, c in buckets.values()))
     differences = []
     if delta_sessions != snapshot.postgres_sessions:
-        pairs = sessions_differing_from_postgres(tables["sessions"], cur)
+        pairs = sessions_differing_from_postgres(tables["sessions"], buckets, cur)
         differences.append(SessionDifference.of("sinks", pairs))
-    entities = _entities_to_recompute(spark, tables["events"], [r.range for r, _ in to_check], touched)
-    entities = entities.localCheckpoint(eager=True)
-    checked = entities.count()
+    rules = ledger.stored_session_rules(cur) or settings.session_rules
+    anchored = _anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules).localCheckpoint(eager=True)
+    checked = anchored.count()
     if checked:
-        rules = ledger.stored_session_rules(cur) or settings.session_rules
-        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], entities, rules)
+        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules)
         if pairs:
             differences.append(SessionDifference.of("events", pairs))
-    return Report(
+    report = Report(
         run_id, checks, _gaps(cur), delta_sessions, snapshot.postgres_sessions, differences, checked, used_spark=True
     )
+    snapshot.buckets = buckets
+    return report
 
 
 @dataclass(frozen=True)
 class Touched:
-    """Rows in files that commits after the previous run added or removed (None: unknown)."""
+    """What commits after the previous run touched, read from the files they added and removed.
 
-    coordinates: DataFrame | None  # (topic, partition, offset) of record-table rows
-    entities: DataFrame | None  # entity_id of events and sessions rows
+    ``coordinates`` (record tables) and ``times`` (``entity_id``, ``arrival_time``: events' arrival
+    times and sessions' starts) cover every row of those files; None when unknown (a first run, or a
+    log that was cleaned up). ``sessions_added`` / ``sessions_removed`` are the session rows of the
+    files added and removed for good, for updating the previous run's checksums; None when they
+    cannot be trusted (deletion vectors, or a removed file already vacuumed).
+    """
+
+    coordinates: DataFrame | None
+    times: DataFrame | None
+    sessions_added: DataFrame | None = None
+    sessions_removed: DataFrame | None = None
 
 
 def _touched_since(
@@ -341,22 +355,37 @@ def _touched_since(
 
     if previous is None:
         return Touched(None, None)
-    coordinates, entities = [], []
+    coordinates, times = [], []
+    sessions_added = sessions_removed = spark.createDataFrame([], TABLE_SCHEMAS["sessions"])
     for name in TABLE_SCHEMAS:
         start, end = previous.get(name, -1), versions[name]
         if end <= start:
             continue
-        rows = _rows_in_changed_files(spark, settings.table_path(name), start, end)
-        if rows is None:
+        files = _changed_files(spark, settings.table_path(name), start, end)
+        if files is None:
             return Touched(None, None)
+        rows = _read_files(spark, settings.table_path(name), files.added | files.removed, TABLE_SCHEMAS[name])
         if name in RECORD_TABLES:
             coordinates.append(rows.select(*COORDINATES))
-        if name in ("events", "sessions"):
-            entities.append(rows.select("entity_id"))
+        if name == "events":
+            times.append(rows.select("entity_id", "arrival_time"))
+        if name == "sessions":
+            times.append(rows.select("entity_id", F.col("started_at").alias("arrival_time")))
+            if files.exact and _all_exist(spark, settings.table_path(name), files.removed - files.added):
+                sessions_added = _read_files(spark, settings.table_path(name), files.added - files.removed,
+                                             TABLE_SCHEMAS[name])  # fmt: skip
+                sessions_removed = _read_files(spark, settings.table_path(name), files.removed - files.added,
+                                               TABLE_SCHEMAS[name])  # fmt: skip
+            else:
+                sessions_added = sessions_removed = None
     empty_coordinates = spark.createDataFrame([], "topic string, partition int, offset long")
-    empty_entities = spark.createDataFrame([], "entity_id string")
-    union = _union(coordinates, empty_coordinates)
-    return Touched(union.distinct(), _union(entities, empty_entities).where(F.col("entity_id").isNotNull()).distinct())
+    empty_times = spark.createDataFrame([], "entity_id string, arrival_time timestamp")
+    return Touched(
+        _union(coordinates, empty_coordinates).distinct(),
+        _union(times, empty_times).where(F.col("entity_id").isNotNull()),
+        sessions_added,
+        sessions_removed,
+    )
 
 
 def _union(frames: list[DataFrame], empty: DataFrame) -> DataFrame:
@@ -366,26 +395,57 @@ def _union(frames: list[DataFrame], empty: DataFrame) -> DataFrame:
     return result
 
 
-def _rows_in_changed_files(spark: SparkSession, table_path: str, after: int, upto: int) -> DataFrame | None:
-    """The rows of every data file that commits ``after < v <= upto`` added or removed (None: log gone)."""
-    from urllib.parse import unquote
+@dataclass(frozen=True)
+class ChangedFiles:
+    added: set[str]
+    removed: set[str]
+    exact: bool  # no deletion vectors: a file's rows are all live or all gone
 
+
+def _changed_files(spark: SparkSession, table_path: str, after: int, upto: int) -> ChangedFiles | None:
+    """The data files commits ``after < v <= upto`` added and removed (None: part of the log is gone)."""
     root = table_path.rstrip("/")
     logs = [f"{root}/_delta_log/{v:020d}.json" for v in range(after + 1, upto + 1)]
-    local = [re.sub(r"^file:(//)?", "", p) for p in logs]
-    if any("://" not in p and not Path(p).exists() for p in local):
+    if not _all_exist(spark, root, logs):
         return None
     actions = spark.read.json(logs)
-    paths: set[str] = set()
-    for kind in ("add", "remove"):
-        if kind in actions.columns:
-            paths |= {row[0] for row in actions.select(f"{kind}.path").where(f"{kind}.path IS NOT NULL").collect()}
+    found: dict[str, set[str]] = {"add": set(), "remove": set()}
+    exact = True
+    for kind in found:
+        if kind not in actions.columns:
+            continue
+        fields = actions.schema[kind].dataType.fieldNames()
+        columns = [f"{kind}.path"] + ([f"{kind}.deletionVector IS NOT NULL"] if "deletionVector" in fields else [])
+        for row in actions.where(f"{kind}.path IS NOT NULL").selectExpr(*columns).collect():
+            found[kind].add(row[0])
+            exact = exact and not (len(row) > 1 and row[1])
+    return ChangedFiles(found["add"], found["remove"], exact)
+
+
+def _absolute(root: str, path: str) -> str:
+    from urllib.parse import unquote
+
+    return path if "://" in path or path.startswith("/") else f"{root.rstrip('/')}/{unquote(path)}"
+
+
+def _read_files(spark: SparkSession, table_path: str, paths: set[str], schema: str) -> DataFrame:
+    """The rows of data files ``paths`` of a table (the raw files: deleted rows included)."""
     if not paths:
-        return spark.read.format("delta").load(table_path).limit(0)
-    files = [p if "://" in p or p.startswith("/") else f"{root}/{unquote(p)}" for p in sorted(paths)]
+        return spark.createDataFrame([], schema)
+    files = [_absolute(table_path, p) for p in sorted(paths)]
     # Removed files stay until VACUUM; one that is gone already cannot be read, and its rows were
     # rewritten into an added file or deleted (a deleted row's range is still re-checked by rotation).
-    return spark.read.option("ignoreMissingFiles", "true").parquet(*files)
+    return spark.read.schema(schema).option("ignoreMissingFiles", "true").parquet(*files)
+
+
+def _all_exist(spark: SparkSession, root: str, paths: set[str] | list[str]) -> bool:
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for p in paths:
+        path = jvm.org.apache.hadoop.fs.Path(_absolute(root, p))
+        if not path.getFileSystem(conf).exists(path):
+            return False
+    return True
 
 
 def _ranges_holding(spark: SparkSession, coordinates: DataFrame, ranges: list[LedgerRange]) -> list[LedgerRange]:
@@ -491,13 +551,14 @@ def _compare_ranges(
     return checks
 
 
-def sessions_differing_from_postgres(sessions: DataFrame, cur) -> list[tuple[str, str]]:  # noqa: ANN001
+def sessions_differing_from_postgres(
+    sessions: DataFrame, delta_buckets: dict[str, tuple[int, int]], cur
+) -> list[tuple[str, str]]:  # noqa: ANN001
     """(entity_id, session_id) of the sessions that differ between Delta and PostgreSQL.
 
-    Per-bucket counts and checksums first (one aggregate on each side); only the buckets that
-    differ are compared row by row.
+    Per-bucket counts and checksums first (Delta's are given; one aggregate in PostgreSQL); only
+    the buckets that differ are compared row by row.
     """
-    delta_buckets = _delta_buckets(sessions)
     cur.execute(f"SELECT {SESSION_BUCKET}, count(*), {postgres.SESSIONS_CHECKSUM} FROM sessions GROUP BY 1")
     postgres_buckets = {b: (int(n), int(c)) for b, n, c in cur.fetchall()}
     differing = sorted(b for b in delta_buckets.keys() | postgres_buckets.keys()
@@ -526,6 +587,7 @@ def sessions_differing_from_postgres(sessions: DataFrame, cur) -> list[tuple[str
 
 
 def _delta_buckets(sessions: DataFrame) -> dict[str, tuple[int, int]]:
+    """Per bucket of entities: (rows, checksum) of a sessions frame."""
     from pyspark.sql import functions as F
 
     rows = (
@@ -537,33 +599,71 @@ def _delta_buckets(sessions: DataFrame) -> dict[str, tuple[int, int]]:
     return {row["b"]: (int(row["n"]), int(row["c"])) for row in rows}
 
 
-def _entities_to_recompute(
-    spark: SparkSession, events: DataFrame, ranges: list[PartitionRange], touched: Touched
+def _sessions_buckets(
+    sessions: DataFrame, previous: dict[str, tuple[int, int]] | None, touched: Touched
+) -> dict[str, tuple[int, int]]:
+    """Delta sessions' per-bucket (rows, checksum) at this run's version.
+
+    From the previous run's buckets plus the rows of the files added since, minus those of the
+    files removed (both checksums are sums over rows), when that is exact; else by reading the table.
+    """
+    if previous is None or touched.sessions_added is None or touched.sessions_removed is None:
+        return _delta_buckets(sessions)
+    buckets = dict(previous)
+    for sign, frame in ((1, touched.sessions_added), (-1, touched.sessions_removed)):
+        for b, (n, c) in _delta_buckets(frame).items():
+            n0, c0 = buckets.get(b, (0, 0))
+            buckets[b] = (n0 + sign * n, c0 + sign * c)
+    return {b: v for b, v in buckets.items() if v != (0, 0)}
+
+
+def _anchors_to_recompute(
+    tables: dict[str, DataFrame], ranges: list[PartitionRange], touched: Touched, rules: SessionRules
 ) -> DataFrame:
-    """Entities whose sessions are recomputed: those with events in the checked ranges, and those
-    in any events or sessions file a commit touched since the previous run (all, on a first run)."""
+    """``(entity_id, anchor)``: whose sessions to recompute from events, and from when.
+
+    The entities with events in the checked ranges (from those events' arrival), and those in any
+    events or sessions file a commit touched since the previous run (from the rows' times); on a
+    first run, every entity from its first event. Sessions before an anchor were checked before.
+    """
+    from pyspark.sql import functions as F
+
+    from spark_jobs.session_changes import anchors_from
+
+    events = tables["events"]
     frames = []
     if ranges:
-        frames.append(events.alias("t").where(delta.range_filter(merged_spans(ranges), "t")).select("entity_id"))
-    if touched.entities is not None:
-        frames.append(touched.entities)
+        in_ranges = events.alias("t").where(delta.range_filter(merged_spans(ranges), "t"))
+        frames.append(in_ranges.select("entity_id", "arrival_time"))
+    if touched.times is not None:
+        frames.append(touched.times)
     if not frames:
-        return spark.createDataFrame([], "entity_id string")
-    return _union(frames[1:], frames[0]).distinct()
+        return events.sparkSession.createDataFrame([], "entity_id string, anchor timestamp")
+    times = _union(frames[1:], frames[0]).where(F.col("entity_id").isNotNull())
+    return anchors_from(times, tables["sessions"], rules)
 
 
 def sessions_differing_from_events(
-    events: DataFrame, sessions: DataFrame, entities: DataFrame, rules
-) -> list[tuple[str, str]]:  # noqa: ANN001 - SessionRules
-    """(entity_id, session_id) where Delta ``sessions`` differ from a recompute of ``entities``' events."""
+    events: DataFrame, sessions: DataFrame, anchored: DataFrame, rules: SessionRules
+) -> list[tuple[str, str]]:
+    """(entity_id, session_id) where Delta ``sessions`` differ from a recompute of the ``anchored``
+    entities' events, each from its anchor on (files before the earliest anchor are skipped)."""
     from pyspark.sql import functions as F
 
     from spark_jobs.session_changes import SESSIONIZE_COLUMNS
     from spark_jobs.sessionize import sessionize
 
-    named = F.broadcast(entities)
-    recomputed = sessionize(events.join(named, "entity_id").select(*SESSIONIZE_COLUMNS), rules)
-    stored = sessions.join(named, "entity_id")
+    earliest = anchored.agg(F.min(F.unix_micros("anchor"))).first()[0]
+    named = F.broadcast(anchored)
+    since = events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(earliest)))
+    recomputed = sessionize(
+        since.join(named, "entity_id").where("arrival_time >= anchor").select(*SESSIONIZE_COLUMNS), rules
+    )
+    stored = (
+        sessions.where(F.col("started_at") >= F.timestamp_micros(F.lit(earliest)))
+        .join(named, "entity_id")
+        .where("started_at >= anchor")
+    )
     r = recomputed.selectExpr("session_id", "entity_id", f"{delta.SESSION_ROW_TEXT} AS row").alias("r")
     s = stored.selectExpr("session_id", "entity_id", f"{delta.SESSION_ROW_TEXT} AS row").alias("s")
     differing = (
@@ -590,8 +690,9 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
         """INSERT INTO reconcile_runs (run_id, counted_at, finished_at, status, delta_sessions,
                                        delta_sessions_checksum, postgres_sessions, postgres_sessions_checksum,
                                        ranges_checked, ranges_mismatched, gaps, report, delta_versions, used_spark,
-                                       entities_checked, findings, repair_of, alert, snapshot_seconds)
-           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                                       entities_checked, findings, repair_of, alert, snapshot_seconds,
+                                       delta_session_buckets)
+           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         (
             run_id,
             snapshot.now,
@@ -611,6 +712,7 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
             repair_of,
             None if report.ok else report.alert(),
             report.snapshot_seconds,
+            _buckets_json(snapshot),
         ),
     )
     cur.executemany(
@@ -666,6 +768,12 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
             if c.matches
         ],
     )
+
+
+def _buckets_json(snapshot: Snapshot) -> str | None:
+    """The Delta sessions' buckets this run knows (its own, or the previous run's when nothing changed)."""
+    buckets = snapshot.buckets if snapshot.buckets is not None else snapshot.previous_buckets
+    return None if buckets is None else json.dumps({b: [n, str(c)] for b, (n, c) in sorted(buckets.items())})
 
 
 def stored_report(settings: Settings, run_id: str | None = None) -> tuple[str, str, str] | None:

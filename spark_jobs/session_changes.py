@@ -32,12 +32,23 @@ def anchors(
     (``entity_id``, ``arrival_time``) adds rows a takeover displaced before (an earlier attempt of
     the batch committed it, so ``ranked`` no longer holds them).
     """
-    from pyspark.sql import functions as F
-
     rows = ranked.where("(rank = 1 AND in_batch) OR (rank > 1 AND NOT in_batch)").select("entity_id", "arrival_time")
     if displaced is not None:
         rows = rows.unionByName(displaced.select("entity_id", "arrival_time"))
-    touched = rows.groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
+    return anchors_from(rows, sessions, rules)
+
+
+def anchors_from(times: DataFrame, sessions: DataFrame, rules: SessionRules) -> DataFrame:
+    """``(entity_id, anchor)``: where each entity's sessions must be recomputed from, given the
+    arrival times (``entity_id``, ``arrival_time``) at which something changed.
+
+    The anchor is the earliest changed time, or the start of the first stored session that ended
+    within one gap before it (a change there could join that session). Sessions before the anchor
+    cannot depend on what changed.
+    """
+    from pyspark.sql import functions as F
+
+    touched = times.groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
     gap_seconds = int(rules.gap.total_seconds())
     # New records cannot change anything that ended more than one gap before them.
     open_sessions = (

@@ -17,5 +17,9 @@ ALTER TABLE reconcile_runs DROP CONSTRAINT reconcile_runs_status_check;
 ALTER TABLE reconcile_runs ADD CONSTRAINT reconcile_runs_status_check
     CHECK (status IN ('counted', 'ok', 'mismatch', 'lagging'));
 
--- How long the run held the lake lock (writers wait at most that long, plus one batch).
-ALTER TABLE reconcile_runs ADD COLUMN snapshot_seconds double precision;
+-- How long the run held the lake lock (writers wait at most that long, plus one batch), and Delta
+-- sessions' rows and checksum per entity bucket, which the next run updates from the files that
+-- changed instead of reading the whole table.
+ALTER TABLE reconcile_runs
+    ADD COLUMN snapshot_seconds      double precision,
+    ADD COLUMN delta_session_buckets jsonb;

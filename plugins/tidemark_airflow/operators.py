@@ -117,6 +117,16 @@ def reconcile_without_spark(run_id: str, log) -> bool:  # noqa: ANN001 - a logge
     return False
 
 
+def repair_form_url(run_id: str) -> str:
+    """The ``tidemark_repair`` trigger form, pre-filled with ``run_id`` (Airflow's ``[api] base_url``)."""
+    from urllib.parse import urlencode
+
+    from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
+    return f"{base.rstrip('/')}/dags/tidemark_repair/trigger/single?{urlencode({'reconcile_run_id': run_id})}"
+
+
 class VerdictOperator(BaseOperator):
     """Read a recorded reconcile run; log its report and fail with the short alert when it found something.
 
@@ -167,6 +177,8 @@ class VerdictOperator(BaseOperator):
             raise AirflowFailException(f"reconcile run {run_id} recorded nothing: see the reconcile task's log")
         status, report, alert, checked, used_spark = row
         self.log.info("%s", report)
+        if status == "mismatch":
+            raise AirflowFailException(f"{alert}\nRepair form: {repair_form_url(run_id)}")
         if status != "ok":
             raise AirflowFailException(alert)
         return {"run_id": run_id, "status": status, "ranges_checked": checked, "used_spark": used_spark}

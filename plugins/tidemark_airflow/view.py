@@ -12,6 +12,7 @@ import html
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlencode
 
 STATUS_COLOURS = {"ok": "#2e7d32", "mismatch": "#c62828", "lagging": "#ef6c00", "counted": "#757575"}
 SERIES_COLOURS = ("#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457", "#4e342e", "#37474f")
@@ -159,7 +160,9 @@ def render_overview(o: Overview) -> str:
             f"{e(repair_id)}: {e(repair_status)}"
             + (f' (re-check <a href="runs/{e(recheck)}">{e(recheck)}</a>)' if recheck else "")
             if repair_id
-            else f"not repaired: <code>tidemark repair --run-id {e(run_id)}</code>"
+            else f'not repaired: <a target="_top" href="../dags/tidemark_repair/trigger/single?'
+            f'{e(urlencode({"reconcile_run_id": run_id}))}">repair form</a> or '
+            f"<code>tidemark repair --run-id {e(run_id)}</code>"
         )
         body.append(
             f'<tr><td><a href="runs/{e(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M}</td>'

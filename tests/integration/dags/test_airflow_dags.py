@@ -215,6 +215,7 @@ def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_ba
     assert f"partition {p} offsets [{start}, {end})" in text
     assert all(session_id[:8] in text for _, session_id in gone), text
     assert f"tidemark repair --run-id {failed.run_id}" in text and text.count(failed.run_id) <= 4
+    assert "/dags/tidemark_repair/trigger/single?reconcile_run_id=" in text  # the form, pre-filled
 
     repair = load_dag("tidemark_repair")
     unknown = repair.test(run_conf={"reconcile_run_id": "no-such-run"})
