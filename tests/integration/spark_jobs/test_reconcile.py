@@ -170,7 +170,9 @@ def test_the_tamper_drill_each_damage_is_named_repaired_and_rechecked(spark, fre
         repair.load_plan(settings, fixed.recheck.run_id)
 
 
-def test_a_range_whose_start_retention_removed_before_verification_is_reported_expired(spark, fresh) -> None:
+def test_a_range_whose_start_retention_removed_before_verification_is_reported_expired(
+    spark, fresh, monkeypatch, capsys
+) -> None:
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
@@ -188,3 +190,16 @@ def test_a_range_whose_start_retention_removed_before_verification_is_reported_e
     assert "expired: topic" in report.summary() and "removed offsets [0, 50)" in report.summary()
     [(outcome,)] = query(settings, "SELECT outcome FROM reconcile_ranges WHERE run_id = 'expired'")
     assert outcome == "expired"
+
+    # The same from the command line: exit 0 (expired is not a finding), the stored report, and a
+    # repair that has nothing to repair says so (exit 2) before starting anything.
+    from tidemark import cli
+
+    for key, value in settings.to_env().items():
+        monkeypatch.setenv(key, value)
+    assert cli.main(["reconcile", "--run-id", "from-the-cli"]) == 0
+    assert "expired: topic" in capsys.readouterr().out
+    assert cli.main(["reconcile", "--show", "expired"]) == 0
+    assert capsys.readouterr().out.startswith("tidemark reconcile expired: OK")
+    assert cli.main(["repair"]) == 2
+    assert "no reconcile run found a mismatch" in capsys.readouterr().err
