@@ -99,7 +99,6 @@ class Snapshot:
     now: datetime
     previous_buckets: dict[str, tuple[int, int]] | None = None  # Delta sessions per entity bucket, then
     to_check: list[tuple[LedgerRange, str]] = field(default_factory=list)
-    buckets: dict[str, tuple[int, int]] | None = None  # ... and now (set by the Spark check)
 
 
 def key(r: LedgerRange) -> tuple[str, int, str, int]:
@@ -166,6 +165,7 @@ def run(
         held = time.perf_counter() - held_from
         snapshot = _read_snapshot(cur, settings, versions, now)
         lags = measure_lag(settings, snapshot.ranges, now)
+        buckets = snapshot.previous_buckets  # Delta sessions per entity bucket, as of this run
         if not snapshot.to_check and _nothing_changed(snapshot):
             report = Report(
                 run_id,
@@ -181,9 +181,9 @@ def run(
                     conn.rollback()
                     return None
                 spark = spark_factory()
-            report = _check_with_spark(spark, settings, cur, snapshot, run_id)
+            report, buckets = _check_with_spark(spark, settings, cur, snapshot, run_id)
         report = replace(report, lags=lags, lag_alert_seconds=settings.lag_alert_minutes * 60, snapshot_seconds=held)
-        _record(cur, report, snapshot, repair_of)
+        _record(cur, report, snapshot, buckets, repair_of)
         conn.commit()
         return report
     finally:
@@ -296,7 +296,14 @@ def _at(spark: SparkSession, settings: Settings, name: str, version: int) -> Dat
     return spark.read.format("delta").option("versionAsOf", version).load(settings.table_path(name))
 
 
-def _check_with_spark(spark: SparkSession, settings: Settings, cur, snapshot: Snapshot, run_id: str) -> Report:  # noqa: ANN001
+def _check_with_spark(
+    spark: SparkSession,
+    settings: Settings,
+    cur,
+    snapshot: Snapshot,
+    run_id: str,  # noqa: ANN001
+) -> tuple[Report, dict[str, tuple[int, int]]]:
+    """The full check at the snapshot's versions; the report and Delta sessions' buckets."""
     versions = snapshot.versions
     tables = {name: _at(spark, settings, name, versions[name]) for name in TABLE_SCHEMAS}
     touched = _touched_since(spark, settings, snapshot.previous_versions, versions)
@@ -326,8 +333,7 @@ def _check_with_spark(spark: SparkSession, settings: Settings, cur, snapshot: Sn
     report = Report(
         run_id, checks, _gaps(cur), delta_sessions, snapshot.postgres_sessions, differences, checked, used_spark=True
     )
-    snapshot.buckets = buckets
-    return report
+    return report, buckets
 
 
 @dataclass(frozen=True)
@@ -682,7 +688,13 @@ def sessions_differing_from_events(
 # Recording
 
 
-def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> None:  # noqa: ANN001
+def _record(
+    cur,
+    report: Report,
+    snapshot: Snapshot,
+    buckets: dict[str, tuple[int, int]] | None,
+    repair_of: str | None,  # noqa: ANN001
+) -> None:
     """Write (or, for a retried task, rewrite) this run's rows, and what it verified."""
     run_id = report.run_id
     cur.execute("DELETE FROM reconcile_runs WHERE run_id = %s", (run_id,))
@@ -712,7 +724,7 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
             repair_of,
             None if report.ok else report.alert(),
             report.snapshot_seconds,
-            _buckets_json(snapshot),
+            None if buckets is None else json.dumps({b: [n, str(c)] for b, (n, c) in sorted(buckets.items())}),
         ),
     )
     cur.executemany(
@@ -768,12 +780,6 @@ def _record(cur, report: Report, snapshot: Snapshot, repair_of: str | None) -> N
             if c.matches
         ],
     )
-
-
-def _buckets_json(snapshot: Snapshot) -> str | None:
-    """The Delta sessions' buckets this run knows (its own, or the previous run's when nothing changed)."""
-    buckets = snapshot.buckets if snapshot.buckets is not None else snapshot.previous_buckets
-    return None if buckets is None else json.dumps({b: [n, str(c)] for b, (n, c) in sorted(buckets.items())})
 
 
 def stored_report(settings: Settings, run_id: str | None = None) -> tuple[str, str, str] | None:

@@ -185,12 +185,12 @@ def files_rewritten_since(spark: SparkSession, settings: Settings, versions: dic
 
 def sessions_summary(spark: SparkSession, settings: Settings) -> tuple[int, int]:
     """Row count and checksum of Delta ``sessions`` (comparable with sinks.postgres.sessions_summary)."""
-    return sessions_summary_of(table(spark, settings.table_path("sessions")).toDF())
-
-
-def sessions_summary_of(sessions: DataFrame) -> tuple[int, int]:
-    """Row count and checksum of a sessions frame (a table version, say)."""
-    row = sessions.selectExpr("count(*) AS n", f"{SESSIONS_CHECKSUM} AS checksum").first()
+    row = (
+        table(spark, settings.table_path("sessions"))
+        .toDF()
+        .selectExpr("count(*) AS n", f"{SESSIONS_CHECKSUM} AS checksum")
+        .first()
+    )
     return int(row["n"]), int(row["checksum"])
 
 
