@@ -10,6 +10,11 @@ Runs made by Airflow's **Backfill** (UI, CLI or API) re-read their own data inte
 arrival-time range as one bounded batch instead; that is idempotent, so backfilling intervals that
 were already processed changes nothing. Give the backfill a run conf ``{"partitions": "0,2"}``
 to re-read only those partitions.
+
+A run fails before any work when Kafka's retention removed records it has not read yet (before
+the topic's first run, or since the last run). If they are gone for good, trigger the DAG with
+``allow_data_loss`` on: the run records them in the ledger as lost, continues from the first
+record the broker holds, and tidemark_reconcile reports them.
 """
 
 from __future__ import annotations
@@ -42,6 +47,13 @@ TOPIC = os.environ.get("TIDEMARK_TOPIC", "events")
             description="Runs made by Airflow's Backfill re-read only these partitions, e.g. 0,2. "
             "Empty: every partition. Scheduled runs ignore it.",
         ),
+        "allow_data_loss": Param(
+            False,
+            type="boolean",
+            title="Acknowledge records lost to retention",
+            description="Only when a run failed because Kafka's retention removed records it had not read: "
+            "record them in the ledger as lost and continue from the first record the broker holds.",
+        ),
     },
     tags=["tidemark"],
     doc_md=__doc__,
@@ -53,8 +65,16 @@ def tidemark_ingest():
         from tidemark_airflow.runs import ingest_arguments
 
         limit = int(os.environ.get("TIDEMARK_MAX_OFFSETS_PER_TRIGGER") or 0) or None  # bounds each batch
-        partitions = (params or {}).get("partitions")
-        return ingest_arguments(dag_run.run_type, data_interval_start, data_interval_end, TOPIC, limit, partitions)
+        params = params or {}
+        return ingest_arguments(
+            dag_run.run_type,
+            data_interval_start,
+            data_interval_end,
+            TOPIC,
+            limit,
+            params.get("partitions"),
+            bool(params.get("allow_data_loss")),
+        )
 
     TidemarkSparkSubmitOperator(
         task_id="ingest",

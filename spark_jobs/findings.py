@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from spark_jobs.retention import Loss
+
 SCHEDULED_PREFIX = "ingest:"  # scheduled pipelines tile their partitions batch after batch
 SHOWN = 10  # names listed per finding in a report; the stored finding keeps up to STORED
 STORED = 10_000
@@ -147,15 +149,18 @@ class Gap:
         }
 
 
-def find_gaps(entries: Iterable[LedgerEntry]) -> list[Gap]:
+def find_gaps(entries: Iterable[LedgerEntry], losses: Iterable[Loss] = ()) -> list[Gap]:
     """Gaps between consecutive batches of each scheduled pipeline, per partition.
 
     A gap that some other ledger range (a backfill or a repair, say) covers completely is not
-    reported: those records were processed.
+    reported: those records were processed. Neither is one that acknowledged ``losses`` cover:
+    those are reported as what they are.
     """
     entries = list(entries)
     by_partition: dict[tuple[str, str, int], list[LedgerEntry]] = defaultdict(list)
     covering: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for loss in losses:
+        covering[(loss.topic, loss.partition)].append((loss.start, loss.end))
     for e in entries:
         covering[(e.topic, e.partition)].append((e.start, e.end))
         if e.pipeline.startswith(SCHEDULED_PREFIX):
@@ -283,6 +288,7 @@ class Report:
     lags: list[Lag] = field(default_factory=list)
     lag_alert_seconds: float = float("inf")
     snapshot_seconds: float = 0.0  # how long the run held the lake lock
+    losses: list[Loss] = field(default_factory=list)  # acknowledged: reported, not failed
 
     @property
     def lagging(self) -> list[Lag]:
@@ -320,6 +326,7 @@ class Report:
         """Every finding as JSON-ready dicts (what ``reconcile_runs.findings`` stores)."""
         found: list[dict[str, object]] = [c.as_dict() for c in self.mismatched + self.expired]
         found += [g.as_dict() for g in self.gaps]
+        found += [loss.as_dict() for loss in self.losses]
         found += [d.as_dict() for d in self.differences]
         found += [lag.as_dict() for lag in self.lagging]
         if self.delta_sessions != self.postgres_sessions and not any(d.kind == "sinks" for d in self.differences):
@@ -347,6 +354,7 @@ class Report:
             f"{len(self.mismatched)} mismatched",
             f"{len(self.expired)} expired",
             f"{len(self.gaps)} gaps",
+            *([f"{len(self.losses)} lost to retention"] if self.losses else []),
             f"sessions {'match' if self.sessions_match else 'DIFFER'} ({self.delta_sessions.count:,} in Delta, "
             f"{self.entities_checked:,} entities recomputed from events)",
         ]
@@ -360,6 +368,7 @@ class Report:
         lines = [self.headline()]
         lines += [f"- {line}" for line in self.problems()]
         lines += [f"- {c.describe()}" for c in self.expired]
+        lines += [f"- {loss.describe()}" for loss in self.losses]
         if not self.consistent:
             lines.append(self.repair_hint())
         return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 spark-submit entry point::
 
-    spark-submit spark_jobs/ingest.py scheduled [--topic T] [--max-offsets-per-trigger N]
+    spark-submit spark_jobs/ingest.py scheduled [--topic T] [--max-offsets-per-trigger N] [--allow-data-loss]
     spark-submit spark_jobs/ingest.py backfill (--from-time ISO --to-time ISO | --offsets P:START-END,...)
                                                [--dry-run] [--allow-data-loss]
 
@@ -12,7 +12,8 @@ Scheduled runs are Structured Streaming with ``Trigger.AvailableNow``: Spark's o
 log in the checkpoint fixes each batch's range before it is processed, so a retried batch reads
 the same offsets whatever arrived since. A backfill resolves its range to offsets up front (a
 recorded plan) and processes it as one bounded batch. Both hold a per-topic lock in PostgreSQL so
-only one run writes the sinks at a time.
+only one run writes the sinks at a time. Before a scheduled run's stream starts, the offsets it
+needs are checked against what the broker still holds (``spark_jobs.retention``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs import ledger
+from spark_jobs import ledger, retention
 from spark_jobs.errors import ConfigError
 from spark_jobs.kafka_source import read_range, stream_reader
 from spark_jobs.lock import single_writer
@@ -72,8 +73,14 @@ def _offset_log_ends(checkpoint: str, batch_id: int, topic: str) -> dict[int, in
     return {int(p): int(o) for p, o in source[topic].items()}
 
 
-def streaming_ranges(settings: Settings, checkpoint: str, topic: str, batch_id: int) -> list[PartitionRange]:
-    """The frozen range of streaming batch ``batch_id``: previous batch's ends to this batch's ends."""
+def streaming_ranges(
+    settings: Settings, checkpoint: str, topic: str, batch_id: int, start: retention.StartCheck
+) -> list[PartitionRange]:
+    """The frozen range of streaming batch ``batch_id``: previous batch's ends to this batch's ends.
+
+    A partition no earlier batch read starts where the run's ``start`` check said; a range the
+    operator acknowledged as lost to retention is left out (the ledger has it as a loss instead).
+    """
     ends = _offset_log_ends(checkpoint, batch_id, topic)
     if ends is None:
         raise RuntimeError(f"no offset log entry for batch {batch_id} in {checkpoint}")
@@ -88,8 +95,34 @@ def streaming_ranges(settings: Settings, checkpoint: str, topic: str, batch_id: 
         finally:
             conn.close()
         starts = {r.partition: r.end for r in previous if r.topic == topic}
-    low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()} if len(starts) < len(ends) else {}
-    return [PartitionRange(topic, p, min(starts.get(p, low.get(p, 0)), end), end) for p, end in sorted(ends.items())]
+    starts = start.first_offsets | starts
+    low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()} if set(ends) - set(starts) else {}
+    ranges = []
+    for p, end in sorted(ends.items()):
+        first = start.past_loss(p, starts.get(p, low.get(p, 0)))
+        ranges.append(PartitionRange(topic, p, min(first, end), end))
+    return ranges
+
+
+def check_retention(settings: Settings, topic: str, allow_data_loss: bool) -> retention.StartCheck:
+    """Before a scheduled run's stream starts: fail if the broker removed offsets it still needs.
+
+    With ``allow_data_loss`` the loss is recorded in the ledger instead and the run goes on. The
+    first run of each partition records where it starts.
+    """
+    pipeline = pipeline_name(SCHEDULED, topic)
+    held = watermarks(settings, topic)
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            read_to, recorded = retention.positions(cur, pipeline, topic)
+            check = retention.check_start(pipeline, topic, held, read_to, recorded)
+            if check.losses and not allow_data_loss:
+                raise retention.loss_error(check.losses)
+            retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
+    finally:
+        conn.close()
+    return check
 
 
 def run_scheduled(
@@ -97,13 +130,15 @@ def run_scheduled(
     settings: Settings,
     topic: str | None = None,
     max_offsets_per_trigger: int | None = None,
-    fail_on_data_loss: bool = True,
+    allow_data_loss: bool = False,
     wait: bool = False,
     rebuild_sessions: bool = False,
     fault: Fault | None = None,
 ) -> list[BatchResult]:
     """Process everything that arrived since the last run (AvailableNow), batch by batch.
 
+    ``allow_data_loss`` acknowledges offsets Kafka's retention removed before the pipeline read
+    them (otherwise such a run fails before any work; see ``spark_jobs.retention``).
     ``rebuild_sessions`` first recomputes every stored session when the settings' session rules
     differ from the stored ones (otherwise such a run fails). ``fault`` is for tests (see writer).
     """
@@ -113,16 +148,25 @@ def run_scheduled(
     watermarks(settings, topic)  # an unknown topic fails here, before Spark starts a query
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
     with single_writer(settings, topic, wait):
+        start = check_retention(settings, topic, allow_data_loss)
         _check_session_rules(spark, settings, rebuild_sessions)
         writer = BatchWriter(
             spark,
             settings,
             pipeline_name(SCHEDULED, topic),
-            lambda b: streaming_ranges(settings, checkpoint, topic, b),
+            lambda b: streaming_ranges(settings, checkpoint, topic, b, start),
             fault,
         )
         query = (
-            stream_reader(spark, settings, topic, max_offsets_per_trigger, fail_on_data_loss)
+            stream_reader(
+                spark,
+                settings,
+                topic,
+                max_offsets_per_trigger,
+                # An acknowledged loss: Spark skips the removed offsets instead of failing on them.
+                fail_on_data_loss=not start.losses,
+                starting_offsets=start.starting_offsets if start.first_run else None,
+            )
             .load()
             .writeStream.foreachBatch(writer.write)
             .trigger(availableNow=True)
@@ -203,6 +247,11 @@ def _add_common_arguments(p: argparse.ArgumentParser) -> None:
 def add_scheduled_arguments(p: argparse.ArgumentParser) -> None:
     _add_common_arguments(p)
     p.add_argument("--max-offsets-per-trigger", type=int, help="records per batch at most")
+    p.add_argument(
+        "--allow-data-loss",
+        action="store_true",
+        help="acknowledge offsets Kafka's retention removed before they were read: record them as lost, go on",
+    )
     p.set_defaults(mode="scheduled")
 
 
@@ -238,6 +287,7 @@ def run_from_arguments(
             settings,
             topic,
             args.max_offsets_per_trigger,
+            allow_data_loss=args.allow_data_loss,
             wait=args.wait,
             rebuild_sessions=args.rebuild_sessions,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from spark_jobs.offsets import PartitionRange, spark_offsets
@@ -47,11 +48,14 @@ def stream_reader(
     topic: str,
     max_offsets_per_trigger: int | None,
     fail_on_data_loss: bool,
+    starting_offsets: Mapping[int, int] | None = None,
 ) -> DataStreamReader:
+    """Subscribe to ``topic``. ``starting_offsets`` (every partition) applies to a new checkpoint only."""
+    starting = json.dumps({topic: {str(p): o for p, o in starting_offsets.items()}}) if starting_offsets else "earliest"
     reader = (
         _with_client_options(spark.readStream, settings)
         .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting)
         .option("failOnDataLoss", str(fail_on_data_loss).lower())
     )
     if max_offsets_per_trigger:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spark_jobs.errors import ConfigError, DataLossError
-from spark_jobs.offsets import PartitionRange, offsets_for_time, watermarks
+from spark_jobs.offsets import PartitionRange, first_arrival, offsets_for_time, watermarks
 from spark_jobs.settings import Settings
 
 
@@ -79,7 +79,8 @@ def plan_backfill(
     unknown = sorted(set(partitions or ()) - set(held))
     if unknown:
         raise ConfigError(f"topic {topic!r} has no partition {unknown[0]} (it has {sorted(held)})")
-    if offsets is None:
+    by_time = offsets is None
+    if by_time:
         offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
         if partitions is not None:
             offsets = {p: span for p, span in offsets.items() if p in set(partitions)}
@@ -100,8 +101,27 @@ def plan_backfill(
                     "to skip what is gone."
                 )
             start = min(low, end)
+        if by_time and start == low > 0 and not allow_data_loss:
+            _check_time_range_retained(settings, topic, partition, low, from_time)
         ranges.append(PartitionRange(topic, partition, start, end))
     return BackfillPlan(ranges)
+
+
+def _check_time_range_retained(settings: Settings, topic: str, partition: int, low: int, from_time: datetime) -> None:
+    """A time range starting at the first retained offset may have lost records: offset lookups by time
+    see only what retention kept. Arrival times grow with offsets, so the removed records arrived at
+    or before the first kept one: if that is not before the range's start, some may be in the range.
+    """
+    kept = first_arrival(settings, topic, partition, low)
+    if kept is not None and kept < from_time:
+        return
+    held = f"first record still held (offset {low}) arrived at {kept.isoformat()}" if kept else "holds no record"
+    later = "" if kept is None else f" after {kept.isoformat()}"
+    raise DataLossError(
+        f"partition {partition}: offsets [0, {low}) are no longer on the broker (retention or deletion) and may hold "
+        f"records of the range: the partition's {held}, not before the range starts ({from_time.isoformat()}). "
+        f"Start the range{later}, or pass --allow-data-loss to process what is left."
+    )
 
 
 def _offsets_for_times(

@@ -50,6 +50,7 @@ from spark_jobs.findings import (
     CHANGED,
     NEW,
     ROTATION,
+    Gap,
     Lag,
     LedgerEntry,
     RangeCheck,
@@ -60,6 +61,7 @@ from spark_jobs.findings import (
 )
 from spark_jobs.lock import lake_snapshot
 from spark_jobs.offsets import PartitionRange, count_committed, first_arrival, watermarks
+from spark_jobs.retention import Loss, recorded_losses
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
@@ -168,12 +170,7 @@ def run(
         buckets = snapshot.previous_buckets  # Delta sessions per entity bucket, as of this run
         if not snapshot.to_check and _nothing_changed(snapshot):
             report = Report(
-                run_id,
-                [],
-                _gaps(cur),
-                snapshot.previous_delta_sessions,
-                snapshot.postgres_sessions,
-                used_spark=False,
+                run_id, [], [], snapshot.previous_delta_sessions, snapshot.postgres_sessions, used_spark=False
             )
         else:
             if spark is None:
@@ -182,7 +179,15 @@ def run(
                     return None
                 spark = spark_factory()
             report, buckets = _check_with_spark(spark, settings, cur, snapshot, run_id)
-        report = replace(report, lags=lags, lag_alert_seconds=settings.lag_alert_minutes * 60, snapshot_seconds=held)
+        gaps, losses = _ledger_findings(cur)
+        report = replace(
+            report,
+            gaps=gaps,
+            losses=losses,
+            lags=lags,
+            lag_alert_seconds=settings.lag_alert_minutes * 60,
+            snapshot_seconds=held,
+        )
         _record(cur, report, snapshot, buckets, repair_of)
         conn.commit()
         return report
@@ -276,13 +281,15 @@ def measure_lag(settings: Settings, ranges: list[LedgerRange], now: datetime) ->
     return lags
 
 
-def _gaps(cur) -> list:  # noqa: ANN001
+def _ledger_findings(cur) -> tuple[list[Gap], list[Loss]]:  # noqa: ANN001
+    """What the ledger alone shows: gaps between scheduled batches, and acknowledged retention losses."""
+    losses = recorded_losses(cur)
     cur.execute(
         "SELECT pipeline, batch_id, topic, kafka_partition, start_offset, end_offset FROM ledger_ranges "
         "WHERE pipeline <> ALL(%s)",
         (list(NOT_CHECKED),),
     )
-    return find_gaps(LedgerEntry(*r) for r in cur.fetchall())
+    return find_gaps((LedgerEntry(*r) for r in cur.fetchall()), losses), losses
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,9 +337,7 @@ def _check_with_spark(
         pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules)
         if pairs:
             differences.append(SessionDifference.of("events", pairs))
-    report = Report(
-        run_id, checks, _gaps(cur), delta_sessions, snapshot.postgres_sessions, differences, checked, used_spark=True
-    )
+    report = Report(run_id, checks, [], delta_sessions, snapshot.postgres_sessions, differences, checked)
     return report, buckets
 
 

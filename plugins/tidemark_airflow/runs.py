@@ -13,17 +13,18 @@ BACKFILL_RUN_TYPE = "backfill"  # DagRunType.BACKFILL_JOB: a run created by Airf
 
 def ingest_arguments(run_type: object, interval_start: datetime | None, interval_end: datetime | None,
                      topic: str, max_offsets_per_trigger: int | None = None,
-                     partitions: str | None = None) -> list[str]:  # fmt: skip
+                     partitions: str | None = None, allow_data_loss: bool = False) -> list[str]:  # fmt: skip
     """Arguments of ``spark_jobs/ingest.py`` for a ``tidemark_ingest`` run.
 
     A scheduled or manual run processes whatever arrived since the last one (the streaming
     checkpoint knows where that is). A run that Airflow's Backfill created re-reads its own data
     interval's arrival-time range as one bounded batch, of every partition or of ``partitions``
     (``"0,2"``, the backfill's run conf); that is idempotent, so backfilling an interval that was
-    already processed changes nothing.
+    already processed changes nothing. ``allow_data_loss`` acknowledges offsets Kafka's retention
+    removed: a scheduled run records them as lost, a backfill processes what is left.
     """
     kind = getattr(run_type, "value", run_type)
-    common = ["--topic", topic, "--wait"]
+    common = ["--topic", topic, "--wait", *(["--allow-data-loss"] if allow_data_loss else [])]
     if kind != BACKFILL_RUN_TYPE:
         limit = ["--max-offsets-per-trigger", str(max_offsets_per_trigger)] if max_offsets_per_trigger else []
         return ["scheduled", *common, *limit]

@@ -73,7 +73,7 @@ def _number(value: float) -> str:
 class Overview:
     runs: list[tuple]  # run_id, counted_at, status, ranges_checked, mismatched, used_spark, entities, repair_of, lag
     lag: list[tuple]  # counted_at, topic, partition, behind_records, behind_seconds, processed_to, high_watermark
-    coverage: list[tuple]  # topic, partition, ledger offsets, verified offsets, ranges, verified ranges
+    coverage: list[tuple]  # topic, partition, ledger offsets, verified offsets, ranges, verified ranges, lost offsets
     mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
 
 
@@ -104,6 +104,14 @@ def read_overview(cur, limit: int = 100) -> Overview:  # noqa: ANN001 - psycopg2
            GROUP BY 1, 2 ORDER BY 1, 2"""
     )
     coverage = cur.fetchall()
+    # Offsets Kafka's retention removed before they were read, acknowledged (spark_jobs/retention.py).
+    cur.execute(
+        """SELECT topic, kafka_partition, sum(end_offset - start_offset) FROM retention_losses
+           GROUP BY 1, 2 ORDER BY 1, 2"""
+    )
+    lost = {(topic, partition): n for topic, partition, n in cur.fetchall()}
+    coverage = [(*row, lost.pop((row[0], row[1]), 0)) for row in coverage]
+    coverage = sorted(coverage + [(topic, partition, 0, 0, 0, 0, n) for (topic, partition), n in lost.items()])
     cur.execute(
         """SELECT r.run_id, r.counted_at, r.status, r.alert, p.repair_id, p.status, p.recheck_run
            FROM reconcile_runs AS r LEFT JOIN repairs AS p ON p.reconcile_run = r.run_id
@@ -147,11 +155,12 @@ def render_overview(o: Overview) -> str:
     )
     body.append("<h3>Coverage per partition</h3><table id=\"coverage\"><tr><th>topic</th><th>partition</th>"
                 "<th class=num>ledger offsets</th><th class=num>verified offsets</th><th class=num>ranges</th>"
-                "<th class=num>verified ranges</th></tr>")  # fmt: skip
-    for topic, partition, offsets, verified, ranges, verified_ranges in o.coverage:
+                "<th class=num>verified ranges</th><th class=num>lost to retention</th></tr>")  # fmt: skip
+    for topic, partition, offsets, verified, ranges, verified_ranges, lost in o.coverage:
         body.append(
             f"<tr><td>{e(topic)}</td><td>{partition}</td><td class=num>{offsets:,}</td>"
-            f"<td class=num>{verified:,}</td><td class=num>{ranges:,}</td><td class=num>{verified_ranges:,}</td></tr>"
+            f"<td class=num>{verified:,}</td><td class=num>{ranges:,}</td><td class=num>{verified_ranges:,}</td>"
+            f"<td class=num>{lost:,}</td></tr>"
         )
     body.append("</table><h3>Last findings and their repair</h3><table id=\"findings\"><tr><th>run</th><th>when</th>"
                 "<th>status</th><th>alert</th><th>repair</th></tr>")  # fmt: skip

@@ -7,7 +7,6 @@ reconcile must name it, ``repair`` must fix exactly that, and the next reconcile
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import replace
 
 import pytest
@@ -18,13 +17,6 @@ from spark_jobs.findings import SessionsSummary
 from spark_jobs.sinks import delta
 from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows, query
 from tidemark.producer import ProduceSpec, produce
-
-
-@pytest.fixture
-def fresh(spark, database, topic):
-    """Settings with this test's own database, lake, checkpoints and topic."""
-    home = database.home / "runs" / f"reconcile-{uuid.uuid4().hex[:8]}"
-    return replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
 
 
 def reconciled(spark, settings, name: str):

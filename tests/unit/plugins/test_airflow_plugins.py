@@ -18,6 +18,8 @@ def test_scheduled_and_manual_runs_ingest_what_is_new() -> None:
     assert ingest_arguments("scheduled", None, None, "events") == ["scheduled", "--topic", "events", "--wait"]
     assert ingest_arguments("manual", None, None, "t")[0] == "scheduled"
     assert ingest_arguments("scheduled", None, None, "t", 5000)[-2:] == ["--max-offsets-per-trigger", "5000"]
+    acknowledged = ingest_arguments("manual", None, None, "t", allow_data_loss=True)
+    assert acknowledged == ["scheduled", "--topic", "t", "--wait", "--allow-data-loss"]
 
 
 def test_a_backfill_run_rereads_its_data_interval_by_arrival_time() -> None:

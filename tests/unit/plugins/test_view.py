@@ -25,13 +25,14 @@ def test_the_overview_shows_the_latest_verdict_coverage_findings_and_runs() -> N
             ("r1", T0, "ok", 5, 0, False, 0, None, 0.0),
         ],
         lag=[(T0, "events", 0, 0, 0.0, 100, 100), (T0 + timedelta(hours=1), "events", 0, 40, 120.0, 100, 140)],
-        coverage=[("events", 0, 140, 100, 3, 2)],
+        coverage=[("events", 0, 140, 100, 3, 2, 0), ("events", 1, 30, 30, 1, 1, 120)],
         mismatches=[("r2", T0, "mismatch", "tidemark reconcile r2: MISMATCH <b>", None, None, None)],
     )
     page = render_overview(overview)
     assert 'id="latest-status"' in page and "MISMATCH" in page
     assert page.count("<svg") == 3 and page.count("<polyline") == 3
     assert "<td class=num>140</td><td class=num>100</td>" in page
+    assert "<td class=num>1</td><td class=num>1</td><td class=num>120</td>" in page  # offsets lost to retention
     assert "tidemark repair --run-id r2" in page and "&lt;b&gt;" in page  # alert text is escaped
     assert '<a href="runs/r1">r1</a>' in page
 

@@ -20,6 +20,11 @@ def test_produce_flags_parse_into_typed_values() -> None:
     assert (args.count, args.duplicate_rate, args.transaction_size, args.abort_rate) == (100, 0.1, 10, 0.5)
 
 
+def test_a_scheduled_run_can_acknowledge_records_lost_to_retention() -> None:
+    assert build_parser().parse_args(["ingest", "--allow-data-loss"]).allow_data_loss is True
+    assert build_parser().parse_args(["ingest"]).allow_data_loss is False
+
+
 @pytest.mark.parametrize("argv", [["produce", "--late-rate", "2"], ["produce", "--entities", "0"]])
 def test_bad_flags_exit_with_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

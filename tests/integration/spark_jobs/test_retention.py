@@ -1,0 +1,138 @@
+"""Records Kafka's retention removed before tidemark read them, against the real broker, Spark and PostgreSQL.
+
+Retention (here: the admin API's delete-records, which moves the low watermark the same way) can
+remove records a pipeline has not read yet: before its first run, between two runs, or inside an
+arrival-time range a backfill asks for. Each must fail before any work, naming the offsets; an
+acknowledged loss is recorded in the ledger and reconcile reports it, never as a mismatch and
+never silently.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from spark_jobs import ingest, reconcile
+from spark_jobs.errors import DataLossError
+from spark_jobs.offsets import first_arrival, watermarks
+from spark_jobs.planning import plan_backfill
+from tests.integration.spark_jobs.checks import query
+from tidemark.producer import ProduceSpec, produce
+
+
+def delete_records(settings, partition: int, before: int) -> None:
+    """What retention does: the broker drops the partition's records below ``before``."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka_client_config())
+    for future in admin.delete_records([TopicPartition(settings.topic, partition, before)]).values():
+        future.result(timeout=30)
+
+
+def test_records_removed_before_the_first_run_fail_it_until_acknowledged_then_reconcile_reports_them(
+    spark, fresh
+) -> None:
+    settings = fresh
+    produce(settings, ProduceSpec(count=300, entities=8, seed=3, id_prefix="r-"), topic=settings.topic, partitions=2)
+    held = watermarks(settings, settings.topic)
+    cut = held[0][1] // 2
+    assert cut > 0 and held[1][1] > 0
+    delete_records(settings, 0, cut)
+
+    lost = rf"partition 0 offsets \[0, {cut}\) were removed by Kafka's retention before the first run"
+    with pytest.raises(DataLossError, match=rf"{lost}.*nothing was written.*--allow-data-loss"):
+        ingest.run_scheduled(spark, settings)
+    # Nothing was written: no ledger row, no recorded start, no lake.
+    assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 0
+    assert query(settings, "SELECT count(*) FROM pipeline_starts")[0][0] == 0
+    assert not Path(settings.lake_root).exists()
+
+    results = ingest.run_scheduled(spark, settings, allow_data_loss=True)
+    assert sum(r.read for r in results) == held[0][1] - cut + held[1][1]
+    pipeline = f"ingest:{settings.topic}"
+    # Where the first run started, and the broker's low watermark then; partition 1 started at 0.
+    assert query(
+        settings, "SELECT kafka_partition, start_offset, low_watermark FROM pipeline_starts ORDER BY 1"
+    ) == [(0, cut, cut), (1, 0, 0)]
+    assert query(
+        settings, "SELECT pipeline, kafka_partition, start_offset, end_offset, before_first_run FROM retention_losses"
+    ) == [(pipeline, 0, 0, cut, True)]
+
+    report = reconcile.run(settings, "after-loss", lambda: spark)
+    assert report is not None and report.ok, report.summary()  # reported, not a mismatch
+    [loss] = report.losses
+    assert (loss.partition, loss.start, loss.end, loss.before_first_run) == (0, 0, cut, True)
+    assert f"lost before the first run: topic {settings.topic} partition 0 offsets [0, {cut})" in report.summary()
+    assert "1 lost to retention" in report.headline()
+    [(status, findings)] = query(settings, "SELECT status, findings FROM reconcile_runs WHERE run_id = 'after-loss'")
+    assert status == "ok"
+    assert [f for f in findings if f["kind"] == "lost"] == [
+        {"kind": "lost", "pipeline": pipeline, "topic": settings.topic, "partition": 0, "start": 0, "end": cut,
+         "before_first_run": True},
+    ]  # fmt: skip
+
+    # The tidemark page's coverage table shows the lost offsets next to the ledger's.
+    from spark_jobs.ledger import connect
+    from tidemark_airflow.view import read_overview
+
+    conn = connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            coverage = read_overview(cur).coverage
+    finally:
+        conn.close()
+    assert [(row[1], row[-1]) for row in coverage] == [(0, cut), (1, 0)]
+
+    # Acknowledged once: the next run needs nothing, and reconcile still says it (not silence).
+    assert ingest.run_scheduled(spark, settings) == []
+    assert reconcile.run(settings, "later", lambda: spark).losses == report.losses
+
+
+def test_records_removed_between_runs_fail_the_next_run_until_acknowledged(spark, fresh) -> None:
+    settings = fresh
+    produce(settings, ProduceSpec(count=100, entities=4, seed=4, id_prefix="a-"), topic=settings.topic, partitions=1)
+    [first] = ingest.run_scheduled(spark, settings)
+    read_to = first.ranges[0].end
+    produce(settings, ProduceSpec(count=100, entities=4, seed=5, id_prefix="b-"), topic=settings.topic, partitions=1)
+    high = watermarks(settings, settings.topic)[0][1]
+    cut = read_to + (high - read_to) // 2
+    delete_records(settings, 0, cut)
+
+    with pytest.raises(
+        DataLossError, match=rf"partition 0 offsets \[{read_to}, {cut}\).*since the last run.*allow-data-loss"
+    ):
+        ingest.run_scheduled(spark, settings)
+    assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 1
+
+    [second] = ingest.run_scheduled(spark, settings, allow_data_loss=True)
+    # The batch starts where the broker's records do; the lost range is in the ledger instead.
+    assert [(r.start, r.end) for r in second.ranges] == [(cut, high)]
+    assert second.read == high - cut
+    losses = query(settings, "SELECT kafka_partition, start_offset, end_offset, before_first_run FROM retention_losses")
+    assert losses == [(0, read_to, cut, False)]
+    report = reconcile.run(settings, "between", lambda: spark)
+    assert report is not None and report.ok, report.summary()
+    assert not report.gaps  # the lost range is not a gap: it is accounted for
+    assert f"lost to retention: topic {settings.topic} partition 0 offsets [{read_to}, {cut})" in report.summary()
+
+
+def test_a_time_range_backfill_fails_when_retention_removed_records_it_may_hold(fresh) -> None:
+    settings = fresh
+    produce(settings, ProduceSpec(count=200, entities=4, seed=6, id_prefix="t-"), topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 50)
+    first_kept = first_arrival(settings, settings.topic, 0, 50)
+    assert first_kept is not None
+    start, end = first_kept - timedelta(hours=1), first_kept + timedelta(hours=1)
+
+    with pytest.raises(
+        DataLossError, match=r"partition 0: offsets \[0, 50\) are no longer on the broker.*arrived at.*allow-data-loss"
+    ):
+        plan_backfill(settings, settings.topic, from_time=start, to_time=end)
+    assert [(r.start, r.end) for r in plan_backfill(settings, settings.topic, from_time=start, to_time=end,
+                                                    allow_data_loss=True).ranges] == [(50, 200)]  # fmt: skip
+    # A range that starts after the first record still held is complete: planned as before.
+    later = plan_backfill(settings, settings.topic, from_time=first_kept + timedelta(milliseconds=1), to_time=end)
+    assert later.ranges[0].start > 50

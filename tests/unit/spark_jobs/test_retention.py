@@ -1,0 +1,103 @@
+"""Retention losses, pure: what a scheduled run needs against what the broker holds; how reconcile reports them."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_jobs.findings import Gap, LedgerEntry, Report, SessionsSummary, find_gaps
+from spark_jobs.retention import Loss, check_start, loss_error
+
+PIPELINE = "ingest:events"
+
+
+def test_a_first_run_on_a_topic_that_starts_at_zero_loses_nothing_and_records_its_starts() -> None:
+    check = check_start(PIPELINE, "events", {0: (0, 10), 1: (0, 0)}, read_to={}, recorded_starts={})
+    assert check.first_run and not check.losses
+    assert check.first_starts == {0: (0, 0), 1: (0, 0)}
+    assert check.starting_offsets == {0: 0, 1: 0}
+
+
+def test_records_removed_before_the_first_run_are_a_loss_from_zero_to_the_low_watermark() -> None:
+    check = check_start(PIPELINE, "events", {0: (120, 200), 1: (0, 5)}, read_to={}, recorded_starts={})
+    assert check.losses == [Loss(PIPELINE, "events", 0, 0, 120, before_first_run=True)]
+    assert check.first_starts == {0: (120, 120), 1: (0, 0)}
+    assert check.starting_offsets == {0: 120, 1: 0}  # acknowledged, the stream starts at the low watermark
+
+
+def test_a_run_continues_where_the_ledger_ends_and_a_removed_part_of_that_is_a_loss_between_runs() -> None:
+    held = {0: (150, 200), 1: (0, 90)}
+    check = check_start(PIPELINE, "events", held, read_to={0: 100, 1: 80}, recorded_starts={0: 0, 1: 0})
+    assert not check.first_run and check.first_starts == {}
+    assert check.losses == [Loss(PIPELINE, "events", 0, 100, 150, before_first_run=False)]
+    assert check.starting_offsets == {0: 150, 1: 80}
+    # Retention that removed only what was read already is no loss.
+    assert not check_start(PIPELINE, "events", {0: (100, 200)}, read_to={0: 100}, recorded_starts={0: 0}).losses
+
+
+def test_a_partition_added_since_the_first_run_must_start_at_zero_too() -> None:
+    check = check_start(PIPELINE, "events", {0: (0, 50), 1: (7, 9)}, read_to={0: 50}, recorded_starts={0: 0})
+    assert not check.first_run
+    assert check.first_starts == {1: (7, 7)}
+    assert check.losses == [Loss(PIPELINE, "events", 1, 0, 7, before_first_run=True)]
+
+
+def test_a_first_run_that_failed_after_recording_its_start_is_checked_against_that_start() -> None:
+    check = check_start(PIPELINE, "events", {0: (130, 200)}, read_to={}, recorded_starts={0: 120})
+    assert check.first_starts == {}  # recorded already
+    assert check.losses == [Loss(PIPELINE, "events", 0, 120, 130, before_first_run=True)]
+
+
+def test_the_loss_error_is_one_line_that_names_the_offsets_and_the_acknowledgement() -> None:
+    message = str(loss_error([Loss(PIPELINE, "events", 0, 0, 120, True), Loss(PIPELINE, "events", 2, 0, 3, True)]))
+    assert "\n" not in message
+    assert message.startswith(
+        "topic events: partition 0 offsets [0, 120), partition 2 offsets [0, 3) were removed by Kafka's retention "
+        "before the first run of ingest:events; nothing was written."
+    )
+    assert "nothing was written" in message and "--allow-data-loss" in message and "allow_data_loss" in message
+    between = str(loss_error([Loss(PIPELINE, "events", 0, 100, 150, False)]))
+    assert "since the last run" in between
+
+
+def entry(batch: int, start: int, end: int) -> LedgerEntry:
+    return LedgerEntry(PIPELINE, batch, "events", 0, start, end)
+
+
+def test_an_acknowledged_loss_between_batches_is_not_a_gap_but_a_reported_finding() -> None:
+    entries = [entry(0, 0, 100), entry(1, 150, 200)]
+    assert find_gaps(entries) == [Gap(PIPELINE, "events", 0, 100, 150, 0, 1)]
+    lost = Loss(PIPELINE, "events", 0, 100, 150, before_first_run=False)
+    assert find_gaps(entries, [lost]) == []
+    # Only what the loss covers: a wider hole is still a gap.
+    assert find_gaps([entry(0, 0, 100), entry(1, 160, 200)], [lost]) == [Gap(PIPELINE, "events", 0, 100, 160, 0, 1)]
+
+    sessions = SessionsSummary(3, 42)
+    report = Report("r", [], [], sessions, sessions, losses=[lost, Loss(PIPELINE, "events", 1, 0, 9, True)])
+    assert report.ok and report.status == "ok"
+    assert "2 lost to retention" in report.headline()
+    assert "- lost to retention: topic events partition 0 offsets [100, 150)" in report.summary()
+    assert "- lost before the first run: topic events partition 1 offsets [0, 9)" in report.summary()
+    assert [f["kind"] for f in report.findings()] == ["lost", "lost"]
+
+
+@pytest.mark.parametrize("held", [{0: (0, 0)}, {0: (5, 5)}])
+def test_an_empty_partition_needs_nothing_it_never_held(held: dict[int, tuple[int, int]]) -> None:
+    low = held[0][0]
+    check = check_start(PIPELINE, "events", held, read_to={0: low}, recorded_starts={0: 0})
+    assert not check.losses
+
+
+def test_a_replayed_first_batch_starts_where_the_pipeline_started_not_where_the_ledger_ends() -> None:
+    # Batch 0 ([0, 81)) is in the ledger, but Spark did not commit it: the retry replays it.
+    check = check_start(PIPELINE, "events", {0: (0, 300)}, read_to={0: 81}, recorded_starts={0: 0})
+    assert check.first_offsets == {0: 0} and check.needed == {0: 81}
+    assert check.past_loss(0, 0) == 0
+
+
+def test_only_a_batch_that_starts_inside_an_acknowledged_loss_moves_past_it() -> None:
+    check = check_start(PIPELINE, "events", {0: (100, 300)}, read_to={0: 81}, recorded_starts={0: 0})
+    assert check.losses == [Loss(PIPELINE, "events", 0, 81, 100, before_first_run=False)]
+    assert check.past_loss(0, 0) == 0  # a replay of the batch before the loss keeps its range
+    assert check.past_loss(0, 81) == 100
+    assert check.past_loss(0, 150) == 150
+    assert check.past_loss(1, 81) == 81
