@@ -29,7 +29,7 @@ from spark_jobs import ledger, retention
 from spark_jobs.errors import ConfigError
 from spark_jobs.kafka_source import read_range, stream_reader
 from spark_jobs.lock import single_writer
-from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.offsets import PartitionRange, check_reachable, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
@@ -275,13 +275,21 @@ def settings_for(settings: Settings, args: argparse.Namespace) -> Settings:
     return replace(settings, topic=args.topic or settings.topic, session_rules=SessionRules(gap, longest))
 
 
+def check_services(settings: Settings, topic: str) -> None:
+    """PostgreSQL answers, Kafka answers and has ``topic``: checked before Spark starts, one line if not."""
+    ledger.connect(settings.postgres_dsn).close()
+    check_reachable(settings)
+    watermarks(settings, topic)  # TopicError for an unknown topic
+
+
 def run_from_arguments(
     spark_factory, settings: Settings, args: argparse.Namespace
 ) -> list[BatchResult] | BatchResult | DryRun:  # noqa: ANN001
-    """Validate the arguments (before Spark starts), then run the job."""
+    """Validate the arguments and check the services (before Spark starts), then run the job."""
     settings = settings_for(settings, args)
     topic = settings.topic
     if args.mode == "scheduled":
+        check_services(settings, topic)
         return run_scheduled(
             spark_factory(),
             settings,
@@ -293,6 +301,7 @@ def run_from_arguments(
         )
     offsets = parse_offsets(args.offsets) if args.offsets else None
     partitions = parse_partitions(args.partitions) if args.partitions else None
+    check_services(settings, topic)
     plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss, partitions)
     return run_backfill(
         spark_factory(), settings, plan, args.dry_run, wait=args.wait, rebuild_sessions=args.rebuild_sessions

@@ -24,16 +24,30 @@ class BatchCounts:
 
 
 def connect(dsn: str):  # -> psycopg2 connection
-    """A psycopg2 connection; an unreachable server is a clear error, not a traceback."""
+    """A psycopg2 connection; an unreachable server is one line (never with the password), not a traceback."""
     import psycopg2
 
     try:
         return psycopg2.connect(dsn, connect_timeout=10)
     except psycopg2.OperationalError as exc:
+        reason = " ".join(str(exc).split())  # libpq's message spans lines
+        reason += "" if reason.endswith((".", "?")) else "."
         raise ServiceUnavailable(
-            f"cannot connect to PostgreSQL ({dsn!r}): {str(exc).strip()}. Start it with `tidemark up` "
-            "or fix TIDEMARK_POSTGRES_DSN."
+            f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {reason} Start it with `tidemark up` "
+            "or fix TIDEMARK_POSTGRES_DSN (the Airflow connection tidemark_postgres)."
         ) from None
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/dbname as user``: where a DSN points, without its password or other options."""
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        params = parse_dsn(dsn)
+    except Exception:  # noqa: BLE001 - a DSN libpq cannot parse: say so, and show none of it
+        return "(a DSN that cannot be parsed)"
+    where = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}/{params.get('dbname', '?')}"
+    return f"{where} as {params['user']}" if params.get("user") else where
 
 
 def batch_exists(cur, pipeline: str, batch_id: int) -> bool:  # noqa: ANN001 - psycopg2 cursor

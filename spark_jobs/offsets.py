@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from spark_jobs.errors import ConfigError, DataLossError, TopicError
+from spark_jobs.errors import ConfigError, DataLossError, ServiceUnavailable, TopicError
 from spark_jobs.settings import Settings
 
 
@@ -86,13 +86,41 @@ def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_
     return True
 
 
+def check_reachable(settings: Settings, timeout_s: float = 5.0) -> None:
+    """One of Kafka's bootstrap servers accepts a connection; otherwise one line, at once.
+
+    Without it the first Kafka client to try keeps retrying (and logging each retry) until its
+    timeout, and a Spark job starts before anything fails.
+    """
+    import socket
+
+    failures = []
+    for server in filter(None, (s.strip() for s in settings.bootstrap_servers.split(","))):
+        host, _, port = server.split("://")[-1].rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return
+        except (OSError, ValueError) as exc:
+            failures.append(getattr(exc, "strerror", None) or str(exc))
+    raise ServiceUnavailable(
+        f"cannot reach Kafka at {settings.bootstrap_servers} ({'; '.join(sorted(set(failures)))}). Start it with "
+        "`tidemark up`, or fix TIDEMARK_KAFKA_BOOTSTRAP_SERVERS (the Airflow connection tidemark_kafka)."
+    )
+
+
 def watermarks(settings: Settings, topic: str) -> Mapping[int, tuple[int, int]]:
     """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
     try:
-        metadata = consumer.list_topics(topic, timeout=10)
+        try:
+            metadata = consumer.list_topics(topic, timeout=10)
+        except KafkaException as exc:
+            raise ServiceUnavailable(
+                f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}. Is it up, and are "
+                "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS and the TIDEMARK_KAFKA_OPT_* security options right?"
+            ) from None
         info = metadata.topics.get(topic)
         if info is None or info.error is not None or not info.partitions:
             raise TopicError(

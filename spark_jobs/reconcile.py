@@ -60,7 +60,7 @@ from spark_jobs.findings import (
     find_gaps,
 )
 from spark_jobs.lock import lake_snapshot
-from spark_jobs.offsets import PartitionRange, count_committed, first_arrival, watermarks
+from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, first_arrival, watermarks
 from spark_jobs.retention import Loss, recorded_losses
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
@@ -152,6 +152,7 @@ def run(
         raise ValueError("a reconcile run needs a run id (Airflow passes its run_id)")
     conn = ledger.connect(settings.postgres_dsn)
     try:
+        check_reachable(settings)
         spark = None
         if local_versions(settings) is None:  # a remote lake: only Spark reads its log
             if spark_factory is None:

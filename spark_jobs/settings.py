@@ -190,6 +190,12 @@ class Settings:
         """Location of the Delta table ``name`` under the lake root (a path or an object-store URI)."""
         return f"{self.lake_root.rstrip('/')}/{name}"
 
+    def secrets(self) -> list[str]:
+        """The secret values these settings carry (for :func:`spark_jobs.secrets.redact`)."""
+        from spark_jobs.secrets import dsn_password, option_secrets
+
+        return [s for s in (dsn_password(self.postgres_dsn), *option_secrets(self.kafka_options)) if s]
+
     def kafka_client_config(self, **extra: object) -> dict[str, object]:
         """confluent-kafka configuration for this cluster, pass-through options included."""
         return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_options, **extra}

@@ -12,6 +12,7 @@ import time
 from datetime import timedelta
 
 from spark_jobs.errors import TidemarkError
+from spark_jobs.secrets import redact
 from spark_jobs.settings import Settings
 from tidemark import demo, doctor
 from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError
@@ -188,9 +189,11 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
     """Repair what a reconcile run named, then re-check; exit 1 when the re-check still finds something."""
     from spark_jobs import repair
+    from spark_jobs.offsets import check_reachable
     from spark_jobs.spark import build_session
 
     repair.load_plan(settings, args.run_id)  # an unknown or passing run fails before Spark starts
+    check_reachable(settings)
     outcome = repair.repair(build_session(settings, "tidemark-repair"), settings, args.run_id)
     print(outcome.describe())
     return 0 if outcome.recheck.ok else 1
@@ -311,15 +314,23 @@ def main(argv: list[str] | None = None) -> int:
     """Run a command. A :class:`TidemarkError` (something the user can fix) is one line on stderr and
     exit status 2; anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
+    secrets: list[str] = []
     try:
         settings = Settings.from_env()
+        secrets = settings.secrets()
         handler = cmd_migrate if args.command == "db" else COMMANDS[args.command]
         return handler(settings, args)
     except TidemarkError as exc:
-        print(f"tidemark {args.command}: {exc}", file=sys.stderr)
+        print(redact(f"tidemark {args.command}: {exc}", secrets), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
+    except Exception:
+        # A bug: the traceback, with any secret it carries masked.
+        import traceback
+
+        print(redact(traceback.format_exc(), secrets), file=sys.stderr, end="")
+        return 1
 
 
 if __name__ == "__main__":

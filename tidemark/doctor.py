@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
+from pathlib import Path
 
 from spark_jobs.settings import Settings
 from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError
@@ -37,12 +39,13 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     check("kafka broker jars", kafka_jars)
 
     def spark_submit() -> str:
-        found = shutil.which("spark-submit")
+        # The virtual environment tidemark runs from has its own, whether or not it is on PATH.
+        found = shutil.which("spark-submit", path=str(Path(sys.executable).parent)) or shutil.which("spark-submit")
         if found is None:
-            raise FileNotFoundError("spark-submit is not on PATH: activate .venv (make venv)")
+            raise FileNotFoundError("spark-submit not found: install the project with `make venv`")
         return found
 
-    check("spark-submit on PATH", spark_submit)
+    check("spark-submit", spark_submit)
     for name, service, port in (
         ("kafka", KafkaBroker(settings), settings.kafka_port),
         ("postgres", PostgresServer(settings), settings.postgres_port),

@@ -59,6 +59,26 @@ def connections_env(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = 
     return env
 
 
+def connection_secrets(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID) -> list[str]:
+    """The secrets the tidemark connections hold (the PostgreSQL password, Kafka's secret options).
+
+    For redacting text that leaves Airflow (alerts); a connection that does not exist holds none.
+    """
+    from airflow.sdk import BaseHook
+
+    from spark_jobs.secrets import option_secrets
+
+    found: list[str] = []
+    for conn_id in (postgres_conn_id, kafka_conn_id):
+        try:
+            conn = BaseHook.get_connection(conn_id)
+        except Exception:  # noqa: BLE001 - missing or unreadable: nothing to redact from it
+            continue
+        found += [conn.password] if conn.password else []
+        found += option_secrets(conn.extra_dejson)
+    return found
+
+
 def tidemark_settings(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID):  # -> Settings
     """Settings from this worker's ``TIDEMARK_*`` environment, with the connections' addresses and secrets."""
     from spark_jobs.settings import Settings

@@ -56,13 +56,17 @@ class AlertNotifier(BaseNotifier):
 
     @staticmethod
     def message(context: Context) -> str:
+        """The alert text; secrets the tidemark connections hold, or that look like secrets, are masked."""
+        from spark_jobs.secrets import redact
+        from tidemark_airflow.connections import connection_secrets
+
         ti = context.get("ti") or context.get("task_instance")
         dag_id = getattr(ti, "dag_id", "?")
         task_id = getattr(ti, "task_id", "?")
         run_id = context.get("run_id") or getattr(ti, "run_id", "?")
         exception = context.get("exception")
         detail = str(exception) if exception else "no error message (see the task log)"
-        return f"tidemark alert: {dag_id}.{task_id} failed in run {run_id}\n{detail}"
+        return redact(f"tidemark alert: {dag_id}.{task_id} failed in run {run_id}\n{detail}", connection_secrets())
 
     def notify(self, context: Context) -> None:
         if isinstance(context.get("exception"), BadRequest):

@@ -124,7 +124,7 @@ class AirflowServices:
 
         if self.running():
             raise ServiceError(f"Airflow is already running from {self.home} (components {sorted(self.running())})")
-        ensure_port_free(self.port, "the Airflow API server", "TIDEMARK_AIRFLOW_PORT")
+        ensure_port_free(self.port, "the Airflow API server", "`tidemark airflow --port <port>`")
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
         PostgresServer(self.settings).ensure_database(self.metadata_database, "tidemark")
         env = self.environment()

@@ -69,8 +69,10 @@ class KafkaBroker:
         if not any(self.jars.glob("kafka_2.13-*.jar")):
             raise ServiceError(f"Kafka broker jars are missing in {self.jars}. Run `make jars` first.")
         java = require_java()
-        ensure_port_free(self.settings.kafka_port, "Kafka", "TIDEMARK_KAFKA_PORT")
-        ensure_port_free(self.settings.kafka_controller_port, "Kafka's controller", "TIDEMARK_KAFKA_CONTROLLER_PORT")
+        ensure_port_free(self.settings.kafka_port, "Kafka", "TIDEMARK_KAFKA_PORT=<port>")
+        ensure_port_free(
+            self.settings.kafka_controller_port, "Kafka's controller", "TIDEMARK_KAFKA_CONTROLLER_PORT=<port>"
+        )
 
         self._dir.mkdir(parents=True, exist_ok=True)
         self.settings.logs_dir.mkdir(parents=True, exist_ok=True)

@@ -82,7 +82,7 @@ class PostgresServer:
             self._wait_ready(timeout)
             self.ensure_database()
             return f"PostgreSQL already running (pid {self.pid()}) on 127.0.0.1:{port}"
-        ensure_port_free(port, "PostgreSQL", "TIDEMARK_POSTGRES_PORT")
+        ensure_port_free(port, "PostgreSQL", "TIDEMARK_POSTGRES_PORT=<port>")
         bin_dir = postgres_bin_dir()
         self._prepare_dirs()
         if not (self.data_dir / "PG_VERSION").exists():
@@ -147,10 +147,11 @@ class PostgresServer:
 
     def ensure_database(self, name: str = "tidemark", owner: str = "tidemark") -> None:
         """Create the login role ``owner`` and the database ``name`` it owns, if they are missing."""
-        import psycopg2
         from psycopg2 import sql
 
-        conn = psycopg2.connect(self.superuser_dsn())
+        from spark_jobs.ledger import connect
+
+        conn = connect(self.superuser_dsn())  # a server that is down is one line that says what to do
         conn.autocommit = True
         try:
             with conn.cursor() as cur:

@@ -27,11 +27,12 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def ensure_port_free(port: int, what: str, env_var: str) -> None:
+def ensure_port_free(port: int, what: str, setting: str) -> None:
+    """``setting`` is how the user picks another port, e.g. ``TIDEMARK_KAFKA_PORT=<port>``."""
     if port_open(port):
         raise ServiceError(
             f"port {port} is already in use by another process, so {what} cannot listen on it. "
-            f"Stop that process or choose another port with {env_var}=<port>."
+            f"Stop that process or choose another port with {setting}."
         )
 
 

@@ -7,10 +7,13 @@ Each test gets its own topic, lake, checkpoints and PostgreSQL database; connect
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import uuid
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 import pytest
 from psycopg2.extensions import parse_dsn
@@ -229,3 +232,27 @@ def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_ba
     assert len(query(settings, "SELECT 1 FROM sessions WHERE session_id = ANY(%s)", [s for _, s in gone])) == 2
     green = reconcile.test()
     assert task_states(green)["verdict"] == "success" and len(webhook) == 1
+
+
+def test_a_failing_task_alerts_without_the_password_in_the_alert_or_any_log(
+    deployment: Settings, webhook, monkeypatch, capfd
+) -> None:
+    canary = "canary-Pw-5f3a9e"
+    with socket.socket() as sock:  # a port nothing listens on: PostgreSQL is "down"
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    down = json.loads(os.environ["AIRFLOW_CONN_TIDEMARK_POSTGRES"]) | {"port": port, "password": canary}
+    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_POSTGRES", json.dumps(down))
+
+    run = load_dag("tidemark_reconcile").test()
+    assert task_states(run)["check"] == "failed"
+    [alert] = webhook
+    text = alert["json"]["text"]
+    assert f"cannot connect to PostgreSQL at 127.0.0.1:{port}" in text and canary not in text, text
+    # dag.test() writes the task logs (the error, the notifier's line) to the console, not to files.
+    printed = capfd.readouterr()
+    output = printed.out + printed.err
+    assert "cannot connect to PostgreSQL" in output and "tidemark alert" in output
+    assert canary not in output
+    logs = Path(os.environ["AIRFLOW_HOME"]) / "logs"
+    assert not [p for p in logs.rglob("*") if p.is_file() and canary in p.read_text(errors="ignore")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -103,3 +104,14 @@ def test_alert_message_names_the_task_run_and_error() -> None:
     text = AlertNotifier.message({"ti": TI(), "run_id": "manual__1", "exception": RuntimeError("partition 3 off")})
     assert text.splitlines()[0] == "tidemark alert: tidemark_reconcile.compare failed in run manual__1"
     assert "partition 3 off" in text
+
+
+def test_the_alert_masks_the_connections_secrets_and_anything_shaped_like_a_secret(monkeypatch) -> None:
+    canary = "canary-Pw-5f3a9e"
+    postgres = {"conn_type": "postgres", "host": "db", "schema": "tidemark", "login": "t", "password": canary}
+    kafka = {"conn_type": "generic", "extra": {"bootstrap.servers": "k:9092", "sasl.password": "kafka-canary"}}
+    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_POSTGRES", json.dumps(postgres))
+    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_KAFKA", json.dumps(kafka))
+    failure = RuntimeError(f"login with {canary} failed; kafka said kafka-canary; dsn host=x password=other-one")
+    text = AlertNotifier.message({"exception": failure, "run_id": "r1"})
+    assert text.endswith("login with *** failed; kafka said ***; dsn host=x password=***")

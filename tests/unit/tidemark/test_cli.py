@@ -54,12 +54,16 @@ def test_errors_a_user_can_fix_are_one_line_and_exit_2(argv: list[str], message:
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bug_keeps_its_traceback_with_secrets_masked(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     import tidemark.cli
 
+    monkeypatch.setenv("TIDEMARK_POSTGRES_DSN", "host=db dbname=tidemark user=t password=canary-Pw-5f3a9e")
+
     def broken(settings, args) -> int:  # noqa: ANN001
-        raise KeyError("not a user error")
+        raise KeyError(f"not a user error: {settings.postgres_dsn}")
 
     monkeypatch.setitem(tidemark.cli.COMMANDS, "status", broken)
-    with pytest.raises(KeyError):
-        main(["status"])
+    assert main(["status"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last)") and "KeyError: 'not a user error: host=db" in err
+    assert "canary-Pw-5f3a9e" not in err

@@ -1,0 +1,99 @@
+"""What a user sees when a service is down or a name is wrong: one line that says what to do, and no secret.
+
+Each command runs as the user runs it (the installed ``tidemark`` script, in a child process) with
+a canary password in the PostgreSQL DSN and in Kafka's SASL options; the canary must appear
+nowhere in what the command prints.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.settings import Settings
+
+CANARY = "canary-Pw-5f3a9e"
+TIDEMARK = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+
+
+def free_port() -> int:
+    """A port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tidemark(args: list[str], env: dict[str, str], tmp_path: Path, path: str | None = None):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
+    environment = {**clean, "TIDEMARK_HOME": str(tmp_path), **env}
+    if path is not None:
+        environment["PATH"] = path
+    return subprocess.run([TIDEMARK, *args], env=environment, capture_output=True, text=True, timeout=180)
+
+
+def one_line(result, errors_only: bool = False) -> str:  # noqa: ANN001 - CompletedProcess
+    """The one line a failed command printed (with ``errors_only``: on stderr; stdout may say what it started)."""
+    output = result.stdout + result.stderr
+    assert CANARY not in output, output
+    lines = [line for line in (result.stderr if errors_only else output).splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, output[-3000:]
+    return lines[0]
+
+
+def secured(dsn_port: int, kafka: str) -> dict[str, str]:
+    """Settings whose secrets are the canary."""
+    return {
+        "TIDEMARK_POSTGRES_DSN": f"host=127.0.0.1 port={dsn_port} dbname=tidemark user=tidemark password={CANARY}",
+        "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": kafka,
+        "TIDEMARK_KAFKA_OPT_SASL_PASSWORD": CANARY,
+    }
+
+
+@pytest.mark.parametrize(
+    "command", [["ingest"], ["backfill", "--offsets", "0:0-10"], ["reconcile"], ["repair"], ["db", "migrate"]]
+)
+def test_postgres_down_is_one_line_that_names_it_without_the_password(tmp_path: Path, command: list[str]) -> None:
+    line = one_line(tidemark(command, secured(free_port(), f"127.0.0.1:{free_port()}"), tmp_path))
+    assert "cannot connect to PostgreSQL at 127.0.0.1:" in line and "`tidemark up`" in line, line
+
+
+@pytest.mark.parametrize("command", [["ingest"], ["backfill", "--offsets", "0:0-10"]])
+def test_kafka_down_is_one_line_before_spark_starts(stack: Settings, tmp_path: Path, command: list[str]) -> None:
+    kafka = f"127.0.0.1:{free_port()}"
+    env = {**stack.to_env(), **secured(stack.postgres_port, kafka)}
+    env["TIDEMARK_POSTGRES_DSN"] = stack.postgres_dsn
+    line = one_line(tidemark(command, env, tmp_path))
+    assert f"cannot reach Kafka at {kafka}" in line and "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS" in line, line
+
+
+def test_an_unknown_topic_is_one_line_before_spark_starts(stack: Settings, tmp_path: Path) -> None:
+    env = {**stack.to_env(), "TIDEMARK_TOPIC": "no-such-topic"}
+    line = one_line(tidemark(["ingest"], env, tmp_path))
+    assert "topic 'no-such-topic' does not exist" in line, line
+
+
+def test_airflow_with_postgres_down_is_one_line(tmp_path: Path) -> None:
+    env = {"TIDEMARK_POSTGRES_PORT": str(free_port())}
+    line = one_line(tidemark(["airflow", "--port", str(free_port())], env, tmp_path), errors_only=True)
+    assert "cannot connect to PostgreSQL" in line and "`tidemark up`" in line, line
+
+
+def test_airflow_on_a_taken_port_names_the_flag_that_changes_it(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        line = one_line(tidemark(["airflow", "--port", str(port)], {}, tmp_path), errors_only=True)
+    assert f"port {port} is already in use" in line and "--port" in line and "TIDEMARK_AIRFLOW_PORT" not in line
+
+
+def test_doctor_run_by_path_finds_the_virtual_environments_spark_submit(tmp_path: Path) -> None:
+    result = tidemark(["doctor"], {}, tmp_path, path="/usr/bin:/bin")
+    [spark_submit] = [line for line in result.stdout.splitlines() if "spark-submit" in line]
+    assert spark_submit.startswith("ok"), result.stdout
