@@ -14,13 +14,12 @@ if TYPE_CHECKING:
 
 
 def _with_client_options(reader, settings: Settings):  # noqa: ANN001, ANN202 - DataFrameReader / DataStreamReader
-    reader = (
-        reader.format("kafka")
-        .option("kafka.bootstrap.servers", settings.bootstrap_servers)
-        # Records of aborted producer transactions must never reach a sink (docs/design.md, "Message contract").
-        .option("kafka.isolation.level", "read_committed")
-    )
-    for key, value in settings.kafka_options.items():
+    from spark_jobs.kafka_clients import java_options
+
+    reader = reader.format("kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
+    # The user's options in the Java client's names; isolation.level is always read_committed: records
+    # of aborted producer transactions must never reach a sink (docs/design.md, "Message contract").
+    for key, value in java_options(settings.kafka_options).items():
         reader = reader.option(f"kafka.{key}", value)
     return reader
 

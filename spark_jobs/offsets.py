@@ -86,25 +86,55 @@ def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_
     return True
 
 
-def check_reachable(settings: Settings, timeout_s: float = 5.0) -> None:
-    """One of Kafka's bootstrap servers accepts a connection; otherwise one line, at once.
+def check_reachable(settings: Settings, timeout_s: float = 10.0) -> None:
+    """Kafka accepts a connection and tidemark's credentials; otherwise one line, at once.
 
     Without it the first Kafka client to try keeps retrying (and logging each retry) until its
     timeout, and a Spark job starts before anything fails.
     """
     import socket
+    import time
 
+    from confluent_kafka import Consumer, KafkaError, KafkaException
+
+    where = settings.bootstrap_servers
     failures = []
-    for server in filter(None, (s.strip() for s in settings.bootstrap_servers.split(","))):
+    for server in filter(None, (s.strip() for s in where.split(","))):
         host, _, port = server.split("://")[-1].rpartition(":")
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
-                return
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s / 2):
+                break
         except (OSError, ValueError) as exc:
             failures.append(getattr(exc, "strerror", None) or str(exc))
+    else:
+        raise ServiceUnavailable(
+            f"cannot reach Kafka at {where} ({'; '.join(sorted(set(failures)))}). Start it with `tidemark up`, "
+            "or fix TIDEMARK_KAFKA_BOOTSTRAP_SERVERS (the Airflow connection tidemark_kafka)."
+        )
+    errors: list = []
+    quiet = {"group.id": "tidemark-planner", "enable.auto.commit": False, "error_cb": errors.append, "log_level": 0}
+    consumer = Consumer(settings.kafka_client_config(**quiet))
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                consumer.list_topics(timeout=0.5)
+                return
+            except KafkaException:
+                consumer.poll(0.1)  # serves error_cb
+            denied = (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
+            refused = [e for e in errors if e.code() in denied]
+            if refused:
+                raise ServiceUnavailable(
+                    f"Kafka at {where} refused tidemark's credentials: {refused[0].str()}. Fix the SASL/SSL options "
+                    "of the Airflow connection tidemark_kafka (TIDEMARK_KAFKA_OPT_* outside Airflow)."
+                )
+    finally:
+        consumer.close()
+    last = f": {errors[-1].str()}" if errors else ""
     raise ServiceUnavailable(
-        f"cannot reach Kafka at {settings.bootstrap_servers} ({'; '.join(sorted(set(failures)))}). Start it with "
-        "`tidemark up`, or fix TIDEMARK_KAFKA_BOOTSTRAP_SERVERS (the Airflow connection tidemark_kafka)."
+        f"Kafka at {where} accepts connections but did not answer within {timeout_s:.0f} s{last}. Check the "
+        "security options of the Airflow connection tidemark_kafka (TIDEMARK_KAFKA_OPT_* outside Airflow)."
     )
 
 

@@ -198,4 +198,6 @@ class Settings:
 
     def kafka_client_config(self, **extra: object) -> dict[str, object]:
         """confluent-kafka configuration for this cluster, pass-through options included."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka_options, **extra}
+        from spark_jobs.kafka_clients import librdkafka_options
+
+        return {"bootstrap.servers": self.bootstrap_servers, **librdkafka_options(self.kafka_options), **extra}

@@ -21,6 +21,7 @@ from tidemark.embedded.process import (
 )
 
 HEAP = "-Xmx512m"
+SCRAM = "SCRAM-SHA-256"
 
 
 def new_cluster_id() -> str:
@@ -34,7 +35,16 @@ def new_cluster_id() -> str:
 
 @dataclass(frozen=True)
 class KafkaBroker:
+    """The broker of ``settings`` (PLAINTEXT on ``kafka_port``).
+
+    ``sasl_port`` adds a SASL_PLAINTEXT listener with SCRAM-SHA-256 for ``scram_users`` ((name,
+    password) pairs, given at run time, never written to a file), as a secured cluster would
+    have; the tests authenticate every client against it.
+    """
+
     settings: Settings
+    sasl_port: int | None = None
+    scram_users: tuple[tuple[str, str], ...] = ()
 
     @property
     def _dir(self) -> Path:
@@ -81,8 +91,11 @@ class KafkaBroker:
         classpath = f"{self.jars}/*"
         base = [java, HEAP, "-cp", classpath, f"-Dlog4j2.configurationFile={log4j}"]
         if not (self._dir / "data" / "meta.properties").exists():
+            scram = [
+                arg for name, pw in self.scram_users for arg in ("--add-scram", f"{SCRAM}=[name={name},password={pw}]")
+            ]
             formatted = subprocess.run(
-                [*base, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(properties)],
+                [*base, "kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(properties), *scram],
                 capture_output=True,
                 text=True,
             )
@@ -150,6 +163,15 @@ class KafkaBroker:
             "log.message.timestamp.type": "LogAppendTime",
             "num.partitions": "3",
         }
+        if self.sasl_port is not None:
+            sasl = f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+            config["listeners"] += f",{sasl}"
+            config["advertised.listeners"] += f",{sasl}"
+            config["listener.security.protocol.map"] += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            config["sasl.enabled.mechanisms"] = SCRAM
+            config[f"listener.name.sasl_plaintext.{SCRAM.lower()}.sasl.jaas.config"] = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            )
         path = self._dir / "server.properties"
         path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
         return path
