@@ -45,6 +45,8 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         # Delta's default of 50 partitions for reading its log is slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.ui.showConsoleProgress", "false")
+        # Kafka's SASL login (kafka.sasl.jaas.config) is a source option: masked wherever Spark shows options.
+        .config("spark.sql.redaction.options.regex", "(?i)url|password|secret|jaas|token")
     )
     # pyspark sets PYSPARK_GATEWAY_PORT when spark-submit started this process; then the submit
     # command's --name (the Airflow task's) names the application.
