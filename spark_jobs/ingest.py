@@ -145,10 +145,9 @@ def run_scheduled(
     topic = topic or settings.topic
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
         raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
-    watermarks(settings, topic)  # an unknown topic fails here, before Spark starts a query
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
     with single_writer(settings, topic, wait):
-        start = check_retention(settings, topic, allow_data_loss)
+        start = check_retention(settings, topic, allow_data_loss)  # an unknown topic fails here, before any query
         _check_session_rules(spark, settings, rebuild_sessions)
         writer = BatchWriter(
             spark,
