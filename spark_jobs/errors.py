@@ -32,6 +32,10 @@ class WriterBusy(TidemarkError):
     """Another run holds the single-writer lock."""
 
 
+class WriterFenced(TidemarkError):
+    """The run lost the writer lock (another run took over, or its connection was closed)."""
+
+
 class SessionRulesChanged(TidemarkError):
     """A run's session rules differ from the rules the stored sessions were built with."""
 

@@ -11,9 +11,10 @@ The ``tidemark ingest`` and ``tidemark backfill`` commands call the same functio
 Scheduled runs are Structured Streaming with ``Trigger.AvailableNow``: Spark's offset write-ahead
 log in the checkpoint fixes each batch's range before it is processed, so a retried batch reads
 the same offsets whatever arrived since. A backfill resolves its range to offsets up front (a
-recorded plan) and processes it as one bounded batch. Both hold a per-topic lock in PostgreSQL so
-only one run writes the sinks at a time. Before a scheduled run's stream starts, the offsets it
-needs are checked against what the broker still holds (``spark_jobs.retention``).
+recorded plan) and processes it as one bounded batch. Both hold the lake's fenced writer lock in
+PostgreSQL (``spark_jobs.lock``), so only one run writes the sinks at a time. Before a scheduled
+run's stream starts, the offsets it needs are checked against what the broker still holds
+(``spark_jobs.retention``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import ledger, retention
 from spark_jobs.errors import ConfigError
 from spark_jobs.kafka_source import read_range, stream_reader
-from spark_jobs.lock import single_writer
+from spark_jobs.lock import WriterLease, single_writer
 from spark_jobs.offsets import PartitionRange, check_reachable, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.sessionize import SessionRules
@@ -48,7 +49,7 @@ def pipeline_name(kind: str, topic: str) -> str:
     return f"{kind}:{topic}"
 
 
-def _check_session_rules(spark: SparkSession, settings: Settings, rebuild: bool) -> None:
+def _check_session_rules(spark: SparkSession, settings: Settings, lease: WriterLease, rebuild: bool) -> None:
     """Before any batch: the run's session rules must be the stored ones, or it rebuilds every session."""
     conn = ledger.connect(settings.postgres_dsn)
     try:
@@ -60,7 +61,7 @@ def _check_session_rules(spark: SparkSession, settings: Settings, rebuild: bool)
                 raise ledger.rules_changed(stored, settings.session_rules)
     finally:
         conn.close()
-    recompute_sessions(spark, settings)
+    recompute_sessions(spark, settings, lease)
 
 
 def _offset_log_ends(checkpoint: str, batch_id: int, topic: str) -> dict[int, int] | None:
@@ -146,13 +147,17 @@ def run_scheduled(
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
         raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
-    with single_writer(settings, topic, wait):
+    from pyspark.errors import StreamingQueryException
+
+    pipeline = pipeline_name(SCHEDULED, topic)
+    with single_writer(settings, pipeline, wait) as lease:
         start = check_retention(settings, topic, allow_data_loss)  # an unknown topic fails here, before any query
-        _check_session_rules(spark, settings, rebuild_sessions)
+        _check_session_rules(spark, settings, lease, rebuild_sessions)
         writer = BatchWriter(
             spark,
             settings,
-            pipeline_name(SCHEDULED, topic),
+            lease,
+            pipeline,
             lambda b: streaming_ranges(settings, checkpoint, topic, b, start),
             fault,
         )
@@ -173,7 +178,12 @@ def run_scheduled(
             .queryName(f"tidemark-{SCHEDULED}-{topic}")
             .start()
         )
-        query.awaitTermination()
+        try:
+            query.awaitTermination()
+        except StreamingQueryException:
+            if writer.failure is not None:  # one the user can fix: its own message, not Spark's wrapper
+                raise writer.failure from None
+            raise
     return writer.results
 
 
@@ -199,17 +209,18 @@ def run_backfill(
         counted = read_range(spark, settings, plan.ranges).groupBy("partition").agg(F.count("*").alias("n")).collect()
         records = {r.partition: 0 for r in plan.ranges} | {row["partition"]: row["n"] for row in counted}
         return DryRun(plan.ranges, records)
-    with single_writer(settings, plan.topic, wait):
-        _check_session_rules(spark, settings, rebuild_sessions)
+    pipeline = pipeline_name(BACKFILL, plan.topic)
+    with single_writer(settings, pipeline, wait) as lease:
+        _check_session_rules(spark, settings, lease, rebuild_sessions)
         conn = ledger.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
                 batch_id = recorded_plan(cur, plan)
                 if batch_id is None:
-                    batch_id = ledger.next_batch_id(cur, pipeline_name(BACKFILL, plan.topic))
+                    batch_id = ledger.next_batch_id(cur, pipeline)
         finally:
             conn.close()
-        writer = BatchWriter(spark, settings, pipeline_name(BACKFILL, plan.topic), lambda _: plan.ranges, fault)
+        writer = BatchWriter(spark, settings, lease, pipeline, lambda _: plan.ranges, fault)
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
     return writer.results[-1]
 

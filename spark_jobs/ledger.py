@@ -23,12 +23,13 @@ class BatchCounts:
     quarantined: int = 0
 
 
-def connect(dsn: str):  # -> psycopg2 connection
-    """A psycopg2 connection; an unreachable server is one line (never with the password), not a traceback."""
+def connect(dsn: str, **options: object):  # -> psycopg2 connection
+    """A psycopg2 connection (libpq ``options`` added); an unreachable server is one line (never with
+    the password), not a traceback."""
     import psycopg2
 
     try:
-        return psycopg2.connect(dsn, connect_timeout=10)
+        return psycopg2.connect(dsn, connect_timeout=10, **options)
     except psycopg2.OperationalError as exc:
         reason = " ".join(str(exc).split())  # libpq's message spans lines
         reason += "" if reason.endswith((".", "?")) else "."

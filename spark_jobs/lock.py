@@ -1,51 +1,155 @@
-"""PostgreSQL advisory locks: one writer per topic, and a consistent snapshot of the whole lake.
+"""PostgreSQL advisory locks: one fenced writer for the lake, and a consistent snapshot of it.
 
-* :func:`single_writer`: only one run writes a topic's sinks at a time (held for the whole run).
-* :func:`batch_commit` / :func:`lake_snapshot`: every batch holds the lake lock *shared* while it
-  writes Delta and PostgreSQL; reconcile takes it *exclusive* for the moment it fixes the Delta
-  versions and its PostgreSQL snapshot, so it sees every batch entirely or not at all, whatever
-  topic is written. Writers wait at most that moment; reconcile waits at most one batch.
+* :func:`single_writer`: only one run (scheduled ingest, backfill, repair, of any topic) writes the
+  lake's tables and PostgreSQL ``sessions`` at a time: they are shared by every topic. Taking the
+  lock increments the writer epoch (``writer_epochs``); the run holds a :class:`WriterLease`.
+* :func:`batch_commit`: every batch's writes, Delta then PostgreSQL, run inside one PostgreSQL
+  transaction that first proves the lease still holds (the epoch is unchanged and the lock's backend
+  still has the lock) and keeps the epoch row share-locked until the ledger row commits. A run that
+  lost its lock (an idle timeout, a failover, a pooler, an operator's ``pg_terminate_backend``)
+  cannot start or commit a batch once another run took over, and a run that takes over waits for a
+  batch in flight to end before it does anything.
+* :func:`lake_snapshot`: reconcile takes the lake lock *exclusive* for the moment it fixes the
+  Delta versions and its PostgreSQL snapshot; every batch holds it *shared*, so reconcile sees each
+  batch entirely or not at all. Writers wait at most that moment; reconcile waits at most one batch.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from spark_jobs import ledger
-from spark_jobs.errors import WriterBusy
+from spark_jobs.errors import WriterBusy, WriterFenced
 from spark_jobs.settings import Settings
 
+log = logging.getLogger(__name__)
+
+WRITER_KEY = "tidemark-writer"
 LAKE_KEY = "tidemark-lake"
+EPOCH_ROW = "lake"  # writer_epochs.name
+# libpq keepalives on the lock's connection: a dead peer is noticed in about a minute, not hours.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+
+
+@dataclass
+class WriterLease:
+    """What a run that holds the writer lock carries: its epoch and the backend that holds the lock."""
+
+    epoch: int
+    backend_pid: int
+    holder: str
+    lost: threading.Event = field(default_factory=threading.Event)  # the heartbeat saw the connection fail
+
+    def prove(self, cur) -> None:  # noqa: ANN001 - psycopg2 cursor, inside the batch's transaction
+        """Fail unless this run still holds the lock; keep the epoch row share-locked until commit.
+
+        A run taking over increments the epoch, which waits for this transaction: so once this
+        passes, nobody else writes until the batch commits or fails.
+        """
+        cur.execute("SELECT epoch, holder FROM writer_epochs WHERE name = %s FOR SHARE", (EPOCH_ROW,))
+        epoch, holder = cur.fetchone()
+        if epoch != self.epoch:
+            raise WriterFenced(
+                f"this run lost the writer lock (epoch {self.epoch}) and {holder or 'another run'} took it over "
+                f"(epoch {epoch}); nothing of this batch was committed. Run it again once that run ends: "
+                "it resumes exactly where this one stopped."
+            )
+        cur.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s AND granted", (self.backend_pid,)
+        )
+        if cur.fetchone()[0] == 0:
+            raise WriterFenced(
+                "this run lost the writer lock (its PostgreSQL connection was closed: an idle timeout, a "
+                "failover or a pooler); nothing of this batch was committed. Run it again: it resumes exactly "
+                "where this one stopped."
+            )
+
+
+def describe_holder(what: str) -> str:
+    return f"{what} on {socket.gethostname()} (pid {os.getpid()})"
 
 
 @contextmanager
-def single_writer(settings: Settings, topic: str, wait: bool = False) -> Iterator[None]:
-    """Hold the per-topic writer lock (a PostgreSQL advisory lock) for the duration of a run.
+def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator[WriterLease]:
+    """Hold the lake's writer lock for a run (``what`` names it, e.g. ``ingest:events``).
 
-    The lock is released before this returns, so a retry started at once gets it; closing the
-    connection alone frees it only once the server has handled the disconnect. A run that dies
-    releases it with its connection.
+    The lock's connection is kept alive (TCP keepalives, no idle timeouts, a heartbeat query every
+    ``settings.writer_heartbeat_seconds``). The lock is released before this returns, so a retry
+    started at once gets it; a run that dies releases it with its connection.
     """
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = ledger.connect(settings.postgres_dsn, **KEEPALIVES)
     conn.autocommit = True
-    key = f"tidemark-writer:{topic}"
+    holder = describe_holder(what)
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
+            cur.execute("SET idle_session_timeout = 0")
+            cur.execute("SET idle_in_transaction_session_timeout = 0")
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (WRITER_KEY,))
             if not cur.fetchone()[0]:
                 if not wait:
                     raise WriterBusy(
-                        f"another tidemark run (scheduled ingest or backfill) is writing topic {topic!r}. "
-                        "Only one may write at a time: wait for it to finish, or run with --wait to queue."
+                        f"{_current_holder(cur)} is writing the lake; one run (scheduled ingest, backfill or repair, "
+                        f"of any topic) writes at a time. Wait for it to finish, or run with --wait to queue."
                     )
-                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (WRITER_KEY,))
+            # Waits for a batch in flight of a run that lost the lock (it holds the row FOR SHARE).
+            cur.execute(
+                """UPDATE writer_epochs SET epoch = epoch + 1, holder = %s, acquired_at = now()
+                   WHERE name = %s RETURNING epoch""",
+                (holder, EPOCH_ROW),
+            )
+            lease = WriterLease(cur.fetchone()[0], conn.get_backend_pid(), holder)
+        heartbeat = _Heartbeat(conn, lease, settings.writer_heartbeat_seconds)
+        heartbeat.start()
         try:
-            yield
+            yield lease
         finally:
-            _unlock(conn, key)
+            heartbeat.stop()
+            _unlock(conn, WRITER_KEY)
     finally:
         conn.close()
+
+
+def _current_holder(cur) -> str:  # noqa: ANN001
+    cur.execute("SELECT holder, acquired_at FROM writer_epochs WHERE name = %s", (EPOCH_ROW,))
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        return "another tidemark run"
+    return f"another tidemark run ({row[0]}, since {row[1]:%Y-%m-%d %H:%M:%S %Z})"
+
+
+class _Heartbeat(threading.Thread):
+    """Queries the lock's connection now and then, so poolers and idle timeouts see it in use."""
+
+    def __init__(self, conn, lease: WriterLease, every: float) -> None:  # noqa: ANN001
+        super().__init__(name="tidemark-writer-heartbeat", daemon=True)
+        self.conn, self.lease, self.every = conn, lease, every
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        import psycopg2
+
+        while not self._stopped.wait(self.every):
+            try:
+                with self.conn.cursor() as cur:
+                    cur.execute("SELECT 1")
+            except psycopg2.Error as exc:
+                self.lease.lost.set()
+                log.warning(
+                    "the writer lock's PostgreSQL connection failed (%s); this run will stop at its next batch",
+                    " ".join(str(exc).split()),
+                )
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join()
 
 
 def _unlock(conn, key: str, kind: str = "") -> None:  # noqa: ANN001 - psycopg2 connection
@@ -60,10 +164,22 @@ def _unlock(conn, key: str, kind: str = "") -> None:  # noqa: ANN001 - psycopg2 
 
 
 @contextmanager
-def batch_commit(settings: Settings) -> Iterator[None]:
-    """Hold the lake lock shared while a batch writes (many batches of different topics at once)."""
+def batch_commit(settings: Settings, lease: WriterLease) -> Iterator:
+    """One batch's writes: yields the cursor of the transaction that carries its PostgreSQL writes.
+
+    Holds the lake lock shared (many batches of different topics at once) and proves ``lease``
+    first (:meth:`WriterLease.prove`). The Delta writes run inside, the PostgreSQL writes go on the
+    cursor; the transaction commits when the block ends without an error.
+    """
     with _advisory(settings, LAKE_KEY, shared=True):
-        yield
+        conn = ledger.connect(settings.postgres_dsn)
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute("SET LOCAL idle_in_transaction_session_timeout = 0")  # open while Delta writes
+                lease.prove(cur)
+                yield cur
+        finally:
+            conn.close()
 
 
 @contextmanager

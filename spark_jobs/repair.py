@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,7 +34,7 @@ from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError
 from spark_jobs.findings import Report
 from spark_jobs.kafka_source import read_range
-from spark_jobs.lock import batch_commit, single_writer
+from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
@@ -148,18 +147,17 @@ def repair(
         by_topic: dict[str, list[PartitionRange]] = defaultdict(list)
         for r in plan.reread:
             by_topic[r.topic].append(r)
-        for topic, ranges in sorted(by_topic.items()):
-            with single_writer(settings, topic, wait=True):
-                actions += _reprocess(spark, settings, topic, ranges, [r for r in plan.clear if r.topic == topic])
-        if plan.entities is None or plan.entities:
-            with ExitStack() as locks:
-                for topic in _topics(settings):  # sorted, as every lock taker does
-                    locks.enter_context(single_writer(settings, topic, wait=True))
-                written, removed = rebuild_sessions(spark, settings, plan.entities)
-            who = "every entity" if plan.entities is None else f"{len(plan.entities):,} entities"
-            actions.append(
-                f"sessions of {who} recomputed from events: {written:,} PostgreSQL rows written, {removed:,} removed"
-            )
+        with single_writer(settings, f"{REPAIR}:{plan.run_id}", wait=True) as lease:
+            for topic, ranges in sorted(by_topic.items()):
+                clear = [r for r in plan.clear if r.topic == topic]
+                actions += _reprocess(spark, settings, lease, topic, ranges, clear)
+            if plan.entities is None or plan.entities:
+                written, removed = rebuild_sessions(spark, settings, lease, plan.entities)
+                who = "every entity" if plan.entities is None else f"{len(plan.entities):,} entities"
+                actions.append(
+                    f"sessions of {who} recomputed from events: "
+                    f"{written:,} PostgreSQL rows written, {removed:,} removed"
+                )
         actions += [f"{r}: expired (retention removed it), cannot be re-read" for r in plan.expired]
         recheck = reconcile.run(settings, reconcile.new_run_id("recheck"), lambda: spark, repair_of=plan.run_id)
     except BaseException:
@@ -170,7 +168,12 @@ def repair(
 
 
 def _reprocess(
-    spark: SparkSession, settings: Settings, topic: str, ranges: list[PartitionRange], clear: list[PartitionRange]
+    spark: SparkSession,
+    settings: Settings,
+    lease: WriterLease,
+    topic: str,
+    ranges: list[PartitionRange],
+    clear: list[PartitionRange],
 ) -> list[str]:
     """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first."""
     low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()}
@@ -184,7 +187,7 @@ def _reprocess(
             readable.append(PartitionRange(r.topic, r.partition, start, r.end))
     before = _held(spark, settings, readable)
     if clear:
-        with batch_commit(settings):
+        with batch_commit(settings, lease):
             for name in RECORD_TABLES:
                 delta.table(spark, settings.table_path(name)).delete(delta.range_filter(clear))
         actions.append(f"cleared {', '.join(str(r) for r in clear)} from the record tables to rewrite them")
@@ -196,7 +199,7 @@ def _reprocess(
                 batch_id = ledger.next_batch_id(cur, pipeline)
         finally:
             conn.close()
-        writer = BatchWriter(spark, settings, pipeline, lambda _, b=batch: b)
+        writer = BatchWriter(spark, settings, lease, pipeline, lambda _, b=batch: b)
         writer.write(read_range(spark, settings, batch), batch_id)
     after = _held(spark, settings, readable)
     for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):
@@ -217,16 +220,6 @@ def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:
         per_partition[r.partition].append(r)
     depth = max((len(v) for v in per_partition.values()), default=0)
     return [[v[i] for v in per_partition.values() if i < len(v)] for i in range(depth)]
-
-
-def _topics(settings: Settings) -> list[str]:
-    conn = ledger.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute("SELECT DISTINCT topic FROM ledger_batches ORDER BY topic")
-            return [row[0] for row in cur.fetchall()]
-    finally:
-        conn.close()
 
 
 def _record(

@@ -88,6 +88,8 @@ class Settings:
     reverify_days: float = 7.0
     # Reconciliation alerts when the oldest record not processed yet arrived longer ago than this.
     lag_alert_minutes: float = 60.0
+    # The writer lock's connection runs a query this often, so idle timeouts and poolers keep it.
+    writer_heartbeat_seconds: float = 30.0
     # Spark, when tidemark builds the session itself (the CLI, tests); spark-submit's own flags win.
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
@@ -135,6 +137,7 @@ class Settings:
             session_rules=_rules(env),
             reverify_days=_number(env, "TIDEMARK_REVERIFY_DAYS", 7.0),
             lag_alert_minutes=_number(env, "TIDEMARK_LAG_ALERT_MINUTES", 60.0),
+            writer_heartbeat_seconds=_number(env, "TIDEMARK_WRITER_HEARTBEAT_SECONDS", 30.0),
             spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
             shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
             driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
@@ -164,6 +167,7 @@ class Settings:
             "TIDEMARK_SESSION_MAX_HOURS": f"{self.session_rules.max_length.total_seconds() / 3600:g}",
             "TIDEMARK_REVERIFY_DAYS": f"{self.reverify_days:g}",
             "TIDEMARK_LAG_ALERT_MINUTES": f"{self.lag_alert_minutes:g}",
+            "TIDEMARK_WRITER_HEARTBEAT_SECONDS": f"{self.writer_heartbeat_seconds:g}",
             "TIDEMARK_SPARK_MASTER": self.spark_master,
             "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
             "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import dedupe, ledger, session_changes
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, SESSION_COLUMNS, TABLE_SCHEMAS
-from spark_jobs.errors import LedgerConflict
-from spark_jobs.lock import batch_commit
+from spark_jobs.errors import LedgerConflict, TidemarkError
+from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
@@ -39,10 +39,12 @@ from spark_jobs.validation import parse_records
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# Points in a batch where a test's fault hook is called: before each table's Delta write (a hook
-# that raises there fails that write, the other tables' writes may commit), after the Delta writes,
-# after the PostgreSQL commit. A hook that raises simulates a crash or an error at that point.
+# Points in a batch where a test's fault hook is called: once its plan is made (nothing written),
+# before each table's Delta write (a hook that raises there fails that write, the other tables'
+# writes may commit), after the Delta writes, after the PostgreSQL commit. A hook that raises
+# simulates a crash or an error at that point.
 FAULT_POINTS = (
+    "planned",
     "write:quarantine",
     "write:duplicates",
     "write:events",
@@ -82,6 +84,9 @@ class _Stopwatch:
 class BatchWriter:
     """Writes one batch; ``ranges_for(batch_id)`` gives the batch's frozen per-partition ranges.
 
+    ``lease`` is the run's hold on the writer lock (``lock.single_writer``): each batch proves it
+    still holds before its first write and keeps that proof until its ledger row commits.
+
     ``fault``, for tests only, is called with each of :data:`FAULT_POINTS` as the batch passes it.
     """
 
@@ -89,17 +94,20 @@ class BatchWriter:
         self,
         spark: SparkSession,
         settings: Settings,
+        lease: WriterLease,
         pipeline: str,
         ranges_for: Callable[[int], list[PartitionRange]],
         fault: Fault | None = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
+        self.lease = lease
         self.pipeline = pipeline
         self.ranges_for = ranges_for
         self.rules = settings.session_rules
         self.fault = fault or (lambda point: None)
         self.results: list[BatchResult] = []
+        self.failure: TidemarkError | None = None
         delta.ensure_tables(spark, settings)
 
     def _path(self, name: str) -> str:
@@ -109,7 +117,15 @@ class BatchWriter:
         return delta.table(self.spark, self._path(name)).toDF()
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
-        """The foreachBatch function."""
+        """The foreachBatch function. A failure the user can fix is kept in ``failure``: Spark wraps
+        what foreachBatch raises in a StreamingQueryException, and the run raises this one instead."""
+        try:
+            self._write(batch_df, batch_id)
+        except TidemarkError as exc:
+            self.failure = exc
+            raise
+
+    def _write(self, batch_df: DataFrame, batch_id: int) -> None:
         ranges = self.ranges_for(batch_id)
         conn = ledger.connect(self.settings.postgres_dsn)
         try:
@@ -123,29 +139,34 @@ class BatchWriter:
                     f"froze {sorted(ranges)}. Was the checkpoint deleted or moved? Restore it, or give this "
                     "stream a new pipeline name."
                 )
-            if recorded:
-                self.results.append(BatchResult(self.pipeline, batch_id, ranges, 0, 0, 0, 0, 0, 0, skipped=True))
-                return
-            result = self._write_new_batch(conn, batch_df, batch_id, ranges)
         finally:
             conn.close()
+        if recorded:
+            self.results.append(BatchResult(self.pipeline, batch_id, ranges, 0, 0, 0, 0, 0, 0, skipped=True))
+            return
+        result = self._write_new_batch(batch_df, batch_id, ranges)
         self.results.append(result)
         self.fault("after_postgres")
 
-    def _write_new_batch(self, conn, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange]) -> BatchResult:  # noqa: ANN001
+    def _write_new_batch(self, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange]) -> BatchResult:
         clock = _Stopwatch()
         plan = self.plan(batch_df, batch_id, ranges, clock)
-        with batch_commit(self.settings):  # reconcile sees this batch in both sinks or in neither
+        self.fault("planned")
+        # Fenced, and reconcile sees this batch in both sinks or in neither.
+        with batch_commit(self.settings, self.lease) as cur:
             self.write_delta(plan)
             clock.lap("delta")
             self.fault("after_delta")
-            with conn, conn.cursor() as cur:
-                cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
-                if ledger.batch_exists(cur, self.pipeline, batch_id):
-                    raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
-                ledger.check_session_rules(cur, self.rules)
-                written, deleted = postgres.upsert_sessions(cur, plan.session_rows, plan.anchor_rows)
-                ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules)
+            cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
+            if ledger.batch_exists(cur, self.pipeline, batch_id):
+                raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
+            ledger.check_session_rules(cur, self.rules)
+            written, deleted = postgres.upsert_sessions(
+                cur,
+                postgres.text_rows(plan.session_rows, SESSION_COLUMNS),
+                postgres.text_rows(plan.anchor_rows, ("entity_id", "anchor")),
+            )
+            ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules)
         clock.lap("postgres")
         c = plan.counts
         return BatchResult(
@@ -213,8 +234,8 @@ class BatchWriter:
             first_arrivals=dedupe.first_arrivals(ranked) if counts.first_arrivals else None,
             takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
             sessions=changes,
-            session_rows=postgres.rows_as_text(session_changes.surviving(changes.compared), SESSION_COLUMNS),
-            anchor_rows=postgres.rows_as_text(changes.anchors, ("entity_id", "anchor")),
+            session_rows=session_changes.surviving(changes.compared),
+            anchor_rows=changes.anchors,
         )
         clock.lap("sessions")
         return plan
@@ -315,19 +336,21 @@ class BatchPlan:
     first_arrivals: DataFrame | None  # new event_ids, appended to events
     takeovers: DataFrame | None  # earlier copies that replace the stored row of their event_id
     sessions: _SessionChanges
-    session_rows: list[tuple]  # PostgreSQL: the touched entities' sessions from their anchors on
-    anchor_rows: list[tuple]
+    session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
+    anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)
 
     @property
     def txn(self) -> delta.Txn:
         return delta.Txn(self.txn_app_id, self.batch_id)
 
 
-def rebuild_sessions(spark: SparkSession, settings: Settings, entities: list[str] | None = None) -> tuple[int, int]:
+def rebuild_sessions(
+    spark: SparkSession, settings: Settings, lease: WriterLease, entities: list[str] | None = None
+) -> tuple[int, int]:
     """Recompute stored sessions from ``events`` under ``settings.session_rules``, in both sinks.
 
-    Every entity's (a change of session rules), or only ``entities``' (a repair). Call it holding
-    the writer lock. The same comparison as a batch writes only what differs to Delta, and
+    Every entity's (a change of session rules), or only ``entities``' (a repair), under the
+    writer lock's ``lease``. The same comparison as a batch writes only what differs to Delta, and
     PostgreSQL gets the entities' full recomputed sessions, so a row missing or changed in either
     sink is put back. A full rebuild records the new rules with PostgreSQL's sessions, so a crash in
     between leaves the old rules recorded and the rebuild is simply run again.
@@ -351,7 +374,7 @@ def rebuild_sessions(spark: SparkSession, settings: Settings, entities: list[str
     recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules)
     compared = session_changes.compare(recomputed, sessions, anchors).localCheckpoint(eager=True)
     ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
-    with batch_commit(settings):
+    with batch_commit(settings, lease) as cur:
         delta.apply_session_changes(
             spark,
             settings.table_path("sessions"),
@@ -359,16 +382,11 @@ def rebuild_sessions(spark: SparkSession, settings: Settings, entities: list[str
             ops.get("update", 0) + ops.get("delete", 0),
             ops.get("insert", 0),
         )
-        conn = ledger.connect(settings.postgres_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                written = postgres.upsert_sessions(
-                    cur,
-                    postgres.rows_as_text(session_changes.surviving(compared), SESSION_COLUMNS),
-                    postgres.rows_as_text(anchors, ("entity_id", "anchor")),
-                )
-                if entities is None:
-                    ledger.record_session_rules(cur, settings.session_rules, "rebuild")
-        finally:
-            conn.close()
+        written = postgres.upsert_sessions(
+            cur,
+            postgres.text_rows(session_changes.surviving(compared), SESSION_COLUMNS),
+            postgres.text_rows(anchors, ("entity_id", "anchor")),
+        )
+        if entities is None:
+            ledger.record_session_rules(cur, settings.session_rules, "rebuild")
     return written

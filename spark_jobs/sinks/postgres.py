@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,8 +32,10 @@ SESSIONS_CHECKSUM = (
 )
 
 
-def rows_as_text(df: DataFrame, columns: tuple[str, ...]) -> list[tuple]:
-    """``df``'s rows, streamed to the driver, with timestamps as text PostgreSQL reads (UTC offset included)."""
+def text_rows(df: DataFrame, columns: tuple[str, ...]) -> Iterator[tuple]:
+    """``df``'s rows, streamed to the driver a partition at a time, with timestamps as text PostgreSQL
+    reads (UTC offset included). Nothing holds them all: a batch's sessions never need to fit in the
+    driver's memory."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
@@ -43,24 +46,52 @@ def rows_as_text(df: DataFrame, columns: tuple[str, ...]) -> list[tuple]:
             for c in columns
         ]
     )
-    return [tuple(row) for row in formatted.toLocalIterator()]
+    return (tuple(row) for row in formatted.toLocalIterator())
 
 
-def copy_rows(cur, table: str, columns: tuple[str, ...], rows: list[tuple]) -> None:  # noqa: ANN001 - psycopg2 cursor
-    """COPY ``rows`` into ``table`` in CSV, which round-trips any text.
+def rows_as_text(df: DataFrame, columns: tuple[str, ...]) -> list[tuple]:
+    """:func:`text_rows` as a list (for rows that are used more than once)."""
+    return list(text_rows(df, columns))
 
-    Strings are quoted (tabs, newlines, quotes, backslashes and ``\\N`` stay what they are);
-    None is written unquoted and empty, which CSV COPY reads as NULL.
+
+class _CsvStream:
+    """A file-like ``read`` over rows, encoded as CSV on demand, for ``copy_expert``."""
+
+    def __init__(self, rows: Iterable[tuple]) -> None:
+        self._rows = iter(rows)
+        self._buffer = io.StringIO()
+        self._writer = csv.writer(self._buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+        self.count = 0
+
+    def read(self, size: int = -1) -> str:
+        want = size if size and size > 0 else 1 << 20
+        while self._buffer.tell() < want:
+            row = next(self._rows, None)
+            if row is None:
+                break
+            self._writer.writerow(row)
+            self.count += 1
+        chunk = self._buffer.getvalue()
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        return chunk
+
+    readline = read
+
+
+def copy_rows(cur, table: str, columns: tuple[str, ...], rows: Iterable[tuple]) -> int:  # noqa: ANN001
+    """COPY ``rows`` into ``table`` in CSV, which round-trips any text; returns how many.
+
+    ``rows`` are encoded as COPY reads them, so an iterator is never held whole. Strings are quoted
+    (tabs, newlines, quotes, backslashes and ``\\N`` stay what they are); None is written unquoted
+    and empty, which CSV COPY reads as NULL.
     """
-    if not rows:
-        return
-    buffer = io.StringIO()
-    csv.writer(buffer, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n").writerows(rows)
-    buffer.seek(0)
-    cur.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)", buffer)
+    stream = _CsvStream(rows)
+    cur.copy_expert(f"COPY {table} ({', '.join(columns)}) FROM STDIN WITH (FORMAT csv)", stream)
+    return stream.count
 
 
-def upsert_sessions(cur, rows: list[tuple], anchors: list[tuple]) -> tuple[int, int]:  # noqa: ANN001
+def upsert_sessions(cur, rows: Iterable[tuple], anchors: Iterable[tuple]) -> tuple[int, int]:  # noqa: ANN001
     """Make the sessions of the ``anchors`` entities, from each anchor on, equal ``rows``.
 
     ``rows`` (SESSION_COLUMNS order) are COPYed to staging and upserted; sessions of those entities
@@ -72,12 +103,11 @@ def upsert_sessions(cur, rows: list[tuple], anchors: list[tuple]) -> tuple[int, 
         "CREATE TEMP TABLE IF NOT EXISTS session_anchors (entity_id text PRIMARY KEY, anchor timestamptz NOT NULL) "
         "ON COMMIT DROP"
     )
-    copy_rows(cur, "sessions_staging", SESSION_COLUMNS, rows)
-    copy_rows(cur, "session_anchors", ("entity_id", "anchor"), anchors)
     written = 0
-    if rows:
+    if copy_rows(cur, "sessions_staging", SESSION_COLUMNS, rows):
         cur.execute((QUERIES / "upsert_sessions.sql").read_text())
         written = cur.rowcount
+    copy_rows(cur, "session_anchors", ("entity_id", "anchor"), anchors)
     cur.execute((QUERIES / "delete_replaced_sessions.sql").read_text())
     return written, cur.rowcount
 

@@ -46,7 +46,7 @@ def assert_offset_coverage(spark, settings: Settings, committed: int) -> None:
     """Every committed record is in exactly one of events, duplicates, quarantine (invariant 1)."""
     coordinates = []
     for table in RECORD_TABLES:
-        coordinates += [tuple(r) for r in delta_rows(spark, settings, table, "partition", "offset")]
+        coordinates += [tuple(r) for r in delta_rows(spark, settings, table, "topic", "partition", "offset")]
     assert len(coordinates) == committed
     assert len(set(coordinates)) == committed
 

@@ -245,6 +245,7 @@ def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spar
     """
     from spark_jobs.contract import TABLE_SCHEMAS
     from spark_jobs.kafka_source import read_range
+    from spark_jobs.lock import single_writer
     from spark_jobs.offsets import PartitionRange
     from spark_jobs.sinks.delta import fingerprint
     from spark_jobs.writer import BatchWriter
@@ -253,12 +254,13 @@ def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spar
     send_takeover_batch(spark, settings, prefix)
 
     ranges = [PartitionRange(settings.topic, 0, 2, 6)]
-    writer = BatchWriter(spark, settings, "blind-retry", lambda _: ranges)
-    plan = writer.plan(read_range(spark, settings, ranges), 0, ranges)
-    assert plan.first_arrivals is not None and plan.takeovers is not None and plan.quarantine is not None
-    writer.write_delta(plan)
-    once = {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS}
-    writer.write_delta(plan)
+    with single_writer(settings, "blind-retry") as lease:
+        writer = BatchWriter(spark, settings, lease, "blind-retry", lambda _: ranges)
+        plan = writer.plan(read_range(spark, settings, ranges), 0, ranges)
+        assert plan.first_arrivals is not None and plan.takeovers is not None and plan.quarantine is not None
+        writer.write_delta(plan)
+        once = {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS}
+        writer.write_delta(plan)
     assert {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS} == once
     assert_offset_coverage(spark, settings, 6)
     assert_sessions_follow_events(spark, settings)

@@ -12,8 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spark_jobs import ingest
-from spark_jobs.errors import DataLossError, TopicError, WriterBusy
-from spark_jobs.lock import single_writer
+from spark_jobs.errors import DataLossError, TopicError
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
@@ -205,33 +204,6 @@ def test_backfill_parameters_are_checked_before_spark_runs(run) -> None:
         plan_backfill(settings, "no-such-topic", offsets={0: (0, 1)})
     plan = plan_backfill(settings, settings.topic, from_time=now - timedelta(hours=1), to_time=now + timedelta(hours=1))
     assert [(r.start, r.end) for r in plan.ranges] == [(0, 10)]
-
-
-def test_a_second_writer_on_the_same_topic_is_refused(spark, run) -> None:
-    settings, prefix = run
-    produce(settings, ProduceSpec(count=20, entities=2, id_prefix=prefix), topic=settings.topic, partitions=1)
-    plan = plan_backfill(settings, settings.topic, offsets={0: (0, 20)})
-    with single_writer(settings, settings.topic):
-        with pytest.raises(WriterBusy, match="another tidemark run .* is writing topic"):
-            ingest.run_backfill(spark, settings, plan)
-        with pytest.raises(WriterBusy):
-            ingest.run_scheduled(spark, settings)
-    assert not ingest.run_backfill(spark, settings, plan).skipped
-
-
-def test_a_run_that_ends_releases_the_writer_lock_before_it_returns(run, pg) -> None:
-    """A retry started the moment a failed run returns must get the lock (found by the model test:
-    closing the connection alone frees the lock only once the server has handled the disconnect)."""
-    settings, _ = run
-    key = f"tidemark-writer:{settings.topic}"
-    pg.autocommit = True
-    with pg.cursor() as cur:
-        for _ in range(100):
-            with pytest.raises(RuntimeError), single_writer(settings, settings.topic):
-                raise RuntimeError("the run failed")
-            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))  # at once, on an open connection
-            assert cur.fetchone()[0], "the lock was still held after the run returned"
-            cur.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
 
 
 def test_backfill_dry_run_from_the_command_line_prints_the_plan_and_writes_nothing(run, pg) -> None:
