@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars up down status doctor migrate demo airflow bench test test-unit test-integration fuzz lint lock clean
+.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench test test-unit test-integration fuzz lint lock clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -32,6 +32,14 @@ $(STATE)/jars/.fetched: jvm/settings.xml jvm/spark/pom.xml jvm/kafka/pom.xml
 	touch $@
 
 jars: $(STATE)/jars/.fetched  ## fetch the pinned Kafka connector, Delta and Kafka broker jars (Maven)
+
+$(STATE)/jars/s3/.fetched: jvm/settings.xml jvm/s3/pom.xml
+	@command -v mvn >/dev/null || { echo "Maven is needed to fetch the jars (Debian: apt-get install maven)"; exit 1; }
+	rm -rf $(STATE)/jars/s3
+	$(MVN) -f jvm/s3/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(STATE))/jars/s3
+	touch $@
+
+jars-s3: $(STATE)/jars/s3/.fetched  ## fetch hadoop-aws and the AWS SDK bundle (about 690 MB): Delta and checkpoints on S3
 
 up: venv jars  ## start Kafka and PostgreSQL under .tidemark/
 	$(TIDEMARK) up
@@ -69,7 +77,7 @@ test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a lo
 # daylight-saving change (the driver's local time must never leak into a timestamp).
 TZ_TESTS := $(addprefix tests/integration/spark_jobs/,test_exactness.py test_ingest.py test_model.py test_sessionize_spark.py)
 
-test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark and Delta (sessions also under a DST time zone)
+test-integration: venv jars jars-s3  ## integration tests against real Kafka, PostgreSQL, Spark and Delta (sessions also under a DST time zone)
 	$(BIN)/pytest -m integration --durations=15 tests
 	TZ=Europe/Berlin $(BIN)/pytest -m integration --durations=5 $(TZ_TESTS)
 

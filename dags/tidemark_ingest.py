@@ -15,6 +15,10 @@ A run fails before any work when Kafka's retention removed records it has not re
 the topic's first run, or since the last run). If they are gone for good, trigger the DAG with
 ``allow_data_loss`` on: the run records them in the ledger as lost, continues from the first
 record the broker holds, and tidemark_reconcile reports them.
+
+Each batch reads at most ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER`` records (500,000 by default). When
+runs keep failing on the same batch (out of memory, the task timeout), it was frozen too big:
+trigger the DAG with ``split_frozen_batch`` on and that batch is planned again within the cap.
 """
 
 from __future__ import annotations
@@ -54,6 +58,13 @@ TOPIC = os.environ.get("TIDEMARK_TOPIC", "events")
             description="Only when a run failed because Kafka's retention removed records it had not read: "
             "record them in the ledger as lost and continue from the first record the broker holds.",
         ),
+        "split_frozen_batch": Param(
+            False,
+            type="boolean",
+            title="Split a batch too big to finish",
+            description="Only when runs keep failing on the same batch (out of memory, timeout): plan that "
+            "frozen, uncommitted batch again within TIDEMARK_MAX_OFFSETS_PER_TRIGGER records.",
+        ),
     },
     tags=["tidemark"],
     doc_md=__doc__,
@@ -64,16 +75,15 @@ def tidemark_ingest():
         """Scheduled and manual runs: what is new. Backfill runs: the data interval's arrival range."""
         from tidemark_airflow.runs import ingest_arguments
 
-        limit = int(os.environ.get("TIDEMARK_MAX_OFFSETS_PER_TRIGGER") or 0) or None  # bounds each batch
         params = params or {}
         return ingest_arguments(
             dag_run.run_type,
             data_interval_start,
             data_interval_end,
             TOPIC,
-            limit,
             params.get("partitions"),
             bool(params.get("allow_data_loss")),
+            bool(params.get("split_frozen_batch")),
         )
 
     TidemarkSparkSubmitOperator(

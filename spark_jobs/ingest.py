@@ -20,13 +20,12 @@ run's stream starts, the offsets it needs are checked against what the broker st
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs import ledger, retention
+from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.errors import ConfigError
 from spark_jobs.kafka_source import read_range, stream_reader
 from spark_jobs.lock import WriterLease, single_writer
@@ -64,28 +63,18 @@ def _check_session_rules(spark: SparkSession, settings: Settings, lease: WriterL
     recompute_sessions(spark, settings, lease)
 
 
-def _offset_log_ends(checkpoint: str, batch_id: int, topic: str) -> dict[int, int] | None:
-    """End offsets Spark's offset log froze for ``batch_id`` (None when the file is gone)."""
-    path = Path(checkpoint) / "offsets" / str(batch_id)
-    if not path.exists():
-        return None
-    # Format: a version line, a metadata line, then one JSON line per source.
-    source = json.loads(path.read_text().splitlines()[2])
-    return {int(p): int(o) for p, o in source[topic].items()}
-
-
 def streaming_ranges(
-    settings: Settings, checkpoint: str, topic: str, batch_id: int, start: retention.StartCheck
+    settings: Settings, log: OffsetLog, topic: str, batch_id: int, start: retention.StartCheck
 ) -> list[PartitionRange]:
     """The frozen range of streaming batch ``batch_id``: previous batch's ends to this batch's ends.
 
     A partition no earlier batch read starts where the run's ``start`` check said; a range the
     operator acknowledged as lost to retention is left out (the ledger has it as a loss instead).
     """
-    ends = _offset_log_ends(checkpoint, batch_id, topic)
+    ends = log.ends(batch_id, topic)
     if ends is None:
-        raise RuntimeError(f"no offset log entry for batch {batch_id} in {checkpoint}")
-    starts = _offset_log_ends(checkpoint, batch_id - 1, topic) if batch_id > 0 else None
+        raise RuntimeError(f"no offset log entry for batch {batch_id} in {log.location}")
+    starts = log.ends(batch_id - 1, topic) if batch_id > 0 else None
     if starts is None:
         conn = ledger.connect(settings.postgres_dsn)
         try:
@@ -134,9 +123,15 @@ def run_scheduled(
     allow_data_loss: bool = False,
     wait: bool = False,
     rebuild_sessions: bool = False,
+    split_frozen_batch: bool = False,
     fault: Fault | None = None,
 ) -> list[BatchResult]:
     """Process everything that arrived since the last run (AvailableNow), batch by batch.
+
+    Each batch reads at most ``max_offsets_per_trigger`` records (default: the settings'
+    ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER``). A batch Spark froze before the cap was set, or with a
+    larger one, keeps its range on every retry; ``split_frozen_batch`` lets Spark plan it again
+    within the cap (see :func:`unfreeze_batch`).
 
     ``allow_data_loss`` acknowledges offsets Kafka's retention removed before the pipeline read
     them (otherwise such a run fails before any work; see ``spark_jobs.retention``).
@@ -146,19 +141,25 @@ def run_scheduled(
     topic = topic or settings.topic
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
         raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
+    cap = max_offsets_per_trigger or settings.max_offsets_per_trigger or None
+    if split_frozen_batch and cap is None:
+        raise ConfigError("--split-frozen-batch needs a cap: set --max-offsets-per-trigger (records per batch)")
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
+    log = OffsetLog(spark, checkpoint)
     from pyspark.errors import StreamingQueryException
 
     pipeline = pipeline_name(SCHEDULED, topic)
     with single_writer(settings, pipeline, wait) as lease:
         start = check_retention(settings, topic, allow_data_loss)  # an unknown topic fails here, before any query
         _check_session_rules(spark, settings, lease, rebuild_sessions)
+        if split_frozen_batch:
+            unfreeze_batch(settings, log, pipeline)
         writer = BatchWriter(
             spark,
             settings,
             lease,
             pipeline,
-            lambda b: streaming_ranges(settings, checkpoint, topic, b, start),
+            lambda b: streaming_ranges(settings, log, topic, b, start),
             fault,
         )
         query = (
@@ -166,7 +167,7 @@ def run_scheduled(
                 spark,
                 settings,
                 topic,
-                max_offsets_per_trigger,
+                cap,
                 # An acknowledged loss: Spark skips the removed offsets instead of failing on them.
                 fail_on_data_loss=not start.losses,
                 starting_offsets=start.starting_offsets if start.first_run else None,
@@ -185,6 +186,32 @@ def run_scheduled(
                 raise writer.failure from None
             raise
     return writer.results
+
+
+def unfreeze_batch(settings: Settings, log: OffsetLog, pipeline: str) -> int:
+    """Let Spark plan the frozen, uncommitted batch again (call holding the writer lock).
+
+    The way out of a batch too big to finish: Spark froze its range before it ran, so every retry
+    replays the same range and fails the same way. Its ``offsets`` entry is removed and the run
+    plans it again within the cap. Safe because the ledger has no row for it: records an earlier
+    attempt wrote stay where they are and are found as held by whichever batch reads them next.
+    Returns the batch id.
+    """
+    batch_id = log.frozen_uncommitted()
+    if batch_id is None:
+        raise ConfigError(f"{log.location} has no frozen, uncommitted batch: run without --split-frozen-batch")
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            if ledger.batch_exists(cur, pipeline, batch_id):
+                raise ConfigError(
+                    f"batch {batch_id} of {pipeline} is in the ledger already (it committed; Spark did not record "
+                    "that yet): run without --split-frozen-batch and it completes at once"
+                )
+    finally:
+        conn.close()
+    log.unfreeze(batch_id)
+    return batch_id
 
 
 @dataclass(frozen=True)
@@ -256,7 +283,16 @@ def _add_common_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_scheduled_arguments(p: argparse.ArgumentParser) -> None:
     _add_common_arguments(p)
-    p.add_argument("--max-offsets-per-trigger", type=int, help="records per batch at most")
+    p.add_argument(
+        "--max-offsets-per-trigger",
+        type=int,
+        help="records per batch at most (default: TIDEMARK_MAX_OFFSETS_PER_TRIGGER or 500000)",
+    )
+    p.add_argument(
+        "--split-frozen-batch",
+        action="store_true",
+        help="a batch too big to finish: plan the frozen, uncommitted batch again within the cap",
+    )
     p.add_argument(
         "--allow-data-loss",
         action="store_true",
@@ -308,6 +344,7 @@ def run_from_arguments(
             allow_data_loss=args.allow_data_loss,
             wait=args.wait,
             rebuild_sessions=args.rebuild_sessions,
+            split_frozen_batch=args.split_frozen_batch,
         )
     offsets = parse_offsets(args.offsets) if args.offsets else None
     partitions = parse_partitions(args.partitions) if args.partitions else None
@@ -336,6 +373,11 @@ def describe(result: list[BatchResult] | BatchResult | DryRun) -> str:
                 f"{r.duplicates:,} + quarantined {r.quarantined:,}; sessions written {r.sessions_written:,}, "
                 f"removed {r.sessions_deleted:,} ({spans})"
             )
+            if r.producer.broken:
+                lines.append(
+                    f"  WARNING: the producers broke tidemark's requirements: {r.producer.describe()}. Published "
+                    "session IDs of those entities may be replaced; see README, Producer requirements."
+                )
     return "\n".join(lines)
 
 

@@ -7,11 +7,12 @@ The ledger also records the session rules the stored sessions were built with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from spark_jobs.errors import ServiceUnavailable, SessionRulesChanged
 from spark_jobs.offsets import PartitionRange
+from spark_jobs.producers import ProducerChecks
 from spark_jobs.sessionize import SessionRules
 
 
@@ -21,6 +22,7 @@ class BatchCounts:
     accepted: int = 0
     duplicates: int = 0
     quarantined: int = 0
+    producer: ProducerChecks = field(default_factory=ProducerChecks)  # what broke the producer requirements
 
 
 def connect(dsn: str, **options: object):  # -> psycopg2 connection
@@ -85,8 +87,9 @@ def record_batch(
     cur.execute(
         """INSERT INTO ledger_batches
                (pipeline, batch_id, topic, records_read, accepted, duplicates, quarantined,
-                session_gap_seconds, session_max_seconds)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                session_gap_seconds, session_max_seconds,
+                entities_in_many_partitions, not_log_append_time, time_went_back)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         (
             pipeline,
             batch_id,
@@ -97,6 +100,9 @@ def record_batch(
             counts.quarantined,
             rules.gap.total_seconds() if rules else None,
             rules.max_length.total_seconds() if rules else None,
+            counts.producer.entities_in_many_partitions,
+            counts.producer.not_log_append_time,
+            counts.producer.time_went_back,
         ),
     )
     cur.executemany(

@@ -52,6 +52,15 @@ def _number(env: Mapping[str, str], name: str, default: float, kind: type = floa
     return value
 
 
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.strip().isdigit():
+        raise ConfigError(f"{name}={raw!r} must be a whole number, 0 or more")
+    return int(raw)
+
+
 def _rules(env: Mapping[str, str]) -> SessionRules:
     gap = _number(env, "TIDEMARK_SESSION_GAP_MINUTES", SessionRules().gap.total_seconds() / 60)
     longest = _number(env, "TIDEMARK_SESSION_MAX_HOURS", SessionRules().max_length.total_seconds() / 3600)
@@ -88,6 +97,11 @@ class Settings:
     reverify_days: float = 7.0
     # Reconciliation alerts when the oldest record not processed yet arrived longer ago than this.
     lag_alert_minutes: float = 60.0
+    # Records per scheduled batch at most (Spark's maxOffsetsPerTrigger); 0: no cap. Sized so one
+    # batch finishes on the embedded machine (2 cores, a 2 GiB driver) well inside the task timeout.
+    max_offsets_per_trigger: int = 500_000
+    # The ingest DAG alerts when a run's batches broke the producer requirements more often than this.
+    producer_alert_threshold: int = 0
     # The writer lock's connection runs a query this often, so idle timeouts and poolers keep it.
     writer_heartbeat_seconds: float = 30.0
     # Spark, when tidemark builds the session itself (the CLI, tests); spark-submit's own flags win.
@@ -138,6 +152,8 @@ class Settings:
             reverify_days=_number(env, "TIDEMARK_REVERIFY_DAYS", 7.0),
             lag_alert_minutes=_number(env, "TIDEMARK_LAG_ALERT_MINUTES", 60.0),
             writer_heartbeat_seconds=_number(env, "TIDEMARK_WRITER_HEARTBEAT_SECONDS", 30.0),
+            producer_alert_threshold=_count(env, "TIDEMARK_PRODUCER_ALERT_THRESHOLD", 0),
+            max_offsets_per_trigger=_count(env, "TIDEMARK_MAX_OFFSETS_PER_TRIGGER", 500_000),
             spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
             shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
             driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
@@ -168,6 +184,8 @@ class Settings:
             "TIDEMARK_REVERIFY_DAYS": f"{self.reverify_days:g}",
             "TIDEMARK_LAG_ALERT_MINUTES": f"{self.lag_alert_minutes:g}",
             "TIDEMARK_WRITER_HEARTBEAT_SECONDS": f"{self.writer_heartbeat_seconds:g}",
+            "TIDEMARK_PRODUCER_ALERT_THRESHOLD": str(self.producer_alert_threshold),
+            "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": str(self.max_offsets_per_trigger),
             "TIDEMARK_SPARK_MASTER": self.spark_master,
             "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
             "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,

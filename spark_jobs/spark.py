@@ -14,18 +14,30 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REQUIRED_JARS = ("spark-sql-kafka-0-10_2.13-", "delta-spark_4.2_2.13-", "kafka-clients-")
+S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+
+
+def _cached(directory: Path, prefixes: tuple[str, ...], target: str) -> list[Path]:
+    jars = sorted(directory.glob("*.jar"))
+    missing = [prefix for prefix in prefixes if not any(j.name.startswith(prefix) for j in jars)]
+    if missing:
+        raise ConfigError(f"jars missing in {directory} ({', '.join(m.rstrip('-') for m in missing)}). Run `{target}`.")
+    return jars
+
+
+def on_s3a(settings: Settings) -> bool:
+    """Whether the lake or the checkpoints are on S3 (or an S3-compatible store) through s3a."""
+    return any(root.startswith("s3a://") for root in (settings.lake_root, settings.checkpoint_root))
+
+
+def object_store_jars(settings: Settings) -> list[Path]:
+    """hadoop-aws and the AWS SDK when the lake or the checkpoints are on ``s3a://`` (`make jars-s3`)."""
+    return _cached(settings.jars_dir / "s3", S3A_JARS, "make jars-s3") if on_s3a(settings) else []
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    """The connector and Delta jars `make jars` put in the cache; fails if one is missing."""
-    jars = sorted((settings.jars_dir / "spark").glob("*.jar"))
-    missing = [prefix for prefix in REQUIRED_JARS if not any(j.name.startswith(prefix) for j in jars)]
-    if missing:
-        raise ConfigError(
-            f"Spark jars missing in {settings.jars_dir / 'spark'} "
-            f"({', '.join(m.rstrip('-') for m in missing)}). Run `make jars`."
-        )
-    return jars
+    """The jars a tidemark job needs from the cache: Kafka connector, Delta, and s3a when used."""
+    return _cached(settings.jars_dir / "spark", REQUIRED_JARS, "make jars") + object_store_jars(settings)
 
 
 def build_session(settings: Settings, app_name: str) -> SparkSession:
@@ -56,9 +68,17 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         if master.startswith("local"):
             # Stay on loopback: nothing outside this machine needs to reach a local driver.
             builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        jars = spark_jars(settings)
+        if master.startswith("local"):
+            # One JVM: the s3a jars (the AWS SDK bundle is 690 MB) go on its class path instead of
+            # being copied into every session's spark.jars directory.
+            store = object_store_jars(settings)
+            jars = [j for j in jars if j not in store]
+            if store:
+                builder = builder.config("spark.driver.extraClassPath", ":".join(str(j) for j in store))
         builder = (
             builder.master(master)
-            .config("spark.jars", ",".join(str(j) for j in spark_jars(settings)))
+            .config("spark.jars", ",".join(str(j) for j in jars))
             .config("spark.ui.enabled", str(settings.spark_ui).lower())
             .config("spark.driver.memory", settings.driver_memory)
         )

@@ -73,16 +73,19 @@ def parse_records(raw: DataFrame) -> DataFrame:
     """Kafka source rows -> one row per record with parsed fields and ``quarantine_reason``.
 
     Output columns: topic, partition, offset, arrival_time (the Kafka timestamp), key, value,
-    event_id, entity_id, event_type, event_time, properties (JSON text), quarantine_reason.
+    event_id, entity_id, event_type, event_time, properties (JSON text), quarantine_reason, and
+    timestamp_type (Kafka's: 0 CreateTime, 1 LogAppendTime) when ``raw`` has ``timestampType``.
     Parsed fields are null for quarantined rows.
     """
     from pyspark.sql import functions as F
 
+    timestamp_type = ["timestamp_type"] if "timestampType" in raw.columns else []
     with_doc = raw.select(
         "topic",
         "partition",
         "offset",
         F.col("timestamp").alias("arrival_time"),
+        *([F.col("timestampType").alias("timestamp_type")] if timestamp_type else []),
         "key",
         "value",
         F.expr("cast(value AS string)").alias("text"),
@@ -121,4 +124,5 @@ def parse_records(raw: DataFrame) -> DataFrame:
         parsed("ts_event_time").alias("event_time"),
         parsed("to_json(v_properties)").alias("properties"),
         "quarantine_reason",
+        *timestamp_type,
     )

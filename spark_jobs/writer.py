@@ -20,13 +20,14 @@ batch that fails after any subset of its commits and is run again ends exactly a
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_jobs import dedupe, ledger, session_changes
+from spark_jobs import dedupe, ledger, producers, session_changes
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.errors import LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
@@ -38,6 +39,8 @@ from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 # Points in a batch where a test's fault hook is called: once its plan is made (nothing written),
 # before each table's Delta write (a hook that raises there fails that write, the other tables'
@@ -68,6 +71,7 @@ class BatchResult:
     sessions_deleted: int
     skipped: bool  # the ledger already had this batch
     seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
+    producer: producers.ProducerChecks = field(default_factory=producers.ProducerChecks)
 
 
 class _Stopwatch:
@@ -171,7 +175,7 @@ class BatchWriter:
         c = plan.counts
         return BatchResult(
             self.pipeline, batch_id, ranges, c.read, c.accepted, c.duplicates, c.quarantined, written, deleted,
-            skipped=False, seconds=clock.laps,
+            skipped=False, seconds=clock.laps, producer=c.producer,
         )  # fmt: skip
 
     def plan(
@@ -192,6 +196,7 @@ class BatchWriter:
         parsed = parsed.select(
             *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
         ).localCheckpoint(eager=True)
+        created, went_back = producers.record_checks(parsed)  # over every record, held ones too
         held = delta.held(self.spark, self.settings, ranges).localCheckpoint(eager=True)
         held_in = {row["table"]: row["count"] for row in held.groupBy("table").count().collect()}
         if held_in:
@@ -207,6 +212,12 @@ class BatchWriter:
         # Frozen before the writes change the tables it read.
         ranked = dedupe.rank(candidates, events).localCheckpoint(eager=True)
         counts = dedupe.count(ranked)
+        checks = producers.ProducerChecks(producers.entities_in_many_partitions(ranked), created, went_back)
+        if checks.broken:
+            log.warning(
+                "%s batch %s breaks the producer requirements: %s (README, Producer requirements)",
+                self.pipeline, batch_id, checks.describe(),
+            )  # fmt: skip
         clock.lap("dedupe")
 
         # A takeover an earlier attempt of this batch committed moved the displaced row to
@@ -223,6 +234,7 @@ class BatchWriter:
                 accepted=counts.accepted,
                 duplicates=counts.duplicates + held_in.get("duplicates", 0),
                 quarantined=totals["invalid"] + held_in.get("quarantine", 0),
+                producer=checks,
             ),
             quarantine=parsed.where("quarantine_reason IS NOT NULL").select(
                 *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")

@@ -185,6 +185,9 @@ def produce(
         "linger.ms": 20,
         "compression.type": "lz4",
         "message.max.bytes": 2 * 1024 * 1024,
+        # Java's partitioner: an entity's records land where every Java producer puts them (README,
+        # Producer requirements); librdkafka's default (consistent_random, CRC32) would not.
+        "partitioner": "murmur2_random",
     }
     if transaction_size:
         config["transactional.id"] = f"tidemark-produce-{spec.seed}-{spec.id_prefix}"

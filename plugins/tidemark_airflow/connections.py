@@ -85,4 +85,3 @@ def tidemark_settings(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str 
 
     worker = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_KAFKA_OPT_")}
     return Settings.from_env(worker | connections_env(kafka_conn_id, postgres_conn_id))
-

@@ -72,7 +72,14 @@ class AlertNotifier(BaseNotifier):
         if isinstance(context.get("exception"), BadRequest):
             self.log.warning("not alerting: the request was bad (%s)", context["exception"])
             return
-        text = self.message(context)
+        self.send(self.message(context))
+
+    def send(self, text: str) -> None:
+        """Send ``text`` (first line: the subject) on every configured channel; secrets masked."""
+        from spark_jobs.secrets import redact
+        from tidemark_airflow.connections import connection_secrets
+
+        text = redact(text, connection_secrets())
         self.log.error("%s", text)
         self._post_webhook(text)
         self._send_email(text)

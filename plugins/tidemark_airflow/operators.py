@@ -67,10 +67,30 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("batches committed: %s", extra)
             for outlet in self.outlets:
                 context["outlet_events"][outlet].extra = extra
+            alert = producer_alert(extra, settings.producer_alert_threshold)
+            if alert:
+                from tidemark_airflow.notifiers import AlertNotifier
+
+                self.log.warning("%s", alert)
+                AlertNotifier().send(f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}")
+
+
+def producer_alert(extra: dict, threshold: int) -> str | None:
+    """The alert text when the run's batches broke the producer requirements more than ``threshold`` times."""
+    broken = extra["producer"]
+    if sum(broken.values()) <= threshold:
+        return None
+    what = ", ".join(f"{n:,} {name.replace('_', ' ')}" for name, n in broken.items() if n)
+    return (
+        f"the producers of topic {extra['topic']} broke tidemark's requirements in this run's batches: {what}. "
+        "Sessions of those entities may get new IDs when earlier records arrive in a later batch. Key records "
+        "by entity_id with Java's murmur2 partitioner (librdkafka: partitioner=murmur2_random), do not add "
+        "partitions to a live topic, and use message.timestamp.type=LogAppendTime (README, Producer requirements)."
+    )
 
 
 def committed_since(settings, started: datetime) -> dict[str, object]:  # noqa: ANN001 - Settings
-    """What the topic's ledger gained since ``started`` (one writer per topic: this run's batches)."""
+    """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
     from spark_jobs.ledger import connect
 
     conn = connect(settings.postgres_dsn)
@@ -79,10 +99,12 @@ def committed_since(settings, started: datetime) -> dict[str, object]:  # noqa: 
             cur.execute(
                 """SELECT b.pipeline, b.batch_id, b.records_read, b.accepted, b.duplicates, b.quarantined,
                           coalesce(string_agg(r.kafka_partition || ':' || r.start_offset || '-' || r.end_offset, ','
-                                              ORDER BY r.kafka_partition), '')
+                                              ORDER BY r.kafka_partition), ''),
+                          coalesce(b.entities_in_many_partitions, 0), coalesce(b.not_log_append_time, 0),
+                          coalesce(b.time_went_back, 0)
                    FROM ledger_batches AS b JOIN ledger_ranges AS r USING (pipeline, batch_id)
                    WHERE b.topic = %s AND b.committed_at >= %s
-                   GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2""",
+                   GROUP BY 1, 2, 3, 4, 5, 6, 8, 9, 10 ORDER BY 1, 2""",
                 (settings.topic, started),
             )
             batches = cur.fetchall()
@@ -96,6 +118,11 @@ def committed_since(settings, started: datetime) -> dict[str, object]:  # noqa: 
         "duplicates": sum(b[4] for b in batches),
         "quarantined": sum(b[5] for b in batches),
         "ranges": [{"pipeline": b[0], "batch_id": b[1], "offsets": b[6]} for b in batches],
+        "producer": {
+            "entities_in_many_partitions": sum(b[7] for b in batches),
+            "not_log_append_time": sum(b[8] for b in batches),
+            "time_went_back": sum(b[9] for b in batches),
+        },
     }
 
 

@@ -11,9 +11,15 @@ from tidemark_airflow.notifiers import BadRequest
 BACKFILL_RUN_TYPE = "backfill"  # DagRunType.BACKFILL_JOB: a run created by Airflow's own Backfill
 
 
-def ingest_arguments(run_type: object, interval_start: datetime | None, interval_end: datetime | None,
-                     topic: str, max_offsets_per_trigger: int | None = None,
-                     partitions: str | None = None, allow_data_loss: bool = False) -> list[str]:  # fmt: skip
+def ingest_arguments(
+    run_type: object,
+    interval_start: datetime | None,
+    interval_end: datetime | None,
+    topic: str,
+    partitions: str | None = None,
+    allow_data_loss: bool = False,
+    split_frozen_batch: bool = False,
+) -> list[str]:
     """Arguments of ``spark_jobs/ingest.py`` for a ``tidemark_ingest`` run.
 
     A scheduled or manual run processes whatever arrived since the last one (the streaming
@@ -21,13 +27,14 @@ def ingest_arguments(run_type: object, interval_start: datetime | None, interval
     interval's arrival-time range as one bounded batch, of every partition or of ``partitions``
     (``"0,2"``, the backfill's run conf); that is idempotent, so backfilling an interval that was
     already processed changes nothing. ``allow_data_loss`` acknowledges offsets Kafka's retention
-    removed: a scheduled run records them as lost, a backfill processes what is left.
+    removed: a scheduled run records them as lost, a backfill processes what is left. A scheduled
+    batch's size cap comes from the job's settings (``TIDEMARK_MAX_OFFSETS_PER_TRIGGER``);
+    ``split_frozen_batch`` has a scheduled run plan a frozen batch too big to finish again within it.
     """
     kind = getattr(run_type, "value", run_type)
     common = ["--topic", topic, "--wait", *(["--allow-data-loss"] if allow_data_loss else [])]
     if kind != BACKFILL_RUN_TYPE:
-        limit = ["--max-offsets-per-trigger", str(max_offsets_per_trigger)] if max_offsets_per_trigger else []
-        return ["scheduled", *common, *limit]
+        return ["scheduled", *common, *(["--split-frozen-batch"] if split_frozen_batch else [])]
     if interval_start is None or interval_end is None or interval_end <= interval_start:
         raise ValueError(
             f"a backfill run needs a data interval with its end after its start, got [{interval_start}, "

@@ -146,8 +146,7 @@ def range_filter(ranges: list[PartitionRange], alias: str = "") -> str:
     """SQL predicate on (``alias``'s) coordinates inside ``ranges`` (lets Delta skip files by offset stats)."""
     t = f"{alias}." if alias else ""
     return " OR ".join(
-        f"({t}topic = '{r.topic}' AND {t}partition = {r.partition} AND {t}offset >= {r.start} "
-        f"AND {t}offset < {r.end})"
+        f"({t}topic = '{r.topic}' AND {t}partition = {r.partition} AND {t}offset >= {r.start} AND {t}offset < {r.end})"
         for r in ranges
     )
 

@@ -12,6 +12,7 @@ import socket
 import threading
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -256,3 +257,21 @@ def test_a_failing_task_alerts_without_the_password_in_the_alert_or_any_log(
     assert canary not in output
     logs = Path(os.environ["AIRFLOW_HOME"]) / "logs"
     assert not [p for p in logs.rglob("*") if p.is_file() and canary in p.read_text(errors="ignore")]
+
+
+def test_an_ingest_whose_producers_broke_the_requirements_succeeds_and_alerts(deployment: Settings, webhook) -> None:
+    from spark_jobs.offsets import ensure_topic
+    from tests.integration.spark_jobs.checks import send_to
+
+    settings = deployment
+    ensure_topic(settings, settings.topic, 2, "CreateTime")  # producer-stamped times
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    send_to(settings, settings.topic, [(0, "e1", "x1", at), (1, "e1", "x2", at + timedelta(seconds=1))])
+
+    run = load_dag("tidemark_ingest").test()
+    assert state(run) == "success", task_states(run)
+    [alert] = webhook
+    text = alert["json"]["text"]
+    assert text.startswith("tidemark alert: tidemark_ingest run ")
+    assert f"the producers of topic {settings.topic} broke" in text
+    assert "1 entities in many partitions, 2 not log append time" in text

@@ -67,6 +67,21 @@ def send(settings: Settings, topic: str, events: list[dict], arrivals: list[date
     assert producer.flush(30) == 0
 
 
+def send_to(settings: Settings, topic: str, records: list[tuple[int, str, str, datetime]]) -> None:
+    """``(partition, entity_id, event_id, timestamp)`` records, each to the partition named (as a
+    producer with another partitioner, or after partitions were added, would)."""
+    from confluent_kafka import Producer
+
+    producer = Producer(settings.kafka_client_config())
+    for partition, entity, event_id, at in records:
+        event = {"event_id": event_id, "entity_id": entity, "event_type": "view", "event_time": at.isoformat()}
+        producer.produce(
+            topic, key=entity.encode(), value=json.dumps(event).encode(), partition=partition,
+            timestamp=int(at.timestamp() * 1000),
+        )  # fmt: skip
+    assert producer.flush(30) == 0
+
+
 def assert_sessions_follow_events(spark, settings: Settings) -> None:
     """Delta ``sessions`` equals a from-scratch sessionization of ``events`` (ignoring row order)."""
     events = spark.read.format("delta").load(settings.table_path("events"))

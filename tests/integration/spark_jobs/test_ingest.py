@@ -288,3 +288,30 @@ def test_a_backfill_of_some_partitions_reads_only_those(spark, run, pg) -> None:
     ingest.run_scheduled(spark, settings)
     assert_offset_coverage(spark, settings, report.committed)
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_a_batch_too_big_to_finish_is_planned_again_within_the_cap_and_the_topic_moves_on(spark, run, pg) -> None:
+    from spark_jobs.checkpoint import OffsetLog
+    from spark_jobs.errors import ConfigError
+
+    settings, prefix = run
+    spec = ProduceSpec(count=600, entities=10, duplicate_rate=0.05, malformed_rate=0.02, seed=21, id_prefix=prefix)
+    report = produce(settings, spec, topic=settings.topic, partitions=2)
+    ends = {r.partition: r.end for r in latest_ranges(settings, settings.topic)}
+    log = OffsetLog(spark, f"{settings.checkpoint_root}/ingest-{settings.topic}")
+    # A batch that cannot finish (a driver out of memory, a task timeout) fails the same way on every
+    # retry: Spark froze its range before it ran. Here it fails after its Delta writes, each time.
+    for _ in range(2):
+        with pytest.raises(Exception, match="injected crash"):
+            ingest.run_scheduled(spark, settings, fault=crash_at("after_delta"))
+        assert log.frozen_uncommitted() == 0 and log.ends(0, settings.topic) == ends
+
+    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=200, split_frozen_batch=True)
+    assert [r.batch_id for r in results] == list(range(len(results))) and len(results) >= 3
+    assert all(sum(x.end - x.start for x in r.ranges) <= 200 for r in results)
+    assert sum(r.read for r in results) == report.committed
+    assert log.frozen_uncommitted() is None
+    assert_offset_coverage(spark, settings, report.committed)
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+    with pytest.raises(ConfigError, match="has no frozen, uncommitted batch"):
+        ingest.run_scheduled(spark, settings, max_offsets_per_trigger=200, split_frozen_batch=True)

@@ -54,9 +54,10 @@ def test_records_removed_before_the_first_run_fail_it_until_acknowledged_then_re
     assert sum(r.read for r in results) == held[0][1] - cut + held[1][1]
     pipeline = f"ingest:{settings.topic}"
     # Where the first run started, and the broker's low watermark then; partition 1 started at 0.
-    assert query(
-        settings, "SELECT kafka_partition, start_offset, low_watermark FROM pipeline_starts ORDER BY 1"
-    ) == [(0, cut, cut), (1, 0, 0)]
+    assert query(settings, "SELECT kafka_partition, start_offset, low_watermark FROM pipeline_starts ORDER BY 1") == [
+        (0, cut, cut),
+        (1, 0, 0),
+    ]
     assert query(
         settings, "SELECT pipeline, kafka_partition, start_offset, end_offset, before_first_run FROM retention_losses"
     ) == [(pipeline, 0, 0, cut, True)]

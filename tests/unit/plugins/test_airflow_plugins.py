@@ -18,7 +18,8 @@ from tidemark_airflow.runs import BackfillRequest, ingest_arguments
 def test_scheduled_and_manual_runs_ingest_what_is_new() -> None:
     assert ingest_arguments("scheduled", None, None, "events") == ["scheduled", "--topic", "events", "--wait"]
     assert ingest_arguments("manual", None, None, "t")[0] == "scheduled"
-    assert ingest_arguments("scheduled", None, None, "t", 5000)[-2:] == ["--max-offsets-per-trigger", "5000"]
+    split = ingest_arguments("manual", None, None, "t", split_frozen_batch=True)
+    assert split == ["scheduled", "--topic", "t", "--wait", "--split-frozen-batch"]
     acknowledged = ingest_arguments("manual", None, None, "t", allow_data_loss=True)
     assert acknowledged == ["scheduled", "--topic", "t", "--wait", "--allow-data-loss"]
 
@@ -115,3 +116,18 @@ def test_the_alert_masks_the_connections_secrets_and_anything_shaped_like_a_secr
     failure = RuntimeError(f"login with {canary} failed; kafka said kafka-canary; dsn host=x password=other-one")
     text = AlertNotifier.message({"exception": failure, "run_id": "r1"})
     assert text.endswith("login with *** failed; kafka said ***; dsn host=x password=***")
+
+
+def test_a_run_alerts_on_broken_producer_requirements_only_above_the_threshold() -> None:
+    from tidemark_airflow.operators import producer_alert
+
+    extra = {
+        "topic": "events",
+        "producer": {"entities_in_many_partitions": 2, "not_log_append_time": 0, "time_went_back": 1},
+    }
+    text = producer_alert(extra, threshold=0)
+    assert text is not None and text.startswith("the producers of topic events broke tidemark's requirements")
+    assert "2 entities in many partitions, 1 time went back" in text and "not log append time" not in text
+    assert "murmur2" in text and "LogAppendTime" in text
+    assert producer_alert(extra, threshold=3) is None
+    assert producer_alert(extra | {"producer": dict.fromkeys(extra["producer"], 0)}, threshold=0) is None

@@ -63,11 +63,20 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
             "TIDEMARK_SHUFFLE_PARTITIONS": "8",
             "TIDEMARK_SPARK_MASTER": "spark://master:7077",
             "TIDEMARK_SPARK_UI": "true",
+            "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "0",
+            "TIDEMARK_PRODUCER_ALERT_THRESHOLD": "25",
+            "TIDEMARK_WRITER_HEARTBEAT_SECONDS": "5",
         }
     )
     assert Settings.from_env(settings.to_env()) == settings
+    assert settings.max_offsets_per_trigger == 0 and settings.producer_alert_threshold == 25
     assert settings.session_rules.gap.total_seconds() == 750
     assert settings.shuffle_partitions == 8 and settings.spark_ui
+
+
+def test_a_scheduled_batch_is_capped_by_default(tmp_path: Path) -> None:
+    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
+    assert settings.max_offsets_per_trigger == 500_000 and settings.producer_alert_threshold == 0
 
 
 def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
@@ -82,6 +91,9 @@ def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
         ({"TIDEMARK_SESSION_GAP_MINUTES": "-1"}, "must be positive"),
         ({"TIDEMARK_SESSION_GAP_MINUTES": "120", "TIDEMARK_SESSION_MAX_HOURS": "1"}, "shorter than the gap"),
         ({"TIDEMARK_SHUFFLE_PARTITIONS": "0"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
+        ({"TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "lots"}, "TRIGGER='lots' must be a whole number"),
+        ({"TIDEMARK_PRODUCER_ALERT_THRESHOLD": "-1"}, "TIDEMARK_PRODUCER_ALERT_THRESHOLD='-1' must be a whole number"),
+        ({"TIDEMARK_WRITER_HEARTBEAT_SECONDS": "0"}, "TIDEMARK_WRITER_HEARTBEAT_SECONDS='0' must be positive"),
     ],
 )
 def test_bad_session_rules_and_tuning_name_the_variable(tmp_path: Path, env: dict, message: str) -> None:

@@ -1,0 +1,76 @@
+"""Spark's streaming checkpoint of a scheduled pipeline, read through Hadoop's FileSystem.
+
+The checkpoint lives wherever ``TIDEMARK_CHECKPOINT_ROOT`` says: a local path, ``file://``,
+``s3a://`` or any filesystem Spark's Hadoop configuration reaches, so it is read the way Spark
+writes it, never with ``pathlib``. Spark keeps, per batch id ``N``:
+
+* ``offsets/N``: the batch's end offsets, written *before* the batch runs (the batch is frozen);
+* ``commits/N``: written after the batch's foreachBatch returned.
+
+A batch with ``offsets/N`` and no ``commits/N`` is frozen and uncommitted: every restart replays it
+with exactly those offsets (:func:`unfreeze` lets Spark plan it again, smaller).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+class OffsetLog:
+    """The ``offsets`` and ``commits`` logs under one query's checkpoint location."""
+
+    def __init__(self, spark: SparkSession, location: str) -> None:
+        self._jvm = spark.sparkContext._jvm
+        self.location = location.rstrip("/")
+        root = self._jvm.org.apache.hadoop.fs.Path(self.location)
+        self._fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def _path(self, log: str, batch_id: int):  # -> org.apache.hadoop.fs.Path
+        return self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{log}/{batch_id}")
+
+    def _read(self, log: str, batch_id: int) -> str | None:
+        path = self._path(log, batch_id)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        finally:
+            stream.close()
+
+    def ends(self, batch_id: int, topic: str) -> dict[int, int] | None:
+        """End offsets Spark froze for ``batch_id`` (None when there is no such entry)."""
+        text = self._read("offsets", batch_id)
+        if text is None:
+            return None
+        # Format: a version line, a metadata line, then one JSON line per source.
+        source = json.loads(text.splitlines()[2])
+        return {int(p): int(o) for p, o in source[topic].items()}
+
+    def _batch_ids(self, log: str) -> list[int]:
+        directory = self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{log}")
+        if not self._fs.exists(directory):
+            return []
+        names = [status.getPath().getName() for status in self._fs.listStatus(directory)]
+        return sorted(int(name) for name in names if name.isdigit())
+
+    def frozen_uncommitted(self) -> int | None:
+        """The id of the batch Spark froze but never committed, if any (the one a restart replays)."""
+        frozen, committed = self._batch_ids("offsets"), self._batch_ids("commits")
+        if not frozen or (committed and committed[-1] >= frozen[-1]):
+            return None
+        return frozen[-1]
+
+    def unfreeze(self, batch_id: int) -> None:
+        """Remove ``offsets/<batch_id>`` of an uncommitted batch: the next run plans that batch again."""
+        if self.frozen_uncommitted() != batch_id:
+            raise ValueError(f"batch {batch_id} of {self.location} is not the last frozen, uncommitted batch")
+        self._fs.delete(self._path("offsets", batch_id), False)
+        # The checksum file Hadoop's local filesystem writes next to it would outlive it.
+        crc = self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/offsets/.{batch_id}.crc")
+        if self._fs.exists(crc):
+            self._fs.delete(crc, False)
