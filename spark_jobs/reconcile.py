@@ -374,9 +374,14 @@ def _touched_since(
         if end <= start:
             continue
         files = _changed_files(spark, settings.table_path(name), start, end)
-        if files is None:
+        # An added file VACUUM deleted already (compacted into another since): what it touched is
+        # unknown, so everything is checked.
+        if files is None or not _all_exist(spark, settings.table_path(name), files.added):
             return Touched(None, None)
-        rows = _read_files(spark, settings.table_path(name), files.added | files.removed, TABLE_SCHEMAS[name])
+        # A removed file that is gone had its rows rewritten into an added file or deleted (a deleted
+        # row's range is still re-checked by rotation).
+        removed = {p for p in files.removed if _all_exist(spark, settings.table_path(name), [p])}
+        rows = _read_files(spark, settings.table_path(name), files.added | removed, TABLE_SCHEMAS[name])
         if name in RECORD_TABLES:
             coordinates.append(rows.select(*COORDINATES))
         if name == "events":
@@ -428,7 +433,9 @@ def _changed_files(spark: SparkSession, table_path: str, after: int, upto: int) 
             continue
         fields = actions.schema[kind].dataType.fieldNames()
         columns = [f"{kind}.path"] + ([f"{kind}.deletionVector IS NOT NULL"] if "deletionVector" in fields else [])
-        for row in actions.where(f"{kind}.path IS NOT NULL").selectExpr(*columns).collect():
+        # dataChange false: a compaction's rewrite (maintenance), the same rows in other files.
+        changed = f"{kind}.path IS NOT NULL" + (f" AND {kind}.dataChange" if "dataChange" in fields else "")
+        for row in actions.where(changed).selectExpr(*columns).collect():
             found[kind].add(row[0])
             exact = exact and not (len(row) > 1 and row[1])
     return ChangedFiles(found["add"], found["remove"], exact)
@@ -445,8 +452,7 @@ def _read_files(spark: SparkSession, table_path: str, paths: set[str], schema: s
     if not paths:
         return spark.createDataFrame([], schema)
     files = [_absolute(table_path, p) for p in sorted(paths)]
-    # Removed files stay until VACUUM; one that is gone already cannot be read, and its rows were
-    # rewritten into an added file or deleted (a deleted row's range is still re-checked by rotation).
+    # A file VACUUM deletes while this reads is skipped, as one gone before (see _touched_since).
     return spark.read.schema(schema).option("ignoreMissingFiles", "true").parquet(*files)
 
 

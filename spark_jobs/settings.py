@@ -100,6 +100,10 @@ class Settings:
     # Records per scheduled batch at most (Spark's maxOffsetsPerTrigger); 0: no cap. Sized so one
     # batch finishes on the embedded machine (2 cores, a 2 GiB driver) well inside the task timeout.
     max_offsets_per_trigger: int = 500_000
+    # Maintenance: VACUUM keeps files any version younger than this still needs (Delta's default,
+    # and its minimum unless its safety check is off); reconcile history older than this is pruned.
+    vacuum_retain_hours: float = 168.0
+    history_days: float = 90.0
     # The ingest DAG alerts when a run's batches broke the producer requirements more often than this.
     producer_alert_threshold: int = 0
     # The writer lock's connection runs a query this often, so idle timeouts and poolers keep it.
@@ -154,6 +158,8 @@ class Settings:
             writer_heartbeat_seconds=_number(env, "TIDEMARK_WRITER_HEARTBEAT_SECONDS", 30.0),
             producer_alert_threshold=_count(env, "TIDEMARK_PRODUCER_ALERT_THRESHOLD", 0),
             max_offsets_per_trigger=_count(env, "TIDEMARK_MAX_OFFSETS_PER_TRIGGER", 500_000),
+            vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", 168.0),
+            history_days=_number(env, "TIDEMARK_HISTORY_DAYS", 90.0),
             spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
             shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
             driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
@@ -186,6 +192,8 @@ class Settings:
             "TIDEMARK_WRITER_HEARTBEAT_SECONDS": f"{self.writer_heartbeat_seconds:g}",
             "TIDEMARK_PRODUCER_ALERT_THRESHOLD": str(self.producer_alert_threshold),
             "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": str(self.max_offsets_per_trigger),
+            "TIDEMARK_VACUUM_RETAIN_HOURS": f"{self.vacuum_retain_hours:g}",
+            "TIDEMARK_HISTORY_DAYS": f"{self.history_days:g}",
             "TIDEMARK_SPARK_MASTER": self.spark_master,
             "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
             "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,

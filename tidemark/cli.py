@@ -186,6 +186,17 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
+    """Compact, checkpoint and vacuum the Delta tables; prune old reconcile history."""
+    from spark_jobs import ledger
+    from spark_jobs.maintenance import maintain
+    from spark_jobs.spark import build_session
+
+    ledger.connect(settings.postgres_dsn).close()  # PostgreSQL down: one line, before Spark starts
+    print(maintain(build_session(settings, "tidemark-maintenance"), settings, wait=args.wait).describe())
+    return 0
+
+
 def cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
     """Repair what a reconcile run named, then re-check; exit 1 when the re-check still finds something."""
     from spark_jobs import repair
@@ -279,6 +290,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     repair = sub.add_parser("repair", help="rewrite what a reconcile run named, then re-check")
     repair.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
+    maintain = sub.add_parser(
+        "maintain", help="compact, checkpoint and vacuum the Delta tables; prune old reconcile history"
+    )
+    maintain.add_argument("--wait", action="store_true", help="wait for a running writer instead of failing")
     sessions = sub.add_parser("sessions", help="show an entity's sessions (from PostgreSQL)")
     sessions.add_argument("entity_id")
 
@@ -303,6 +318,7 @@ COMMANDS = {
     "backfill": cmd_ingest,
     "reconcile": cmd_reconcile,
     "repair": cmd_repair,
+    "maintain": cmd_maintain,
     "sessions": cmd_sessions,
     "airflow": cmd_airflow,
     "bench": cmd_bench,

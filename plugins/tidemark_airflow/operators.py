@@ -18,7 +18,7 @@ from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidema
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-JOBS = ("ingest", "reconcile", "repair")
+JOBS = ("ingest", "reconcile", "repair", "maintenance")
 
 
 class TidemarkSparkSubmitOperator(SparkSubmitOperator):
@@ -28,7 +28,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     connection says. At run time the job gets the ``TIDEMARK_*`` environment built from the Kafka
     and PostgreSQL connections, and the connector and Delta jars from ``TIDEMARK_JARS_DIR``.
 
-    :param job: ``ingest``, ``reconcile`` or ``repair``
+    :param job: ``ingest``, ``reconcile``, ``repair`` or ``maintenance``
     :param kafka_conn_id: connection with the Kafka client options
     :param postgres_conn_id: connection to the tidemark database
     """

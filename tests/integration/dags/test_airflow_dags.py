@@ -275,3 +275,18 @@ def test_an_ingest_whose_producers_broke_the_requirements_succeeds_and_alerts(de
     assert text.startswith("tidemark alert: tidemark_ingest run ")
     assert f"the producers of topic {settings.topic} broke" in text
     assert "1 entities in many partitions, 2 not log append time" in text
+
+
+def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Settings, spark) -> None:
+    from spark_jobs import ingest
+    from spark_jobs.maintenance import live_files
+
+    settings = deployment
+    produce(settings, ProduceSpec(count=200, entities=4, seed=12), topic=settings.topic, partitions=2)
+    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=50)
+    events = settings.table_path("events")
+    assert live_files(spark, events) > 2
+
+    run = load_dag("tidemark_maintenance").test()
+    assert state(run) == "success", task_states(run)
+    assert live_files(spark, events) == 1

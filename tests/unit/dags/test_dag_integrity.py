@@ -16,7 +16,13 @@ import pytest
 
 from spark_jobs.settings import PROJECT_ROOT
 
-EXPECTED_DAGS = {"tidemark_ingest", "tidemark_backfill", "tidemark_reconcile", "tidemark_repair"}
+EXPECTED_DAGS = {
+    "tidemark_ingest",
+    "tidemark_backfill",
+    "tidemark_reconcile",
+    "tidemark_repair",
+    "tidemark_maintenance",
+}
 HEAVY_MODULES = ("pyspark", "pandas", "pyarrow", "psycopg2", "confluent_kafka", "delta", "spark_jobs")
 
 PARSE = r"""

@@ -1,0 +1,39 @@
+"""
+### tidemark_maintenance
+
+Daily (``TIDEMARK_MAINTENANCE_SCHEDULE``, a cron expression, UTC), keep the lake and the ledger
+database as fast in month six as in week one: ``spark_jobs/maintenance.py`` compacts each Delta
+table's small files (``OPTIMIZE``, holding the writer lock one table at a time, so an ingest waits
+for one table at most), writes a Delta log checkpoint, VACUUMs files no version younger than
+``TIDEMARK_VACUUM_RETAIN_HOURS`` (168) needs, and prunes reconcile history older than
+``TIDEMARK_HISTORY_DAYS`` (90). No row changes: compaction rewrites files, not data, and
+reconcile passes after it as before.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import CronDataIntervalTimetable, dag
+
+from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.operators import TidemarkSparkSubmitOperator
+
+SCHEDULE = os.environ.get("TIDEMARK_MAINTENANCE_SCHEDULE", "30 3 * * *")
+
+
+@dag(
+    schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=5), "on_failure_callback": AlertNotifier()},
+    tags=["tidemark"],
+    doc_md=__doc__,
+)
+def tidemark_maintenance():
+    TidemarkSparkSubmitOperator(task_id="maintain", job="maintenance", execution_timeout=timedelta(hours=4))
+
+
+tidemark_maintenance()

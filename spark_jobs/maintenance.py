@@ -1,0 +1,131 @@
+"""Table maintenance: what keeps months of 15-minute runs as fast as the first week.
+
+Every batch commits a few small files to each Delta table and a reconcile run's rows to
+PostgreSQL. Nothing else ever removes them, so :func:`maintain` (the ``tidemark_maintenance`` DAG,
+``tidemark maintain``) does, per Delta table:
+
+1. **compaction** (``OPTIMIZE``): small files rewritten into few large ones. It holds the writer
+   lock, one table at a time: a batch's MERGE that read files a compaction removed would fail and
+   be retried, so the two do not overlap; a waiting ingest waits one table's compaction at most;
+2. **a log checkpoint**, so readers replay a short log instead of every commit since the last one;
+3. **VACUUM** of files no version younger than ``TIDEMARK_VACUUM_RETAIN_HOURS`` (168, Delta's
+   default and its minimum unless the safety check is turned off) still needs. No run reads a
+   version that old: a batch plans from the tables' latest versions and commits within minutes,
+   reconcile pins the versions it checks for as long as its run lasts, and replays re-read Kafka,
+   not Delta history. Needs no lock: it deletes only files no live version references.
+
+and in PostgreSQL prunes reconcile history (runs, their ranges and lags, and the repairs of them)
+older than ``TIDEMARK_HISTORY_DAYS`` (90), always keeping the latest run. The ledger is never pruned:
+its ranges are what reconcile proves coverage (and finds gaps) with, a row per batch and partition.
+
+spark-submit entry point: ``spark-submit spark_jobs/maintenance.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from spark_jobs import ledger
+from spark_jobs.contract import TABLE_SCHEMAS
+from spark_jobs.lock import single_writer
+from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PIPELINE = "maintenance"
+
+
+@dataclass(frozen=True)
+class TableMaintenance:
+    table: str
+    files_before: int
+    files_after: int  # live data files once compacted
+    files_vacuumed: int  # files deleted from storage
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    tables: list[TableMaintenance]
+    reconcile_runs_pruned: int
+
+    def describe(self) -> str:
+        lines = [
+            f"{t.table}: {t.files_before:,} data files compacted into {t.files_after:,}; "
+            f"{t.files_vacuumed:,} unreferenced files removed"
+            for t in self.tables
+        ]
+        lines.append(f"reconcile history: {self.reconcile_runs_pruned:,} runs older than the retention removed")
+        return "\n".join(lines)
+
+
+def live_files(spark: SparkSession, path: str) -> int:
+    """Data files the table's latest version references."""
+    return int(delta.table(spark, path).detail().first()["numFiles"])
+
+
+def stored_files(spark: SparkSession, path: str) -> int:
+    """Data files in storage under the table (referenced or not), through Hadoop's FileSystem."""
+    jvm = spark.sparkContext._jvm
+    root = jvm.org.apache.hadoop.fs.Path(path)
+    files = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).listFiles(root, True)
+    count = 0
+    while files.hasNext():
+        found = files.next().getPath()
+        count += found.getName().endswith(".parquet") and "_delta_log" not in found.toString()
+    return count
+
+
+def checkpoint(spark: SparkSession, path: str) -> None:
+    """Write a Delta log checkpoint of the table's latest version."""
+    jvm = spark.sparkContext._jvm
+    jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
+
+
+def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> MaintenanceReport:
+    """Compact, checkpoint and vacuum every sink table, then prune reconcile history."""
+    delta.ensure_tables(spark, settings)
+    done = []
+    for name in TABLE_SCHEMAS:
+        path = settings.table_path(name)
+        with single_writer(settings, f"{PIPELINE}:{name}", wait):
+            before = live_files(spark, path)
+            delta.table(spark, path).optimize().executeCompaction()
+            after = live_files(spark, path)
+        checkpoint(spark, path)
+        stored = stored_files(spark, path)
+        delta.table(spark, path).vacuum(settings.vacuum_retain_hours)
+        done.append(TableMaintenance(name, before, after, stored - stored_files(spark, path)))
+    return MaintenanceReport(done, prune_history(settings))
+
+
+def prune_history(settings: Settings) -> int:
+    """Delete reconcile runs older than ``settings.history_days`` (their ranges, lags and repairs go
+    with them), keeping the latest run, which the next reconcile compares itself with."""
+    conn = ledger.connect(settings.postgres_dsn)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute(
+                """DELETE FROM reconcile_runs
+                   WHERE counted_at < now() - %s * interval '1 day'
+                     AND run_id <> (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)""",
+                (settings.history_days,),
+            )
+            return cur.rowcount
+    finally:
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    from spark_jobs.spark import build_session
+
+    argparse.ArgumentParser(description="tidemark table maintenance").parse_args(argv)
+    settings = Settings.from_env()
+    print(maintain(build_session(settings, "tidemark-maintenance"), settings).describe())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Table maintenance (spark_jobs.maintenance) against real Delta tables, PostgreSQL and Kafka."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from spark_jobs import ingest, reconcile
+from spark_jobs.contract import TABLE_SCHEMAS
+from spark_jobs.maintenance import live_files, maintain, stored_files
+from spark_jobs.sinks.delta import fingerprint
+from tests.integration.spark_jobs.checks import query
+from tidemark.producer import ProduceSpec, produce
+
+
+def test_maintenance_compacts_and_vacuums_without_changing_a_row_and_prunes_old_history(spark, fresh) -> None:
+    settings = fresh
+    for seed in range(3):  # many small batches: many small files
+        spec = ProduceSpec(count=150, entities=5, duplicate_rate=0.1, malformed_rate=0.05, seed=seed, id_prefix="m-")
+        produce(settings, spec, topic=settings.topic, partitions=2)
+        ingest.run_scheduled(spark, settings, max_offsets_per_trigger=50)
+    assert reconcile.run(settings, "before", lambda: spark).ok
+    query(
+        settings,
+        """INSERT INTO reconcile_runs (run_id, counted_at, status, delta_sessions, delta_sessions_checksum,
+                                       postgres_sessions, postgres_sessions_checksum)
+           VALUES ('long-ago', now() - interval '200 days', 'ok', 0, 0, 0, 0)""",
+    )
+    rows = {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS}
+    files = {name: live_files(spark, settings.table_path(name)) for name in TABLE_SCHEMAS}
+    assert files["events"] > 5
+
+    # Default retention (7 days): everything is compacted, no file young enough to be read is deleted.
+    first = maintain(spark, settings)
+    by_table = {t.table: t for t in first.tables}
+    assert by_table["events"].files_before == files["events"] and by_table["events"].files_after < files["events"]
+    assert all(t.files_vacuumed == 0 for t in first.tables)
+    assert first.reconcile_runs_pruned == 1
+    assert query(settings, "SELECT run_id FROM reconcile_runs ORDER BY run_id") == [("before",)]
+    assert {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS} == rows
+
+    # With no retention (the safety check off, as only a test may), the compacted-away files go.
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        second = maintain(spark, replace(settings, vacuum_retain_hours=0))
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+    assert sum(t.files_vacuumed for t in second.tables) > 0
+    for name in TABLE_SCHEMAS:
+        path = settings.table_path(name)
+        assert stored_files(spark, path) == live_files(spark, path)
+    assert {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS} == rows
+    after = reconcile.run(settings, "after", lambda: spark)
+    assert after.ok, after.summary()
+    assert second.describe().splitlines()[-1] == "reconcile history: 0 runs older than the retention removed"
