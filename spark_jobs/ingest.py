@@ -138,6 +138,8 @@ def run_scheduled(
     ``rebuild_sessions`` first recomputes every stored session when the settings' session rules
     differ from the stored ones (otherwise such a run fails). ``fault`` is for tests (see writer).
     """
+    from pyspark.errors import StreamingQueryException
+
     topic = topic or settings.topic
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
         raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
@@ -146,8 +148,6 @@ def run_scheduled(
         raise ConfigError("--split-frozen-batch needs a cap: set --max-offsets-per-trigger (records per batch)")
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
     log = OffsetLog(spark, checkpoint)
-    from pyspark.errors import StreamingQueryException
-
     pipeline = pipeline_name(SCHEDULED, topic)
     with single_writer(settings, pipeline, wait) as lease:
         start = check_retention(settings, topic, allow_data_loss)  # an unknown topic fails here, before any query

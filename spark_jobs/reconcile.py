@@ -373,22 +373,23 @@ def _touched_since(
         start, end = previous.get(name, -1), versions[name]
         if end <= start:
             continue
-        files = _changed_files(spark, settings.table_path(name), start, end)
+        path = settings.table_path(name)
+        files = _changed_files(spark, path, start, end)
         # An added file VACUUM deleted already (compacted into another since): what it touched is
         # unknown, so everything is checked.
-        if files is None or not _all_exist(spark, settings.table_path(name), files.added):
+        if files is None or not _all_exist(spark, path, files.added):
             return Touched(None, None)
         # A removed file that is gone had its rows rewritten into an added file or deleted (a deleted
         # row's range is still re-checked by rotation).
-        removed = {p for p in files.removed if _all_exist(spark, settings.table_path(name), [p])}
-        rows = _read_files(spark, settings.table_path(name), files.added | removed, TABLE_SCHEMAS[name])
+        gone = {p for p in files.removed if not _all_exist(spark, path, [p])}
+        rows = _read_files(spark, path, files.added | (files.removed - gone), TABLE_SCHEMAS[name])
         if name in RECORD_TABLES:
             coordinates.append(rows.select(*COORDINATES))
         if name == "events":
             times.append(rows.select("entity_id", "arrival_time"))
         if name == "sessions":
             times.append(rows.select("entity_id", F.col("started_at").alias("arrival_time")))
-            if files.exact and _all_exist(spark, settings.table_path(name), files.removed - files.added):
+            if files.exact and not gone - files.added:
                 sessions_added = _read_files(spark, settings.table_path(name), files.added - files.removed,
                                              TABLE_SCHEMAS[name])  # fmt: skip
                 sessions_removed = _read_files(spark, settings.table_path(name), files.removed - files.added,

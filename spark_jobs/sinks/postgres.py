@@ -76,8 +76,6 @@ class _CsvStream:
         self._buffer.truncate()
         return chunk
 
-    readline = read
-
 
 def copy_rows(cur, table: str, columns: tuple[str, ...], rows: Iterable[tuple]) -> int:  # noqa: ANN001
     """COPY ``rows`` into ``table`` in CSV, which round-trips any text; returns how many.
