@@ -17,34 +17,50 @@ if TYPE_CHECKING:
 # Arrival order; topic last only to make ties between topics deterministic.
 ARRIVAL_ORDER = ("arrival_time", "partition", "offset", "topic")
 
+# The rows whose entity's sessions a batch changes: batch records that are (or stay) events rows,
+# and stored rows a takeover displaces (the earlier copy may carry another entity_id).
+TOUCHES = "(in_batch AND NOT loser) OR (loser AND NOT in_batch)"
 
-def rank(candidates: DataFrame, events: DataFrame) -> DataFrame:
+
+def rank(candidates: DataFrame, events: DataFrame, stored_since_us: int | None = None) -> DataFrame:
     """Valid records of a batch and the stored copies of their event_ids, ranked per event_id.
 
     ``candidates`` and ``events`` have :data:`~spark_jobs.contract.EVENT_COLUMNS`; ``events`` is
-    what the ``events`` table holds. Output: those columns plus
+    what the ``events`` table holds. ``stored_since_us`` (epoch microseconds) is the dedupe
+    horizon's edge: only stored copies that arrived at or after it are looked up, so Delta reads
+    only the files written since (``events`` is written in arrival order). Output: those columns
+    plus
 
     * ``in_batch``: the row comes from the batch (else it is a stored ``events`` row);
     * ``rank``: 1 for the first arrival of the event_id. A replayed record is both stored and in
       the batch with the same coordinates, so both copies share a rank;
-    * ``has_stored``: ``events`` holds this event_id already;
+    * ``has_stored``: ``events`` holds this event_id already (within the horizon);
     * ``new``: a first arrival that ``events`` does not hold yet (appended, or a takeover when
-      ``has_stored``: an earlier copy found after a later one was stored).
+      ``has_stored``: an earlier copy found after a later one was stored);
+    * ``loser``: a later copy that belongs in ``duplicates``: a batch record behind an earlier
+      copy, or a stored row that a ``new`` copy displaces. A stored row behind an older stored
+      copy stays where it is: both were first arrivals within their own horizon.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if stored_since_us is not None:
+        events = events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(stored_since_us)))
     batch = candidates.select(*EVENT_COLUMNS, F.lit(True).alias("in_batch"))
     stored = events.join(candidates.select("event_id"), "event_id", "left_semi").select(
         *EVENT_COLUMNS, F.lit(False).alias("in_batch")
     )
     by_event = Window.partitionBy("event_id")
+    by_record = Window.partitionBy("event_id", "topic", "partition", "offset")
     stored_first = F.max(~F.col("in_batch") & (F.col("rank") == 1)).over(by_event)
     return (
         batch.unionByName(stored)
         .withColumn("rank", F.dense_rank().over(by_event.orderBy(*ARRIVAL_ORDER)))
         .withColumn("has_stored", F.max(~F.col("in_batch")).over(by_event))
+        .withColumn("stored_here", F.max(~F.col("in_batch")).over(by_record))
         .withColumn("new", F.col("in_batch") & (F.col("rank") == 1) & ~stored_first)
+        .withColumn("loser", (F.col("rank") > 1) & (~F.col("stored_here") | F.max("new").over(by_event)))
+        .drop("stored_here")
     )
 
 
@@ -54,8 +70,13 @@ def first_arrivals(ranked: DataFrame) -> DataFrame:
 
 
 def takeovers(ranked: DataFrame) -> DataFrame:
-    """Earlier copies of stored event_ids: they replace the stored row of their event_id."""
+    """Earlier copies of stored event_ids: each replaces the stored rows it displaces (``displaced``)."""
     return ranked.where("new AND has_stored").select(*EVENT_COLUMNS)
+
+
+def displaced(ranked: DataFrame) -> DataFrame:
+    """Stored ``events`` rows that a takeover moves to ``duplicates``."""
+    return ranked.where("loser AND NOT in_batch").select(*EVENT_COLUMNS)
 
 
 def losers(ranked: DataFrame) -> DataFrame:
@@ -66,7 +87,7 @@ def losers(ranked: DataFrame) -> DataFrame:
     two rows for one target row.
     """
     return (
-        ranked.where("rank > 1")
+        ranked.where("loser")
         .select("topic", "partition", "offset", "arrival_time", "event_id", "entity_id")
         .dropDuplicates(["topic", "partition", "offset"])
     )
@@ -79,13 +100,15 @@ def copies_in(duplicates: DataFrame, records: DataFrame) -> DataFrame:
 
 @dataclass(frozen=True)
 class DedupeCounts:
-    accepted: int  # batch records that are their event_id's first arrival
+    accepted: int  # batch records that are (or stay) an events row
     duplicates: int  # batch records that are a later copy
     first_arrivals: int
     takeovers: int
     losers: int  # duplicates rows the batch implies (batch and stored)
     losers_from: int | None  # offset span of the losers, to bound the duplicates MERGE
     losers_to: int | None
+    takeovers_since_us: int | None  # earliest arrival of a takeover (its displaced rows arrived later)
+    touched_since_us: int | None  # earliest arrival that changes an entity's events (sessions from there on)
 
 
 def count(ranked: DataFrame) -> DedupeCounts:
@@ -93,12 +116,16 @@ def count(ranked: DataFrame) -> DedupeCounts:
     from pyspark.sql import functions as F
 
     row = ranked.agg(
-        F.count_if(F.col("in_batch") & (F.col("rank") == 1)).alias("accepted"),
-        F.count_if(F.col("in_batch") & (F.col("rank") > 1)).alias("duplicates"),
+        F.count_if(F.col("in_batch") & ~F.col("loser")).alias("accepted"),
+        F.count_if(F.col("in_batch") & F.col("loser")).alias("duplicates"),
         F.count_if(F.col("new") & ~F.col("has_stored")).alias("first_arrivals"),
         F.count_if(F.col("new") & F.col("has_stored")).alias("takeovers"),
-        F.count_if(F.col("rank") > 1).alias("losers"),  # at least one when there are any
-        F.min(F.when(F.col("rank") > 1, F.col("offset"))).alias("losers_from"),
-        F.max(F.when(F.col("rank") > 1, F.col("offset"))).alias("losers_to"),
+        F.count_if(F.col("loser")).alias("losers"),  # at least one when there are any
+        F.min(F.when(F.col("loser"), F.col("offset"))).alias("losers_from"),
+        F.max(F.when(F.col("loser"), F.col("offset"))).alias("losers_to"),
+        F.unix_micros(F.min(F.when(F.col("new") & F.col("has_stored"), F.col("arrival_time")))).alias(
+            "takeovers_since_us"
+        ),
+        F.unix_micros(F.min(F.when(F.expr(TOUCHES), F.col("arrival_time")))).alias("touched_since_us"),
     ).first()
     return DedupeCounts(**row.asDict())

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 LOG_APPEND_TIME = 1  # Spark's Kafka source: timestampType 0 is CreateTime, 1 LogAppendTime
 
@@ -44,34 +44,27 @@ class ProducerChecks:
         return ", ".join(f"{n:,} {what}" for n, what in parts if n)
 
 
-def record_checks(parsed: DataFrame) -> tuple[int, int]:
-    """(records not LogAppendTime, records whose arrival time is before the previous offset's), over
-    the whole batch (``validation.parse_records`` output, with ``timestamp_type``)."""
+def with_previous_arrival(parsed: DataFrame) -> DataFrame:
+    """``parsed`` (``validation.parse_records`` output) plus ``previous_arrival``, the arrival time at
+    the previous offset of the record's partition, for :func:`aggregates`. A source without
+    timestamp types (``timestamp_type``) has nothing to check."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if "timestamp_type" not in parsed.columns:
-        return 0, 0
-    previous = F.lag("arrival_time").over(Window.partitionBy("topic", "partition").orderBy("offset"))
-    row = (
-        parsed.select("timestamp_type", "arrival_time", previous.alias("previous"))
-        .agg(
-            F.count(F.when(F.col("timestamp_type") != LOG_APPEND_TIME, 1)).alias("created"),
-            F.count(F.when(F.col("arrival_time") < F.col("previous"), 1)).alias("back"),
+        return parsed.withColumn("timestamp_type", F.lit(LOG_APPEND_TIME)).withColumn(
+            "previous_arrival", F.lit(None).cast("timestamp")
         )
-        .first()
-    )
-    return int(row["created"]), int(row["back"])
+    previous = F.lag("arrival_time").over(Window.partitionBy("topic", "partition").orderBy("offset"))
+    return parsed.withColumn("previous_arrival", previous)
 
 
-def entities_in_many_partitions(ranked: DataFrame) -> int:
-    """Entities whose valid records in the batch (``dedupe.rank`` output) come from more than one partition."""
+def aggregates() -> list[Column]:
+    """``not_log_append_time`` and ``time_went_back`` over :func:`with_previous_arrival`'s rows: every
+    record of the batch, those a table holds already too."""
     from pyspark.sql import functions as F
 
-    return (
-        ranked.where("in_batch")
-        .groupBy("entity_id")
-        .agg(F.countDistinct("topic", "partition").alias("partitions"))
-        .where("partitions > 1")
-        .count()
-    )
+    return [
+        F.count(F.when(F.col("timestamp_type") != LOG_APPEND_TIME, 1)).alias("not_log_append_time"),
+        F.count(F.when(F.col("arrival_time") < F.col("previous_arrival"), 1)).alias("time_went_back"),
+    ]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import SESSION_COLUMNS
+from spark_jobs.contract import COORDINATES, SESSION_COLUMNS
+from spark_jobs.dedupe import TOUCHES
 from spark_jobs.sessionize import SessionRules
 
 if TYPE_CHECKING:
@@ -19,23 +20,56 @@ if TYPE_CHECKING:
 SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "partition", "offset", "event_time", "event_id")
 
 
+def entities(
+    ranked: DataFrame,
+    sessions: DataFrame,
+    rules: SessionRules,
+    displaced: DataFrame | None = None,
+    since_us: int | None = None,
+) -> DataFrame:
+    """``(entity_id, anchor, partitions)`` for every entity of the batch's valid records.
+
+    ``anchor`` is where the entity's sessions must be recomputed from (:func:`anchors_from`), null
+    when the batch changes none of its events (all its records are later copies). Touched are the
+    entities of records that are (or stay) ``events`` rows (all of them, not only new ones: a retry
+    after a crash between the Delta and the PostgreSQL writes finds its events stored already, yet
+    PostgreSQL still needs their sessions) and of stored rows a takeover displaces (the earlier
+    copy may carry another entity_id; the old one loses the event). ``ranked`` is
+    :func:`spark_jobs.dedupe.rank`'s output, ``sessions`` the stored sessions. ``displaced``
+    (``entity_id``, ``arrival_time``) adds rows a takeover displaced before (an earlier attempt of
+    the batch committed it, so ``ranked`` no longer holds them). ``partitions`` counts the Kafka
+    partitions the entity's batch records came from (a producer check). ``since_us``, at most the
+    earliest touched arrival time, lets Delta skip sessions files that ended a gap before it.
+    """
+    from pyspark.sql import functions as F
+
+    rows = ranked.select(
+        "entity_id",
+        F.when(F.expr(TOUCHES), F.col("arrival_time")).alias("arrival_time"),
+        F.when(F.col("in_batch"), F.struct("topic", "partition")).alias("source"),
+    )
+    if displaced is not None:
+        rows = rows.unionByName(
+            displaced.select(
+                "entity_id", "arrival_time", F.lit(None).cast(rows.schema["source"].dataType).alias("source")
+            )
+        )
+    per_entity = rows.groupBy("entity_id").agg(
+        F.min("arrival_time").alias("first_new"), F.count_distinct("source").alias("partitions")
+    )
+    return _anchored(per_entity, sessions, rules, since_us).select("entity_id", "anchor", "partitions")
+
+
 def anchors(
     ranked: DataFrame, sessions: DataFrame, rules: SessionRules, displaced: DataFrame | None = None
 ) -> DataFrame:
-    """``(entity_id, anchor)`` for every entity the batch touches.
+    """``(entity_id, anchor)`` for every entity the batch touches (:func:`entities` without the rest)."""
+    return touched(entities(ranked, sessions, rules, displaced))
 
-    Touched are the entities of the batch's first arrivals (all of them, not only new ones: a retry
-    after a crash between the Delta and the PostgreSQL writes finds its events stored already, yet
-    PostgreSQL still needs their sessions) and the entities of stored rows a takeover displaces
-    (the earlier copy may carry another entity_id; the old one loses the event). ``ranked`` is
-    :func:`spark_jobs.dedupe.rank`'s output, ``sessions`` the stored sessions. ``displaced``
-    (``entity_id``, ``arrival_time``) adds rows a takeover displaced before (an earlier attempt of
-    the batch committed it, so ``ranked`` no longer holds them).
-    """
-    rows = ranked.where("(rank = 1 AND in_batch) OR (rank > 1 AND NOT in_batch)").select("entity_id", "arrival_time")
-    if displaced is not None:
-        rows = rows.unionByName(displaced.select("entity_id", "arrival_time"))
-    return anchors_from(rows, sessions, rules)
+
+def touched(entities_frame: DataFrame) -> DataFrame:
+    """``(entity_id, anchor)`` of :func:`entities`' rows whose sessions the batch recomputes."""
+    return entities_frame.where("anchor IS NOT NULL").select("entity_id", "anchor")
 
 
 def anchors_from(times: DataFrame, sessions: DataFrame, rules: SessionRules) -> DataFrame:
@@ -48,17 +82,30 @@ def anchors_from(times: DataFrame, sessions: DataFrame, rules: SessionRules) -> 
     """
     from pyspark.sql import functions as F
 
-    touched = times.groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
+    per_entity = times.groupBy("entity_id").agg(F.min("arrival_time").alias("first_new"))
+    return _anchored(per_entity, sessions, rules).select("entity_id", "anchor")
+
+
+def _anchored(
+    per_entity: DataFrame, sessions: DataFrame, rules: SessionRules, since_us: int | None = None
+) -> DataFrame:
+    """``per_entity`` (with ``first_new``) plus ``anchor``: ``first_new``, or the start of the first
+    stored session that ended within one gap before it."""
+    from pyspark.sql import functions as F
+
     gap_seconds = int(rules.gap.total_seconds())
+    if since_us is not None:
+        # Sessions that ended more than a gap before every change cannot be joined: skip their files.
+        sessions = sessions.where(F.col("ended_at") >= F.timestamp_micros(F.lit(since_us - gap_seconds * 1_000_000)))
     # New records cannot change anything that ended more than one gap before them.
     open_sessions = (
-        sessions.join(touched, "entity_id")
+        sessions.join(per_entity.where("first_new IS NOT NULL").select("entity_id", "first_new"), "entity_id")
         .where(F.col("ended_at") >= F.col("first_new") - F.expr(f"INTERVAL {gap_seconds} SECONDS"))
         .groupBy("entity_id")
         .agg(F.min("started_at").alias("open_start"))
     )
-    return touched.join(open_sessions, "entity_id", "left").select(
-        "entity_id", F.least("first_new", F.coalesce("open_start", "first_new")).alias("anchor")
+    return per_entity.join(open_sessions, "entity_id", "left").withColumn(
+        "anchor", F.least("first_new", F.coalesce("open_start", "first_new"))
     )
 
 
@@ -67,7 +114,7 @@ def events_since_anchors(
 ) -> DataFrame:
     """The touched entities' accepted events from their anchors on, as they will be after the batch.
 
-    That is what ``events`` holds, minus the stored rows the batch's takeovers replace, plus the
+    That is what ``events`` holds, minus the stored rows the batch's takeovers displace, plus the
     batch's new winners, so no write has to happen first. ``earliest_us`` (the smallest anchor in
     epoch microseconds, made a literal) lets Delta skip files written before it: files are written
     in arrival order. It is an integer on purpose: a timestamp collected to the driver comes back as
@@ -80,11 +127,13 @@ def events_since_anchors(
         events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(earliest_us)))
         .join(anchored, "entity_id")
         .where("arrival_time >= anchor")
-        .select(*SESSIONIZE_COLUMNS)
+        .select("topic", *SESSIONIZE_COLUMNS)
     )
     if has_takeovers:
-        stored = stored.join(ranked.where("new AND has_stored").select("event_id"), "event_id", "left_anti")
-    return stored.unionByName(ranked.where("new").select(*SESSIONIZE_COLUMNS))
+        stored = stored.join(
+            ranked.where("loser AND NOT in_batch").select(*COORDINATES), list(COORDINATES), "left_anti"
+        )
+    return stored.select(*SESSIONIZE_COLUMNS).unionByName(ranked.where("new").select(*SESSIONIZE_COLUMNS))
 
 
 def compare(recomputed: DataFrame, sessions: DataFrame, anchored: DataFrame) -> DataFrame:

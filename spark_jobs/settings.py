@@ -52,6 +52,25 @@ def _number(env: Mapping[str, str], name: str, default: float, kind: type = floa
     return value
 
 
+def _horizon(env: Mapping[str, str]) -> float:
+    """``TIDEMARK_DEDUPE_HORIZON_DAYS``: positive days, or ``unbounded`` (also 0); default 30."""
+    raw = (env.get("TIDEMARK_DEDUPE_HORIZON_DAYS") or "").strip()
+    if not raw:
+        return 30.0
+    if raw.lower() == "unbounded":
+        return 0.0
+    try:
+        days = float(raw)
+    except ValueError:
+        days = -1.0
+    if not days >= 0 or days == float("inf"):
+        raise ConfigError(
+            f"TIDEMARK_DEDUPE_HORIZON_DAYS={raw!r}: set a number of days (e.g. 30), or unbounded to compare with "
+            "every stored copy"
+        )
+    return days
+
+
 def _count(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -100,6 +119,10 @@ class Settings:
     # Records per scheduled batch at most (Spark's maxOffsetsPerTrigger); 0: no cap. Sized so one
     # batch finishes on the embedded machine (2 cores, a 2 GiB driver) well inside the task timeout.
     max_offsets_per_trigger: int = 500_000
+    # Dedupe horizon: a record is compared with the stored copies of its event_id that arrived at most
+    # this many days before the batch's earliest record (0: with every stored copy, unbounded). A copy
+    # arriving later than that after the first is accepted as a new event (docs/design.md, "Dedupe").
+    dedupe_horizon_days: float = 30.0
     # Maintenance: VACUUM keeps files any version younger than this still needs (Delta's default,
     # and its minimum unless its safety check is off); reconcile history older than this is pruned.
     vacuum_retain_hours: float = 168.0
@@ -158,6 +181,7 @@ class Settings:
             writer_heartbeat_seconds=_number(env, "TIDEMARK_WRITER_HEARTBEAT_SECONDS", 30.0),
             producer_alert_threshold=_count(env, "TIDEMARK_PRODUCER_ALERT_THRESHOLD", 0),
             max_offsets_per_trigger=_count(env, "TIDEMARK_MAX_OFFSETS_PER_TRIGGER", 500_000),
+            dedupe_horizon_days=_horizon(env),
             vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", 168.0),
             history_days=_number(env, "TIDEMARK_HISTORY_DAYS", 90.0),
             spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
@@ -192,6 +216,7 @@ class Settings:
             "TIDEMARK_WRITER_HEARTBEAT_SECONDS": f"{self.writer_heartbeat_seconds:g}",
             "TIDEMARK_PRODUCER_ALERT_THRESHOLD": str(self.producer_alert_threshold),
             "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": str(self.max_offsets_per_trigger),
+            "TIDEMARK_DEDUPE_HORIZON_DAYS": f"{self.dedupe_horizon_days:g}",
             "TIDEMARK_VACUUM_RETAIN_HOURS": f"{self.vacuum_retain_hours:g}",
             "TIDEMARK_HISTORY_DAYS": f"{self.history_days:g}",
             "TIDEMARK_SPARK_MASTER": self.spark_master,
@@ -203,6 +228,11 @@ class Settings:
         for key, value in self.kafka_options.items():
             env["TIDEMARK_KAFKA_OPT_" + key.upper().replace(".", "_")] = str(value)
         return env
+
+    @property
+    def dedupe_horizon_us(self) -> int | None:
+        """The dedupe horizon in microseconds, None when unbounded."""
+        return round(self.dedupe_horizon_days * 86_400_000_000) if self.dedupe_horizon_days > 0 else None
 
     @property
     def logs_dir(self) -> Path:

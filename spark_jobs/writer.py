@@ -186,6 +186,14 @@ class BatchWriter:
         A record of the batch that a record table holds already (a replay, or an earlier attempt of
         this batch) stays where it is: only records no table holds are validated, quarantined or
         ranked as new. Those ``events`` holds take part in the ranking as the stored copies they are.
+
+        The Spark jobs, in order (a replay adds two: the held coordinates, and the fresh records' totals):
+        the records parsed and validated (materialised, the only read of Kafka); which ranges the
+        tables hold already (counts only; Delta skips every file outside the ranges); the batch's
+        totals and producer checks (one aggregate); the ranking against stored events within the
+        dedupe horizon (materialised) and its counts; the touched entities with their anchors
+        (materialised) and their summary; the recomputed sessions compared with the stored ones
+        (materialised) and their counts.
         """
         from pyspark.sql import functions as F
 
@@ -196,12 +204,24 @@ class BatchWriter:
         parsed = parsed.select(
             *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
         ).localCheckpoint(eager=True)
-        created, went_back = producers.record_checks(parsed)  # over every record, held ones too
-        held = delta.held(self.spark, self.settings, ranges).localCheckpoint(eager=True)
-        held_in = {row["table"]: row["count"] for row in held.groupBy("table").count().collect()}
+        held_in = delta.held_counts(self.spark, self.settings, ranges)
+        # Over every record, held ones too: the producer checks and the earliest valid arrival (the
+        # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
+        summary = (
+            producers.with_previous_arrival(parsed.drop("key", "value"))
+            .agg(
+                F.count(F.lit(1)).alias("fresh"),
+                F.count("quarantine_reason").alias("invalid"),
+                F.unix_micros(F.min(F.when(~quarantined_flag, F.col("arrival_time")))).alias("earliest_us"),
+                *producers.aggregates(),
+            )
+            .first()
+        )
+        totals = summary
         if held_in:
-            parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti")
-        totals = parsed.agg(F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")).first()
+            held = delta.held(self.spark, self.settings, ranges).select(*COORDINATES).localCheckpoint(eager=True)
+            parsed = parsed.join(held, list(COORDINATES), "left_anti")
+            totals = parsed.agg(F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")).first()
         clock.lap("parse")
 
         events = self._read("events")
@@ -209,21 +229,25 @@ class BatchWriter:
         candidates = parsed.where("quarantine_reason IS NULL").select(*EVENT_COLUMNS)
         if replayed is not None:
             candidates = candidates.unionByName(replayed)
+        horizon = self.settings.dedupe_horizon_us
+        since = None if horizon is None or summary["earliest_us"] is None else summary["earliest_us"] - horizon
         # Frozen before the writes change the tables it read.
-        ranked = dedupe.rank(candidates, events).localCheckpoint(eager=True)
+        ranked = dedupe.rank(candidates, events, since).localCheckpoint(eager=True)
         counts = dedupe.count(ranked)
-        checks = producers.ProducerChecks(producers.entities_in_many_partitions(ranked), created, went_back)
-        if checks.broken:
-            log.warning(
-                "%s batch %s breaks the producer requirements: %s (README, Producer requirements)",
-                self.pipeline, batch_id, checks.describe(),
-            )  # fmt: skip
         clock.lap("dedupe")
 
         # A takeover an earlier attempt of this batch committed moved the displaced row to
         # duplicates; its entity still needs its sessions in PostgreSQL.
         displaced = None if replayed is None else dedupe.copies_in(self._read("duplicates"), replayed)
-        changes = self._session_changes(ranked, displaced, has_takeovers=counts.takeovers > 0)
+        changes = self._session_changes(ranked, displaced, counts)
+        checks = producers.ProducerChecks(
+            changes.entities_in_many_partitions, summary["not_log_append_time"], summary["time_went_back"]
+        )
+        if checks.broken:
+            log.warning(
+                "%s batch %s breaks the producer requirements: %s (README, Producer requirements)",
+                self.pipeline, batch_id, checks.describe(),
+            )  # fmt: skip
         plan = BatchPlan(
             pipeline=self.pipeline,
             batch_id=batch_id,
@@ -245,6 +269,8 @@ class BatchWriter:
             duplicates_span=f"t.offset >= {counts.losers_from} AND t.offset <= {counts.losers_to}",
             first_arrivals=dedupe.first_arrivals(ranked) if counts.first_arrivals else None,
             takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
+            displaced=dedupe.displaced(ranked) if counts.takeovers else None,
+            takeovers_since_us=counts.takeovers_since_us,
             sessions=changes,
             session_rows=session_changes.surviving(changes.compared),
             anchor_rows=changes.anchors,
@@ -252,53 +278,77 @@ class BatchWriter:
         clock.lap("sessions")
         return plan
 
-    def _session_changes(self, ranked: DataFrame, displaced: DataFrame | None, has_takeovers: bool) -> _SessionChanges:
+    def _session_changes(
+        self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
+    ) -> _SessionChanges:
         from pyspark.sql import functions as F
 
         sessions = self._read("sessions")
-        anchors = session_changes.anchors(ranked, sessions, self.rules, displaced).localCheckpoint(eager=True)
-        earliest = anchors.agg(F.unix_micros(F.min("anchor"))).first()[0]  # UTC micros, never a local time
-        if earliest is None:  # no valid record in the batch
+        since = counts.touched_since_us if displaced is None else None
+        entities = session_changes.entities(ranked, sessions, self.rules, displaced, since).localCheckpoint(eager=True)
+        summary = entities.agg(
+            F.unix_micros(F.min("anchor")).alias("earliest"),  # UTC micros, never a local time
+            F.count_if(F.col("partitions") > 1).alias("many_partitions"),
+        ).first()
+        anchors = session_changes.touched(entities)
+        earliest = summary["earliest"]
+        if earliest is None:  # no valid record in the batch changes an entity's events
             none = self.spark.createDataFrame([], f"{TABLE_SCHEMAS['sessions']}, op string")
-            return _SessionChanges(anchors, none, 0, 0)
-        events = session_changes.events_since_anchors(self._read("events"), ranked, anchors, earliest, has_takeovers)
+            return _SessionChanges(anchors, none, 0, 0, summary["many_partitions"])
+        events = session_changes.events_since_anchors(
+            self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
+        )
         compared = session_changes.compare(sessionize(events, self.rules), sessions, anchors).localCheckpoint(
             eager=True
         )
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
-        return _SessionChanges(anchors, compared, ops.get("update", 0) + ops.get("delete", 0), ops.get("insert", 0))
+        return _SessionChanges(
+            anchors,
+            compared,
+            ops.get("update", 0) + ops.get("delete", 0),
+            ops.get("insert", 0),
+            summary["many_partitions"],
+            earliest,
+        )
 
     def write_delta(self, plan: BatchPlan) -> None:
         """The plan's Delta writes, each idempotent on its own.
 
-        A takeover removes a row from ``events`` that only ``duplicates`` will hold, and the next
-        attempt of the batch can only find it there: so with takeovers ``events`` is written after
-        the other three tables committed. Any subset of these commits, followed by another attempt
-        (planned afresh), ends as one clean run; so does running the same plan again (see
-        docs/design.md, "Partial commits and retries").
+        Records no table held when the plan was made are appended under the plan's Delta
+        transaction identifier (running the same plan again appends nothing twice). A takeover
+        removes a row from ``events`` that only ``duplicates`` will hold, and the next attempt of
+        the batch can only find it there: so with takeovers ``events`` is written after the other
+        three tables committed, and the displaced rows go to ``duplicates`` with an insert-only
+        MERGE (an earlier attempt may have moved them already). Any subset of these commits,
+        followed by another attempt (planned afresh), ends as one clean run; so does running the
+        same plan again (see docs/design.md, "Partial commits and retries").
         """
-        spark, path, ranges = self.spark, self._path, plan.ranges
+        spark, path, txn = self.spark, self._path, plan.txn
         first: list[Callable[[], None]] = []
         if plan.quarantine is not None:
-            bound = delta.range_filter(ranges, "t")
-            first.append(
-                self._guard("quarantine", lambda: delta.insert_new(spark, path("quarantine"), plan.quarantine, bound))
-            )
+            first.append(self._guard("quarantine", lambda: delta.append(plan.quarantine, path("quarantine"), txn)))
         if plan.duplicates is not None:
-            first.append(
-                self._guard(
-                    "duplicates",
-                    lambda: delta.insert_new(spark, path("duplicates"), plan.duplicates, plan.duplicates_span),
+            if plan.takeovers is None:
+                write_duplicates = lambda: delta.append(plan.duplicates, path("duplicates"), txn)  # noqa: E731
+            else:
+                write_duplicates = lambda: delta.insert_new(  # noqa: E731
+                    spark, path("duplicates"), plan.duplicates, plan.duplicates_span
                 )
-            )
+            first.append(self._guard("duplicates", write_duplicates))
         changes = plan.sessions
         if changes.changed or changes.inserted:
             first.append(
                 self._guard(
                     "sessions",
                     lambda: delta.apply_session_changes(
-                        spark, path("sessions"), changes.compared, changes.changed, changes.inserted, plan.txn
-                    ),
+                        spark,
+                        path("sessions"),
+                        changes.compared,
+                        changes.changed,
+                        changes.inserted,
+                        txn,
+                        changes.earliest_us,
+                    ),  # fmt: skip
                 )
             )
         last: list[Callable[[], None]] = []
@@ -306,9 +356,9 @@ class BatchWriter:
 
             def write_events() -> None:
                 if plan.first_arrivals is not None:
-                    delta.append(plan.first_arrivals, path("events"), plan.txn)
+                    delta.append(plan.first_arrivals, path("events"), txn)
                 if plan.takeovers is not None:
-                    delta.replace_by_event_id(spark, path("events"), plan.takeovers)
+                    delta.take_over(spark, path("events"), plan.takeovers, plan.displaced, plan.takeovers_since_us)
 
             last.append(self._guard("events", write_events))
         if plan.takeovers is None:
@@ -331,6 +381,8 @@ class _SessionChanges:
     compared: DataFrame  # recomputed and stored sessions with op: insert, update, delete or same
     changed: int  # rows to update or delete
     inserted: int  # new session IDs
+    entities_in_many_partitions: int = 0  # a producer check, counted with the anchors
+    earliest_us: int | None = None  # the earliest anchor: no session before it is compared or written
 
 
 @dataclass(frozen=True)
@@ -346,7 +398,9 @@ class BatchPlan:
     duplicates: DataFrame | None  # later copies, from the batch and displaced stored rows
     duplicates_span: str  # bounds the duplicates MERGE to the losers' offsets
     first_arrivals: DataFrame | None  # new event_ids, appended to events
-    takeovers: DataFrame | None  # earlier copies that replace the stored row of their event_id
+    takeovers: DataFrame | None  # earlier copies of stored event_ids, inserted into events
+    displaced: DataFrame | None  # the stored events rows the takeovers move to duplicates
+    takeovers_since_us: int | None  # earliest arrival of a takeover, bounds the takeover MERGE
     sessions: _SessionChanges
     session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
     anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
-from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
+from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 
@@ -115,24 +115,60 @@ def held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
     return frames[0].unionByName(frames[1]).unionByName(frames[2])
 
 
-def replace_by_event_id(spark: SparkSession, path: str, rows: DataFrame) -> None:
-    """Each of ``rows`` replaces the stored row of its event_id (a takeover)."""
-    table(spark, path).alias("t").merge(rows.alias("s"), "t.event_id = s.event_id").whenMatchedUpdateAll().execute()
+def held_counts(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> dict[str, int]:
+    """How many records in ``ranges`` each record table holds (tables holding none are left out).
+
+    One job; the offset statistics let Delta skip every file outside the ranges, so a batch nothing
+    holds yet (the usual case) reads no data file.
+    """
+    return {row["table"]: row["count"] for row in held(spark, settings, ranges).groupBy("table").count().collect()}
+
+
+def take_over(spark: SparkSession, path: str, winners: DataFrame, displaced: DataFrame, since_us: int) -> None:
+    """Takeovers in one commit: the ``displaced`` stored rows (matched by coordinates) are deleted and
+    the ``winners`` (their earlier copies) inserted. Running it again changes nothing.
+
+    ``since_us`` (epoch microseconds), at most the earliest arrival of a winner (each displaced row
+    arrived after its winner), lets Delta rewrite only files written since.
+    """
+    from pyspark.sql import functions as F
+
+    source = winners.withColumn("op", F.lit("insert")).unionByName(displaced.withColumn("op", F.lit("delete")))
+    same_record = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
+    (
+        table(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), f"t.arrival_time >= timestamp_micros({int(since_us)}) AND {same_record}")
+        .whenMatchedDelete(condition="s.op = 'delete'")
+        .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in EVENT_COLUMNS})
+        .execute()
+    )
 
 
 def apply_session_changes(
-    spark: SparkSession, path: str, compared: DataFrame, changed: int, inserted: int, txn: Txn | None = None
+    spark: SparkSession,
+    path: str,
+    compared: DataFrame,
+    changed: int,
+    inserted: int,
+    txn: Txn | None = None,
+    since_us: int | None = None,
 ) -> None:
     """Write :func:`spark_jobs.session_changes.compare`'s answer in one commit.
 
     With updates or deletes, one MERGE on ``session_id`` does all three (inserts only where the ID
     is missing, so running it twice changes nothing); with inserts only, an append under ``txn``.
+    ``since_us`` (epoch microseconds), at most the earliest anchor, lets the MERGE skip files of
+    sessions that started before it: only sessions from an anchor on are compared.
     """
     if changed:
+        bound = f"t.started_at >= timestamp_micros({int(since_us)}) AND " if since_us is not None else ""
         (
             table(spark, path)
             .alias("t")
-            .merge(compared.where("op IN ('update', 'delete', 'insert')").alias("s"), "t.session_id = s.session_id")
+            .merge(
+                compared.where("op IN ('update', 'delete', 'insert')").alias("s"), f"{bound}t.session_id = s.session_id"
+            )
             .whenMatchedDelete(condition="s.op = 'delete'")
             .whenMatchedUpdate(condition="s.op = 'update'", set={c: f"s.`{c}`" for c in SESSION_COLUMNS})
             .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in SESSION_COLUMNS})

@@ -251,6 +251,39 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 Target("<=", 3.0),
             )
         )
+    if "P1" in m and "PEER" in m:
+        checks.append(
+            Check(
+                "P1/PEER",
+                "P1",
+                "full ingest vs the peer pipeline with sessions, events/s",
+                throughput_ratio(rate("P1"), rate("PEER")),
+                Target(">=", 1.0),
+            )
+        )
+    if "S" in m:
+        details = m["S"].details
+        checks.append(
+            Check(
+                "S last/first",
+                "S",
+                "soak: median run time of the last runs vs the first",
+                throughput_ratio(details.get("last_median_seconds"), details.get("first_median_seconds")),
+                Target("<=", 1.2),
+            )
+        )
+        before = details.get("files_before_maintenance") or []
+        if len(before) >= 2:
+            growth = max(before[-1][name] / max(1, before[0][name]) for name in before[0])
+            checks.append(
+                Check(
+                    "S files",
+                    "S",
+                    "soak: live files before the last maintenance vs the first, largest table ratio",
+                    round(growth, 3),
+                    Target("<=", 1.2),
+                )
+            )
     if "R" in m:
         if "P1" in m:
             checks.append(

@@ -16,18 +16,23 @@ from pathlib import Path
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.options import fraction, positive
 
-STAGES = ("b1", "b2", "b2l", "p1", "replay", "empty", "pg", "growth", "hotkey")
+STAGES = ("b1", "b2", "b2l", "peer", "p1", "replay", "empty", "pg", "growth", "hotkey", "soak")
 STAGE_HELP = {
     "b1": "confluent-kafka drain of the topic",
     "b2": "Spark AvailableNow raw append to Delta, the Spark baseline",
     "b2l": "Spark raw landing with land.py (context)",
+    "peer": "the pipeline a user writes from the docs: from_json, MERGE dedupe, window sessions, PG upsert",
     "p1": "full ingest (ingest.run_scheduled)",
     "replay": "backfill of P1's range: time, Delta files rewritten, PostgreSQL rows changed",
     "empty": "scheduled run with no new data vs trivial spark-submit",
     "pg": "COPY vs sinks.postgres.upsert_sessions: cold, replay, 10%% changed",
     "growth": "10k new events against sinks with N and 10xN sessions, then a reconcile of each",
     "hotkey": "sessionize one entity that is never idle (n/2 and n events over 48 h) vs n events of 5,000 entities",
+    "soak": "many small scheduled runs into one sink with maintenance between: are the last runs as fast as the first?",
 }
+# Stages `make bench` leaves out (they take long): `make bench-long` runs them.
+LONG_STAGES = ("soak",)
+DEFAULT_STAGES = tuple(s for s in STAGES if s not in LONG_STAGES)
 BENCH_KAFKA_PORT = 39092
 BENCH_KAFKA_CONTROLLER_PORT = 39093
 BENCH_POSTGRES_PORT = 35432
@@ -61,7 +66,7 @@ class BenchOptions:
     repeat: int = 3
     pg_repeat: int = 5
     replay_repeat: int = 1
-    stages: tuple[str, ...] = STAGES
+    stages: tuple[str, ...] = DEFAULT_STAGES
     entities: int = 5_000
     duplicate_rate: float = 0.01
     late_rate: float = 0.02
@@ -72,6 +77,9 @@ class BenchOptions:
     growth_sessions: int = 10_000
     growth_events: int = 10_000
     hotkey_events: int = 1_000_000
+    soak_batches: int = 500
+    soak_events: int = 2_000
+    soak_maintenance_every: int = 100
     home: Path = field(default_factory=default_home)
     output: Path | None = None  # default: <home>/results.json
     kafka_port: int = BENCH_KAFKA_PORT
@@ -91,6 +99,9 @@ class BenchOptions:
             "growth_sessions",
             "growth_events",
             "hotkey_events",
+            "soak_batches",
+            "soak_events",
+            "soak_maintenance_every",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -163,6 +174,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"n, events of the hot entity in the hotkey stage (default {d.hotkey_events:,})",
     )
     parser.add_argument(
+        "--soak-batches", type=positive, default=d.soak_batches, help=f"soak: scheduled runs (default {d.soak_batches})"
+    )
+    parser.add_argument(
+        "--soak-events",
+        type=positive,
+        default=d.soak_events,
+        help=f"soak: new events before each run (default {d.soak_events:,})",
+    )
+    parser.add_argument(
+        "--soak-maintenance-every",
+        type=positive,
+        default=d.soak_maintenance_every,
+        help=f"soak: the maintenance DAG's work after every this many runs (default {d.soak_maintenance_every})",
+    )
+    parser.add_argument(
         "--home", type=Path, default=None, help="the bench's state folder (default .tidemark/bench in the checkout)"
     )
     parser.add_argument("--output", type=Path, default=None, help="JSON results file (default <home>/results.json)")
@@ -192,6 +218,9 @@ def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
         growth_sessions=args.growth_sessions,
         growth_events=args.growth_events,
         hotkey_events=args.hotkey_events,
+        soak_batches=args.soak_batches,
+        soak_events=args.soak_events,
+        soak_maintenance_every=args.soak_maintenance_every,
         home=args.home or d.home,
         output=args.output,
         kafka_port=args.kafka_port,

@@ -9,11 +9,14 @@ ingested it (P1's last, or one ingested unmeasured).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 from spark_jobs.settings import Settings
+from tidemark.bench import profile
 from tidemark.bench.context import BenchContext, MainTopic, Sink, ensure
-from tidemark.bench.figures import Measurement
+from tidemark.bench.figures import Measurement, median
 from tidemark.bench.workloads import (
     EVENTS_PER_PREPOP_SESSION,
     HOTKEY_SPREAD_ENTITIES,
@@ -27,7 +30,7 @@ from tidemark.bench.workloads import (
 )
 
 UPDATE_FRACTION = 0.10
-NEEDS_MAIN_TOPIC = {"b1", "b2", "b2l", "p1", "replay", "empty", "pg"}
+NEEDS_MAIN_TOPIC = {"b1", "b2", "b2l", "peer", "p1", "replay", "empty", "pg"}
 
 
 def run_stages(ctx: BenchContext) -> None:
@@ -37,7 +40,7 @@ def run_stages(ctx: BenchContext) -> None:
         produce_main(ctx)
     if "b1" in stages:
         stage_b1(ctx)
-    if stages & {"b2", "b2l", "p1"}:
+    if stages & {"b2", "b2l", "peer", "p1"}:
         stage_spark(ctx)
     if "replay" in stages:
         stage_replay(ctx)
@@ -49,6 +52,8 @@ def run_stages(ctx: BenchContext) -> None:
         stage_growth(ctx)
     if "hotkey" in stages:
         stage_hotkey(ctx)
+    if "soak" in stages:
+        stage_soak(ctx)
 
 
 def produce_main(ctx: BenchContext) -> None:
@@ -83,12 +88,15 @@ def stage_spark(ctx: BenchContext) -> None:
     record = ctx.record
     b2l = record.measurement("B2L", "Spark raw landing (land.py)", n) if "b2l" in stages else None
     b2 = record.measurement("B2", "Spark AvailableNow raw append", n) if "b2" in stages else None
+    peer = record.measurement("PEER", "peer pipeline with sessions (bench/peer.py)", n) if "peer" in stages else None
     p1 = record.measurement("P1", "full ingest (ingest.run_scheduled)", n) if "p1" in stages else None
     for rep in range(ctx.options.repeat):
         if b2l is not None:
             _land_once(ctx, b2l, rep)
         if b2 is not None:
             _append_once(ctx, b2, rep)
+        if peer is not None:
+            _peer_once(ctx, peer, rep)
         if p1 is not None:
             _ingest_once(ctx, p1, rep)
 
@@ -116,6 +124,22 @@ def _append_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     ctx.discard(sink)
 
 
+def _peer_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
+    """One PEER repetition: the peer pipeline over the main topic into a fresh sink."""
+    from tidemark.bench.peer import PEER_EVENTS, run_peer
+
+    main, n = ctx.main, ctx.main.committed
+    sink = ctx.new_sink(f"peer_{rep}", main.name)
+    read = ctx.record.measure(
+        m, lambda: run_peer(ctx.spark, sink.settings, main.name, ctx.options.max_offsets_per_trigger)
+    )
+    ensure(read == n, f"PEER read {read} of {n} records")
+    stored = ctx.spark.read.format("delta").load(sink.settings.table_path(PEER_EVENTS)).count()
+    ensure(0 < stored <= n, f"PEER stored {stored} events of {n} records")
+    m.details = {"events_stored": stored}
+    ctx.discard(sink)
+
+
 def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     """One P1 repetition: a scheduled ingest of the main topic into a fresh sink, kept as ``ctx.ingested``."""
     from spark_jobs import ingest
@@ -123,6 +147,7 @@ def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     main, n = ctx.main, ctx.main.committed
     per_trigger = ctx.options.max_offsets_per_trigger
     sink = ctx.new_sink(f"p1_{rep}", main.name)
+    before = profile.last_job_id(ctx.spark)
     results = ctx.record.measure(
         m,
         lambda: ingest.run_scheduled(ctx.spark, sink.settings, max_offsets_per_trigger=per_trigger),
@@ -143,6 +168,8 @@ def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
             for step in dict.fromkeys(k for r in results for k in r.seconds)
         },
     }
+    if before is not None:  # the Spark UI is on (TIDEMARK_SPARK_UI=true): which jobs the run started
+        m.details["spark_jobs"] = profile.jobs_since(ctx.spark, before)
     if ctx.ingested is not None:
         ctx.discard(ctx.ingested)
     ctx.ingested = sink
@@ -390,3 +417,65 @@ def stage_hotkey(ctx: BenchContext) -> None:
             ms[key].details = {"sessions": row[0]}
     for events in inputs.values():
         events.unpersist()
+
+
+# Soak runs are seconds apart, not 15 minutes: the session rules shrink with them, so sessions end
+# within a few runs as they do in production (a 30-minute gap over 15-minute runs).
+SOAK_RULES_GAP = timedelta(seconds=10)
+SOAK_RULES_MAX = timedelta(minutes=5)
+SOAK_WINDOW = 50  # runs at each end whose medians are compared
+
+
+def stage_soak(ctx: BenchContext) -> None:
+    """S: ``--soak-batches`` scheduled runs of ``--soak-events`` new events each into one sink (months
+    of 15-minute runs, compressed), the maintenance DAG's work after every ``--soak-maintenance-every``
+    runs (not timed). The last runs must be as fast as the first, and each table's file count bounded."""
+    from spark_jobs import ingest
+    from spark_jobs.contract import TABLE_SCHEMAS
+    from spark_jobs.maintenance import live_files, maintain
+    from spark_jobs.sessionize import SessionRules
+    from tidemark.producer import ProduceSpec, produce
+
+    o = ctx.options
+    topic = f"bench-{ctx.run_id}-soak"
+    sink = ctx.new_sink("soak", topic)
+    settings = replace(sink.settings, session_rules=SessionRules(SOAK_RULES_GAP, SOAK_RULES_MAX))
+    m = ctx.record.measurement("S", f"soak: a scheduled run of {o.soak_events:,} new events", o.soak_events)
+    ctx.services.topics.append(topic)
+    files: list[dict[str, int]] = []  # live files of each table before each maintenance
+    maintenance_seconds: list[float] = []
+    for run in range(o.soak_batches):
+        spec = ProduceSpec(
+            count=o.soak_events,
+            entities=o.entities,
+            duplicate_rate=o.duplicate_rate,
+            late_rate=o.late_rate,
+            malformed_rate=o.malformed_rate,
+            seed=o.seed * 100_000 + run,  # new event_ids every run; the same entities
+            id_prefix=f"{ctx.run_id}-soak-",
+        )
+        report = produce(ctx.settings, spec, topic=topic, partitions=o.partitions)
+        ensure(report.committed == o.soak_events, f"soak run {run}: produced {report.committed} of {o.soak_events}")
+        results = ctx.record.measure(m, lambda: ingest.run_scheduled(ctx.spark, settings))
+        read = sum(r.read for r in results)
+        ensure(read == o.soak_events, f"soak run {run} read {read} of {o.soak_events} records")
+        if (run + 1) % o.soak_maintenance_every == 0:
+            files.append({name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS})
+            started = time.perf_counter()
+            maintain(ctx.spark, settings)
+            maintenance_seconds.append(round(time.perf_counter() - started, 2))
+            ctx.record.progress(
+                f"S maintenance after run {run + 1}: {maintenance_seconds[-1]:.1f} s; files {files[-1]}"
+            )
+    window = min(SOAK_WINDOW, max(1, len(m.seconds) // 2))
+    m.details = {
+        "runs": len(m.seconds),
+        "window": window,
+        "first_median_seconds": median(m.seconds[:window]),
+        "last_median_seconds": median(m.seconds[-window:]),
+        "files_before_maintenance": files,
+        "files_at_end": {name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS},
+        "maintenance_seconds": maintenance_seconds,
+        "session_rules": {"gap_seconds": SOAK_RULES_GAP.total_seconds(), "max_seconds": SOAK_RULES_MAX.total_seconds()},
+    }
+    ctx.discard(sink)

@@ -79,3 +79,52 @@ def test_a_stored_record_replayed_beside_an_earlier_copy_is_one_duplicate(rank) 
     assert offsets(dedupe.takeovers(ranked)) == [0]
     assert offsets(dedupe.losers(ranked)) == [2], "offset 2 is one duplicate row, not two"
     assert (counts.accepted, counts.duplicates) == (2, 1)
+
+
+# The dedupe horizon: only stored copies that arrived at or after ``stored_since_us`` are looked up.
+DAY_MINUTES = 24 * 60
+
+
+def since(minutes: int) -> int:
+    """Epoch microseconds ``minutes`` after T0."""
+    return int((T0 + timedelta(minutes=minutes)).timestamp() * 1_000_000)
+
+
+def test_a_copy_beyond_the_horizon_is_a_new_event(spark_session) -> None:
+    stored = [(0, 0, "e1", "a")]
+    batch = [(1, 40 * DAY_MINUTES, "e1", "a")]
+    ranked = dedupe.rank(events(spark_session, batch), events(spark_session, stored), since(10 * DAY_MINUTES))
+    counts = dedupe.count(ranked)
+    assert offsets(dedupe.first_arrivals(ranked)) == [1]
+    assert (counts.accepted, counts.duplicates, counts.losers) == (1, 0, 0)
+
+
+def test_a_stored_copy_behind_an_older_stored_copy_stays_an_event(spark_session) -> None:
+    # Both generations are events rows (the second arrived beyond the first's horizon). A batch that
+    # sees both (a backfill of old ranges) adds a third copy: only that one is a duplicate.
+    stored = [(0, 0, "e1", "a"), (1, 40 * DAY_MINUTES, "e1", "a")]
+    batch = [(2, 41 * DAY_MINUTES, "e1", "a")]
+    ranked = dedupe.rank(events(spark_session, batch), events(spark_session, stored), since(-DAY_MINUTES))
+    counts = dedupe.count(ranked)
+    assert offsets(dedupe.losers(ranked)) == [2]
+    assert offsets(dedupe.displaced(ranked)) == []
+    assert (counts.accepted, counts.duplicates, counts.takeovers) == (0, 1, 0)
+
+
+def test_a_replayed_second_generation_stays_an_event(spark_session) -> None:
+    stored = [(0, 0, "e1", "a"), (1, 40 * DAY_MINUTES, "e1", "a")]
+    ranked = dedupe.rank(events(spark_session, stored[1:]), events(spark_session, stored), since(-DAY_MINUTES))
+    counts = dedupe.count(ranked)
+    assert offsets(dedupe.losers(ranked)) == []
+    assert (counts.accepted, counts.duplicates, counts.first_arrivals) == (1, 0, 0)
+
+
+def test_an_earlier_copy_displaces_every_stored_copy_it_sees(spark_session) -> None:
+    stored = [(0, 10, "e1", "a"), (1, 40 * DAY_MINUTES, "e1", "a")]
+    batch = [(2, 0, "e1", "b")]
+    ranked = dedupe.rank(events(spark_session, batch), events(spark_session, stored), since(-DAY_MINUTES))
+    counts = dedupe.count(ranked)
+    assert offsets(dedupe.takeovers(ranked)) == [2]
+    assert offsets(dedupe.displaced(ranked)) == [0, 1]
+    assert offsets(dedupe.losers(ranked)) == [0, 1]
+    assert counts.takeovers_since_us == since(0)

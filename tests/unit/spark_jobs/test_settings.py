@@ -66,9 +66,11 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
             "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "0",
             "TIDEMARK_PRODUCER_ALERT_THRESHOLD": "25",
             "TIDEMARK_WRITER_HEARTBEAT_SECONDS": "5",
+            "TIDEMARK_DEDUPE_HORIZON_DAYS": "unbounded",
         }
     )
     assert Settings.from_env(settings.to_env()) == settings
+    assert settings.dedupe_horizon_us is None
     assert settings.max_offsets_per_trigger == 0 and settings.producer_alert_threshold == 25
     assert settings.session_rules.gap.total_seconds() == 750
     assert settings.shuffle_partitions == 8 and settings.spark_ui
@@ -77,6 +79,16 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
 def test_a_scheduled_batch_is_capped_by_default(tmp_path: Path) -> None:
     settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
     assert settings.max_offsets_per_trigger == 500_000 and settings.producer_alert_threshold == 0
+
+
+def test_the_dedupe_horizon_is_30_days_unless_set(tmp_path: Path) -> None:
+    assert Settings.from_env({"TIDEMARK_HOME": str(tmp_path)}).dedupe_horizon_us == 30 * 86_400 * 1_000_000
+    hours = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_DEDUPE_HORIZON_DAYS": "0.5"})
+    assert hours.dedupe_horizon_us == 12 * 3600 * 1_000_000
+    assert (
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_DEDUPE_HORIZON_DAYS": "0"}).dedupe_horizon_us
+        is None
+    )
 
 
 def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
@@ -94,6 +106,8 @@ def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
         ({"TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "lots"}, "TRIGGER='lots' must be a whole number"),
         ({"TIDEMARK_PRODUCER_ALERT_THRESHOLD": "-1"}, "TIDEMARK_PRODUCER_ALERT_THRESHOLD='-1' must be a whole number"),
         ({"TIDEMARK_WRITER_HEARTBEAT_SECONDS": "0"}, "TIDEMARK_WRITER_HEARTBEAT_SECONDS='0' must be positive"),
+        ({"TIDEMARK_DEDUPE_HORIZON_DAYS": "forever"}, "set a number of days .* or unbounded"),
+        ({"TIDEMARK_DEDUPE_HORIZON_DAYS": "-3"}, "TIDEMARK_DEDUPE_HORIZON_DAYS='-3'"),
     ],
 )
 def test_bad_session_rules_and_tuning_name_the_variable(tmp_path: Path, env: dict, message: str) -> None:
