@@ -9,7 +9,9 @@ PostgreSQL. Nothing else ever removes them, so :func:`maintain` (the ``tidemark_
    be retried, so the two do not overlap; a waiting ingest waits one table's compaction at most;
 2. **a log checkpoint**, so readers replay a short log instead of every commit since the last one;
 3. **VACUUM** of files no version younger than ``TIDEMARK_VACUUM_RETAIN_HOURS`` (168, Delta's
-   default and its minimum unless the safety check is turned off) still needs. No run reads a
+   default) still needs. Delta takes the retention from the table's
+   ``delta.deletedFileRetentionDuration`` (it ignores VACUUM's own argument unless it is 0), so the
+   setting is written there, under the lock, when it differs. No run reads a
    version that old: a batch plans from the tables' latest versions and commits within minutes,
    reconcile pins the versions it checks for as long as its run lasts, and replays re-read Kafka,
    not Delta history. Needs no lock: it deletes only files no live version references.
@@ -95,11 +97,28 @@ def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> Main
             before = live_files(spark, path)
             delta.table(spark, path).optimize().executeCompaction()
             after = live_files(spark, path)
+            keep_removed_files(spark, path, settings.vacuum_retain_hours)
         checkpoint(spark, path)
         stored = stored_files(spark, path)
-        delta.table(spark, path).vacuum(settings.vacuum_retain_hours)
+        # Delta ignores VACUUM's retention argument unless it is 0: the table property is the setting.
+        delta.table(spark, path).vacuum(0.0 if settings.vacuum_retain_hours == 0 else None)
         done.append(TableMaintenance(name, before, after, stored - stored_files(spark, path)))
     return MaintenanceReport(done, prune_history(settings))
+
+
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+
+
+def keep_removed_files(spark: SparkSession, path: str, hours: float) -> None:
+    """Make the table keep files it no longer references for ``hours`` (its
+    ``delta.deletedFileRetentionDuration``, which VACUUM obeys). A commit, so under the writer lock;
+    written only when it differs. 0 leaves the property alone (VACUUM is then told 0 itself)."""
+    if hours <= 0:
+        return
+    wanted = f"interval {round(hours * 3600)} seconds"
+    current = delta.table(spark, path).detail().first()["properties"].get(RETENTION_PROPERTY)
+    if current != wanted:
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{RETENTION_PROPERTY}' = '{wanted}')")
 
 
 def prune_history(settings: Settings) -> int:
