@@ -4,7 +4,7 @@
 ARG BASE=tidemark-base:bookworm
 FROM ${BASE}
 COPY jars/kafka/ /opt/kafka/libs/
-COPY kafka-run.sh /opt/kafka/bin/kafka-run.sh
+COPY kafka-run.sh kafka-configs.sh /opt/kafka/bin/
 # uid 1000 as in apache/kafka; a new named volume takes the ownership of /var/lib/kafka/data.
 RUN useradd --uid 1000 --user-group --no-create-home --home-dir /opt/kafka kafka \
     && mkdir -p /var/lib/kafka/data /opt/kafka/config \
