@@ -37,7 +37,9 @@ from subprocess import CompletedProcess
 
 import pytest
 
-pytestmark = pytest.mark.compose
+# pyproject's 900 s per test is too short for a shared 2-core machine: the stack's start counts
+# towards the first test, ingest and reconcile (two Spark applications) towards the second.
+pytestmark = [pytest.mark.compose, pytest.mark.timeout(2700)]
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".tidemark" / "compose-test"
