@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration fuzz lint lock clean
+.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration fuzz lint lock images compose-test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -74,7 +74,7 @@ lint: venv  ## ruff
 	$(BIN)/ruff check .
 
 test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a local Spark)
-	$(BIN)/pytest -m "not integration" tests
+	$(BIN)/pytest -m "not integration and not compose" tests
 
 # The second pass runs the tests that turn arrival times into sessions under a time zone with a
 # daylight-saving change (the driver's local time must never leak into a timestamp).
@@ -87,6 +87,17 @@ test-integration: venv jars jars-s3  ## integration tests against real Kafka, Po
 fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20), or SEED=S to replay one
 	TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_SEED=$(SEED) $(BIN)/pytest -m integration \
 		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
+
+images: venv jars  ## build the compose stack's images offline: Debian base (mmdebstrap), wheelhouse, jars (root; about 6 min)
+	docker/engine.sh start
+	PY=$(abspath $(BIN))/python docker/build-images.sh
+
+# Not part of `make test`: it needs root (or a running Docker engine) and takes about 15 minutes.
+compose-test: venv jars  ## the compose stack end to end on the local images (tests/compose); stops a dockerd it started
+	docker/engine.sh start && \
+	PY=$(abspath $(BIN))/python docker/build-images.sh \
+		&& COMPOSE_BAKE=false $(BIN)/pytest -m compose -p no:cacheprovider --durations=10 tests/compose; \
+	status=$$?; docker/engine.sh stop; exit $$status
 
 lock:  ## re-resolve requirements.lock from requirements.in
 	$(BIN)/uv pip compile -q --generate-hashes --python-version 3.11 requirements.in -o requirements.lock

@@ -53,6 +53,25 @@ def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
     return [migrations[v] for v in sorted(migrations)]
 
 
+def _make_read_only_for_others(cur) -> None:  # noqa: ANN001 - a psycopg2 cursor
+    """Which migrations ran is the migrating role's business: others may only read it.
+
+    Run as the owner role, the owner's default privileges (sql/roles/roles.sql) give the pipeline
+    role write rights on schema_migrations when it is created here. Whatever created it first, each
+    run takes them back, so the order of roles.sql and the first migration does not matter.
+    """
+    from psycopg2 import sql
+
+    cur.execute(
+        """SELECT DISTINCT grantee FROM information_schema.role_table_grants
+           WHERE table_schema = current_schema() AND table_name = 'schema_migrations'
+             AND grantee <> current_user AND privilege_type IN ('INSERT', 'UPDATE', 'DELETE', 'TRUNCATE')"""
+    )
+    for (grantee,) in cur.fetchall():
+        role = sql.SQL("PUBLIC") if grantee == "PUBLIC" else sql.Identifier(grantee)
+        cur.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON schema_migrations FROM {}").format(role))
+
+
 def migrate(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
     """Apply pending migrations; returns the names applied now (empty when up to date)."""
     import psycopg2
@@ -70,6 +89,7 @@ def migrate(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
                        checksum   text NOT NULL,
                        applied_at timestamptz NOT NULL DEFAULT now())"""
             )
+            _make_read_only_for_others(cur)
         with conn.cursor() as cur:
             cur.execute("SELECT version, name, checksum FROM schema_migrations")
             applied = {version: (name, checksum) for version, name, checksum in cur.fetchall()}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# First-start initialisation of the compose stack's PostgreSQL (the official image runs this from
-# /docker-entrypoint-initdb.d once, when the data volume is empty).
+# First-start initialisation of the compose stack's PostgreSQL (the official image, and the local
+# tidemark-postgres image's docker/local/postgres-run.sh, run this from /docker-entrypoint-initdb.d
+# once, when the data volume is empty). Migrations run later (airflow-init) and leave
+# schema_migrations read-only for the pipeline themselves.
 #
 #   airflow            owns database `airflow` (Airflow's metadata; `airflow db migrate` fills it)
 #   tidemark_owner     owns database `tidemark`; `tidemark db migrate` runs as this role

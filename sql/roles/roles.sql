@@ -21,8 +21,8 @@
 --
 -- Tables the owner creates later get the pipeline's privileges automatically (ALTER DEFAULT
 -- PRIVILEGES), so new migrations need no grants: run migrations as the owner role, not as a
--- superuser. Run it again after migrations to make schema_migrations read-only for the pipeline
--- (a table that does not exist yet cannot be exempted from the default privileges).
+-- superuser. `tidemark db migrate` takes the write rights on schema_migrations (which it creates
+-- after this script ran) back from every other role, so no second run is needed after migrations.
 --
 -- Needs psql 10 or newer (\if, \gexec); tested with PostgreSQL 15.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Mapping
@@ -23,6 +24,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
+LOCAL_FILE = ROOT / "docker-compose.local.yaml"
+BUILD_IMAGES = ROOT / "docker" / "build-images.sh"
 ENV_EXAMPLE = ROOT / ".env.example"
 DOCKERFILE = ROOT / "docker" / "airflow" / "Dockerfile"
 SCHEMA_FILE = ROOT / "tests" / "data" / "compose-spec.json"
@@ -122,15 +125,40 @@ def raw() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE_FILE.read_text())
 
 
+def dummy_values() -> dict[str, str]:
+    return {name: f"dummy-{name.lower().replace('_', '-')}" for name in env_example()}
+
+
 @pytest.fixture(scope="module")
 def dummy_env() -> dict[str, str]:
-    return {name: f"dummy-{name.lower().replace('_', '-')}" for name in env_example()}
+    return dummy_values()
 
 
 @pytest.fixture(scope="module")
 def compose(raw: dict[str, Any], dummy_env: dict[str, str]) -> dict[str, Any]:
     """docker-compose.yaml as Compose sees it with a filled-in .env."""
     return interpolate(raw, dummy_env)
+
+
+def merge(base: Any, override: Any) -> Any:
+    """Compose's merge of an override file, for what docker-compose.local.yaml uses: mappings merge
+    key by key, anything else (scalars, healthcheck.test) is replaced."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        return {key: merge(base[key], value) if key in base else value for key, value in override.items()} | {
+            key: value for key, value in base.items() if key not in override
+        }
+    return override
+
+
+@pytest.fixture(scope="module")
+def raw_local() -> dict[str, Any]:
+    return {key: value for key, value in yaml.safe_load(LOCAL_FILE.read_text()).items() if not key.startswith("x-")}
+
+
+@pytest.fixture(scope="module")
+def local(raw: dict[str, Any], raw_local: dict[str, Any], dummy_env: dict[str, str]) -> dict[str, Any]:
+    """docker-compose.yaml with docker-compose.local.yaml, as Compose sees them with a filled-in .env."""
+    return interpolate(merge(raw, raw_local), dummy_env)
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +249,9 @@ def reference_problems(compose: dict[str, Any]) -> list[str]:
                 problems.append(f"{name}: network {network!r} is not declared under networks")
         if isinstance(service.get("build"), dict):
             build = service["build"]
-            dockerfile = COMPOSE_FILE.parent / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
+            # The context may not exist yet (docker/build-images.sh stages the local images' context).
+            path = COMPOSE_FILE.parent / build.get("context", ".") / build.get("dockerfile", "Dockerfile")
+            dockerfile = Path(os.path.normpath(path))
             if not dockerfile.is_file():
                 problems.append(f"{name}: build dockerfile {dockerfile} does not exist")
     # Compose refuses dependency cycles.
@@ -423,7 +453,10 @@ def test_spark_cluster_runs_the_same_spark_and_python_as_the_driver(compose: dic
     assert pin(ROOT / "requirements.lock", "pyspark") == pyspark
     assert pin(ROOT / "requirements.lock", "pyspark-client") == pyspark
     assert pom_dependency_version(ROOT / "jvm" / "spark" / "pom.xml", "spark-sql-kafka-0-10_2.13") == pyspark
-    assert ("RUN", "uv pip sync --system --no-cache requirements.lock") in dockerfile_instructions()
+    # Into a virtualenv, never the system Python (Debian's python3.11 refuses --system: EXTERNALLY-MANAGED).
+    sync = "uv pip sync --no-cache --python /opt/venv/bin/python requirements.lock"
+    assert ("RUN", sync) in dockerfile_instructions()
+    assert not any("--system" in args for _, args in dockerfile_instructions())
 
 
 def test_image_uses_python_3_11_and_the_locked_uv() -> None:
@@ -432,13 +465,41 @@ def test_image_uses_python_3_11_and_the_locked_uv() -> None:
     assert bases and all(base.startswith("python:3.11-slim-bookworm") for base in bases), bases
     args = dict(arg.split("=", 1) for op, arg in instructions if op == "ARG" and "=" in arg)
     assert args["UV_VERSION"] == pin(ROOT / "requirements.lock", "uv")
-    assert ("RUN", 'pip install --no-cache-dir "uv==${UV_VERSION}"') in instructions
+    assert (
+        "RUN",
+        'python3.11 -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir "uv==${UV_VERSION}"',
+    ) in instructions
     assert ("USER", "airflow") in instructions
 
 
-def test_published_ports_bind_loopback_and_the_ui_is_on_8080(compose: dict[str, Any]) -> None:
+def test_published_ports_bind_loopback_on_ports_env_may_change(raw: dict[str, Any], compose: dict[str, Any]) -> None:
     assert loopback_problems(compose) == []
-    assert ("127.0.0.1", "8080", "8080") in published_ports(compose["services"]["airflow-apiserver"])
+    # Defaults clear of the ports the embedded stacks and tests use (x9092/x5432, 7077, 8080).
+    expected = {
+        "airflow-apiserver": ("127.0.0.1", "58080", "8080"),
+        "spark-master": ("127.0.0.1", "58081", "8080"),
+        "kafka": ("127.0.0.1", "59092", "59092"),
+    }
+    assert {name: published_ports(s) for name, s in compose["services"].items() if s.get("ports")} == {
+        name: [port] for name, port in expected.items()
+    }
+    moved = interpolate(raw, dummy_values() | {"AIRFLOW_UI_HOST_PORT": "18080", "KAFKA_HOST_PORT": "19"})
+    assert published_ports(moved["services"]["airflow-apiserver"]) == [("127.0.0.1", "18080", "8080")]
+    assert published_ports(moved["services"]["kafka"]) == [("127.0.0.1", "19", "19")]
+    # The broker listens on the published port and advertises it: clients on the host reach it.
+    kafka = environment(moved["services"]["kafka"])
+    assert "HOST://:19" in kafka["KAFKA_LISTENERS"] and "HOST://127.0.0.1:19" in kafka["KAFKA_ADVERTISED_LISTENERS"]
+
+
+def test_the_spark_master_runs_without_its_rest_submission_server(compose: dict[str, Any]) -> None:
+    assert "-Dspark.master.rest.enabled=false" in environment(compose["services"]["spark-master"])["SPARK_MASTER_OPTS"]
+
+
+def test_no_healthcheck_needs_a_newer_engine_than_debian_12s(compose: dict[str, Any], local: dict[str, Any]) -> None:
+    # Docker 20.10 (Debian 12's docker.io) refuses start_interval (Engine 25+).
+    for document in (compose, local):
+        for name, service in document["services"].items():
+            assert "start_interval" not in (service.get("healthcheck") or {}), name
 
 
 def test_the_loopback_check_catches_a_port_on_every_interface(compose: dict[str, Any]) -> None:
@@ -544,3 +605,44 @@ def test_driver_and_executors_see_the_lake_at_the_same_path(compose: dict[str, A
     env = environment(services["airflow-scheduler"])
     for root in (env["TIDEMARK_LAKE_ROOT"], env["TIDEMARK_CHECKPOINT_ROOT"]):
         assert any(root.startswith(target.rstrip("/") + "/") for _, target in shared), (root, shared)
+
+
+# --- docker-compose.local.yaml: the same stack on the images `make images` builds ----------------
+
+
+def test_the_local_stack_validates_and_its_references_resolve(
+    local: dict[str, Any], validator: jsonschema.Draft7Validator
+) -> None:
+    assert schema_errors(validator, local) == []
+    assert reference_problems(local) == []
+    assert loopback_problems(local) == []
+
+
+def test_the_local_override_changes_images_only(raw: dict[str, Any], raw_local: dict[str, Any]) -> None:
+    assert set(raw_local) == {"services"}
+    assert set(raw_local["services"]) == set(raw["services"])
+    for name, service in raw_local["services"].items():
+        # The broker jars have no kafka-topics.sh: the local Kafka keeps its healthcheck's timing only.
+        allowed = {"image", "pull_policy", "build"} | ({"healthcheck"} if name == "kafka" else set())
+        assert set(service) <= allowed, name
+        assert service["pull_policy"] == "never", name
+
+
+def test_local_images_are_the_ones_build_images_builds(local: dict[str, Any]) -> None:
+    built = dict(re.findall(r"^build (\S+) (docker/local/\S+\.Dockerfile)$", BUILD_IMAGES.read_text(), re.MULTILINE))
+    services = local["services"]
+    kafka_version = pom_dependency_version(ROOT / "jvm" / "kafka" / "pom.xml", "kafka_2.13")
+    assert services["kafka"]["image"] == f"tidemark-kafka:{kafka_version}"
+    assert services["postgres"]["image"] == "tidemark-postgres:15"
+    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
+        assert services[name]["image"] == "tidemark:offline", name
+    for name, service in services.items():
+        dockerfile = os.path.normpath(Path(service["build"]["context"]) / service["build"]["dockerfile"])
+        assert built[service["image"]] == dockerfile, name
+        assert service["build"]["context"] == ".tidemark/docker/context", name
+
+
+def test_make_test_does_not_run_the_compose_test() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert '$(BIN)/pytest -m "not integration and not compose" tests' in makefile
+    assert "-m compose" in makefile.split("\ncompose-test:", 1)[1].split("\n\n", 1)[0]

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# `make images`: the local images of the compose stack, built without any registry inside Docker.
+# The host prepares everything (Debian root filesystems with mmdebstrap, a wheelhouse of
+# requirements.lock, the jars `make jars` fetched); `docker build` only copies it in. Behind a
+# firewall that lets apt, PyPI and Maven through but not Docker Hub, this is the whole recipe.
+#
+#   tidemark-base:bookworm           Debian 12 minbase + OpenJDK 17 JRE + Python 3.11 (docker import)
+#   tidemark-postgres-base:bookworm  Debian 12 minbase + postgresql-15                (docker import)
+#   tidemark:offline                 Airflow, the Spark driver, master and worker (docker/local/tidemark.Dockerfile)
+#   tidemark-kafka:4.1.2             the KRaft broker from the jvm/kafka jars        (docker/local/kafka.Dockerfile)
+#   tidemark-postgres:15             PostgreSQL with the postgres image's initdb.d contract (docker/local/postgres.Dockerfile)
+#
+# Usage: docker/build-images.sh [--rebuild-base]   (run from the repository root, as root, with
+# a Docker engine running; `make images` arranges the venv and the jars first)
+set -euo pipefail
+
+ROOT=$(pwd)
+WORK=$ROOT/.tidemark/docker            # everything generated here is ignored by git
+CONTEXT=$WORK/context                  # the build context of the local images (copies, not links)
+PY=${PY:-$ROOT/.venv/bin/python}
+SUITE=bookworm                         # Debian 12; the mirror suites are pinned below
+BASE_IMAGE=tidemark-base:$SUITE
+PG_BASE_IMAGE=tidemark-postgres-base:$SUITE
+REBUILD_BASE=${1:-}
+# The classic builder: BuildKit would need the buildx plugin with a recent CLI, and nothing here needs it.
+export DOCKER_BUILDKIT=0
+
+mirrors=("deb http://deb.debian.org/debian $SUITE main"
+         "deb http://deb.debian.org/debian $SUITE-updates main"
+         "deb http://deb.debian.org/debian-security $SUITE-security main")
+# Man pages, docs and locales are left out; openjdk's post-install needs the man1 directory anyway.
+slim=(--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+      --dpkgopt='path-include=/usr/share/locale/locale.alias' --dpkgopt='path-exclude=/usr/share/doc/*'
+      --dpkgopt='path-include=/usr/share/doc/*/copyright' --essential-hook='mkdir -p "$1/usr/share/man/man1"')
+
+# A Debian root filesystem from Debian's packages, streamed into `docker import` (no registry).
+import_rootfs() {  # IMAGE PACKAGES [extra mmdebstrap options...]
+    local image=$1 packages=$2; shift 2
+    if [ -z "$REBUILD_BASE" ] && docker image inspect "$image" >/dev/null 2>&1; then
+        echo "== $image exists (docker/build-images.sh --rebuild-base to rebuild it)"; return
+    fi
+    echo "== $image: mmdebstrap $SUITE minbase + $packages"
+    nice -n 10 mmdebstrap --mode=root --variant=minbase --format=tar --include="$packages" \
+        "${slim[@]}" "$@" "$SUITE" - "${mirrors[@]}" \
+    | docker import -c 'ENV LANG=C.UTF-8' -c 'ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64' \
+        -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' -c 'CMD ["/bin/bash"]' \
+        -m "mmdebstrap $SUITE minbase + $packages" - "$image"
+}
+
+import_rootfs "$BASE_IMAGE" openjdk-17-jre-headless,python3,python3-venv,ca-certificates,curl,procps,passwd
+# postgresql-common's post-install creates a cluster `main`; the entrypoint makes its own in the volume.
+import_rootfs "$PG_BASE_IMAGE" postgresql-15,passwd \
+    --customize-hook='rm -rf "$1/etc/postgresql/15/main" "$1/var/lib/postgresql/15/main"'
+
+# The wheelhouse: every package of requirements.lock for cp311 manylinux x86_64. pyspark and
+# pyspark-client have no wheels: the lock pins their sdists, so those come as sdists (hash-checked)
+# with the build backend they need offline. The image's `uv pip sync` checks every hash again.
+WHEELS=$WORK/wheelhouse
+if [ ! -e "$WHEELS/.complete" ] || [ requirements.lock -nt "$WHEELS/.complete" ]; then
+    echo "== wheelhouse for requirements.lock"
+    rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+    sdists='^(pyspark|pyspark-client)=='
+    awk -v re="$sdists" '/^[A-Za-z0-9]/ { keep = ($0 !~ re) } keep' requirements.lock > "$WORK/lock-wheels.txt"
+    awk -v re="$sdists" '/^[A-Za-z0-9]/ { keep = ($0 ~ re) } keep' requirements.lock > "$WORK/lock-sdists.txt"
+    pip=(env -u PIP_FIND_LINKS nice -n 10 "$PY" -m pip download -q --disable-pip-version-check --no-deps -d "$WHEELS")
+    "${pip[@]}" --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+        --platform manylinux_2_34_x86_64 --platform any -r "$WORK/lock-wheels.txt"
+    "${pip[@]}" --no-binary=:all: --require-hashes -r "$WORK/lock-sdists.txt"
+    "${pip[@]}" --only-binary=:all: --python-version 3.11 --platform any setuptools==84.2.1 wheel==0.48.0
+    touch "$WHEELS/.complete"
+fi
+
+# The build context: hard links where possible (same file system), so staging costs no space.
+echo "== build context $CONTEXT"
+rm -rf "$CONTEXT" && mkdir -p "$CONTEXT/src" "$CONTEXT/jars"
+cp -al "$WHEELS" "$CONTEXT/wheelhouse" 2>/dev/null || cp -a "$WHEELS" "$CONTEXT/wheelhouse"
+cp -rL .tidemark/jars/spark .tidemark/jars/kafka "$CONTEXT/jars/"
+cp -r requirements.lock pyproject.toml README.md spark_jobs tidemark sql dags plugins "$CONTEXT/src/"
+find "$CONTEXT/src" -name __pycache__ -prune -exec rm -rf {} +
+cp docker/local/kafka-run.sh docker/local/kafka-configs.sh docker/local/postgres-run.sh "$CONTEXT/"
+
+build() {  # IMAGE DOCKERFILE
+    echo "== $1"
+    nice -n 10 docker build --build-arg "BASE=$BASE_IMAGE" --build-arg "PG_BASE=$PG_BASE_IMAGE" \
+        -t "$1" -f "$2" "$CONTEXT"
+}
+build tidemark:offline docker/local/tidemark.Dockerfile
+build tidemark-kafka:4.1.2 docker/local/kafka.Dockerfile
+build tidemark-postgres:15 docker/local/postgres.Dockerfile
+docker images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^tidemark' | sort
