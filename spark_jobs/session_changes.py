@@ -60,13 +60,6 @@ def entities(
     return _anchored(per_entity, sessions, rules, since_us).select("entity_id", "anchor", "partitions")
 
 
-def anchors(
-    ranked: DataFrame, sessions: DataFrame, rules: SessionRules, displaced: DataFrame | None = None
-) -> DataFrame:
-    """``(entity_id, anchor)`` for every entity the batch touches (:func:`entities` without the rest)."""
-    return touched(entities(ranked, sessions, rules, displaced))
-
-
 def touched(entities_frame: DataFrame) -> DataFrame:
     """``(entity_id, anchor)`` of :func:`entities`' rows whose sessions the batch recomputes."""
     return entities_frame.where("anchor IS NOT NULL").select("entity_id", "anchor")

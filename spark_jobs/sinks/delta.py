@@ -61,22 +61,23 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         return not (fs.exists(log) and len(fs.listStatus(log)) > 0)
 
     def create(name: str) -> Callable[[], None]:
-        def run() -> None:
-            from delta.tables import DeltaTable
-
-            builder = (
-                DeltaTable.createIfNotExists(spark)
-                .location(settings.table_path(name))
-                .property("delta.setTransactionRetentionDuration", TXN_RETENTION)
-            )
-            for column in TABLE_SCHEMAS[name].split(", "):
-                column_name, column_type = column.split(" ")
-                builder = builder.addColumn(column_name, column_type)
-            builder.execute()
-
-        return run
+        properties = {"delta.setTransactionRetentionDuration": TXN_RETENTION}
+        return lambda: create_table(spark, settings.table_path(name), TABLE_SCHEMAS[name], properties)
 
     run_concurrently([create(name) for name in TABLE_SCHEMAS if missing(name)])
+
+
+def create_table(spark: SparkSession, path: str, schema: str, properties: dict[str, str] | None = None) -> None:
+    """Create the Delta table at ``path`` with ``schema`` (a DDL column list) unless it exists."""
+    from delta.tables import DeltaTable
+
+    builder = DeltaTable.createIfNotExists(spark).location(path)
+    for key, value in (properties or {}).items():
+        builder = builder.property(key, value)
+    for column in schema.split(", "):
+        column_name, column_type = column.split(" ")
+        builder = builder.addColumn(column_name, column_type)
+    builder.execute()
 
 
 def insert_new(spark: SparkSession, path: str, rows: DataFrame, bound: str | None = None) -> None:

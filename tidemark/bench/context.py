@@ -196,5 +196,6 @@ class BenchContext:
             seed=seed,
             id_prefix=prefix,
         )
-        self.services.topics.append(topic)
+        if topic not in self.services.topics:  # removed once at clean-up, however often produced to
+            self.services.topics.append(topic)
         return produce(self.settings, spec, topic=topic, partitions=o.partitions)

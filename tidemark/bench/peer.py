@@ -32,16 +32,6 @@ PEER_EVENTS = "peer_events"
 PEER_SESSIONS = "peer_sessions"
 
 
-def _create(spark: SparkSession, path: str, schema: str) -> None:
-    from delta.tables import DeltaTable
-
-    builder = DeltaTable.createIfNotExists(spark).location(path)
-    for column in schema.split(", "):
-        name, kind = column.split(" ")
-        builder = builder.addColumn(name, kind)
-    builder.execute()
-
-
 def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_per_trigger: int | None) -> int:
     """Run the peer over ``topic`` into ``settings``' lake and PostgreSQL, at most ``max_offsets_per_trigger``
     records a batch (tidemark's cap: the default setting); returns the records read."""
@@ -52,10 +42,11 @@ def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_pe
     from pyspark.sql import functions as F
 
     from spark_jobs.kafka_source import stream_reader
+    from spark_jobs.sinks.delta import create_table
 
     events_path, sessions_path = settings.table_path(PEER_EVENTS), settings.table_path(PEER_SESSIONS)
-    _create(spark, events_path, TABLE_SCHEMAS["events"])
-    _create(spark, sessions_path, TABLE_SCHEMAS["sessions"])
+    create_table(spark, events_path, TABLE_SCHEMAS["events"])
+    create_table(spark, sessions_path, TABLE_SCHEMAS["sessions"])
     gap_seconds = int(settings.session_rules.gap.total_seconds())
     read = [0]
 

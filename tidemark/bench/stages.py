@@ -434,27 +434,17 @@ def stage_soak(ctx: BenchContext) -> None:
     from spark_jobs.contract import TABLE_SCHEMAS
     from spark_jobs.maintenance import live_files, maintain
     from spark_jobs.sessionize import SessionRules
-    from tidemark.producer import ProduceSpec, produce
 
     o = ctx.options
     topic = f"bench-{ctx.run_id}-soak"
     sink = ctx.new_sink("soak", topic)
     settings = replace(sink.settings, session_rules=SessionRules(SOAK_RULES_GAP, SOAK_RULES_MAX))
     m = ctx.record.measurement("S", f"soak: a scheduled run of {o.soak_events:,} new events", o.soak_events)
-    ctx.services.topics.append(topic)
     files: list[dict[str, int]] = []  # live files of each table before each maintenance
     maintenance_seconds: list[float] = []
     for run in range(o.soak_batches):
-        spec = ProduceSpec(
-            count=o.soak_events,
-            entities=o.entities,
-            duplicate_rate=o.duplicate_rate,
-            late_rate=o.late_rate,
-            malformed_rate=o.malformed_rate,
-            seed=o.seed * 100_000 + run,  # new event_ids every run; the same entities
-            id_prefix=f"{ctx.run_id}-soak-",
-        )
-        report = produce(ctx.settings, spec, topic=topic, partitions=o.partitions)
+        # New event_ids every run (the seed), the same entities (the prefix).
+        report = ctx.produce(topic, o.soak_events, o.entities, f"{ctx.run_id}-soak-", o.seed * 100_000 + run)
         ensure(report.committed == o.soak_events, f"soak run {run}: produced {report.committed} of {o.soak_events}")
         results = ctx.record.measure(m, lambda: ingest.run_scheduled(ctx.spark, settings))
         read = sum(r.read for r in results)

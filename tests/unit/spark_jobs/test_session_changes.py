@@ -51,7 +51,9 @@ def test_the_anchor_is_the_start_of_a_session_a_new_record_can_join(spark_sessio
     stored = sessions(spark_session, [("a", 0, 10, 2), ("b", 0, 10, 2)])
     # a: 25 minutes after its session ended (within the gap); b: 45 minutes after (beyond it).
     ranked = dedupe.rank(events(spark_session, [(5, 35, "a"), (6, 55, "b")]), events(spark_session, []))
-    anchors = session_changes.anchors(ranked, stored, RULES).selectExpr("entity_id", "unix_micros(anchor) AS us")
+    anchors = session_changes.touched(session_changes.entities(ranked, stored, RULES)).selectExpr(
+        "entity_id", "unix_micros(anchor) AS us"
+    )
     # Compared as epoch microseconds: collected timestamps come back naive, in the driver's time zone.
     assert {r["entity_id"]: r["us"] for r in anchors.collect()} == {"a": micros(at(0)), "b": micros(at(55))}
 
@@ -98,7 +100,9 @@ def test_a_takeover_touches_the_entity_that_loses_the_event(spark_session) -> No
     )
     ranked = dedupe.rank(batch, stored_events)
     stored = sessions(spark_session, [("a", 10, 10, 1)])
-    anchors = session_changes.anchors(ranked, stored, RULES).selectExpr("entity_id", "unix_micros(anchor) AS us")
+    anchors = session_changes.touched(session_changes.entities(ranked, stored, RULES)).selectExpr(
+        "entity_id", "unix_micros(anchor) AS us"
+    )
     assert {r["entity_id"]: r["us"] for r in anchors.collect()} == {"a": micros(at(10)), "b": micros(at(0))}
 
 
@@ -112,7 +116,9 @@ def test_a_takeover_committed_by_an_earlier_attempt_still_anchors_the_displaced_
     ranked = dedupe.rank(stored_events, stored_events)  # the batch's record, as events holds it
     displaced = dedupe.copies_in(duplicates, stored_events)
     stored = sessions(spark_session, [("A", 11, 11, 1), ("B", 0, 0, 1)])
-    anchors = session_changes.anchors(ranked, stored, RULES, displaced).selectExpr("entity_id", "unix_micros(anchor)")
+    anchors = session_changes.touched(session_changes.entities(ranked, stored, RULES, displaced)).selectExpr(
+        "entity_id", "unix_micros(anchor)"
+    )
     assert {r[0]: r[1] for r in anchors.collect()} == {"A": micros(at(10)), "B": micros(at(0))}
-    without = session_changes.anchors(ranked, stored, RULES).select("entity_id").collect()
+    without = session_changes.touched(session_changes.entities(ranked, stored, RULES)).select("entity_id").collect()
     assert [r[0] for r in without] == ["B"], "without the duplicates row, A would be left stale in PostgreSQL"
