@@ -110,6 +110,63 @@ def record_batch(
            VALUES (%s, %s, %s, %s, %s, %s)""",
         [(pipeline, batch_id, r.topic, r.partition, r.start, r.end) for r in ranges],
     )
+    # The ledger ranges cover the batch's records from now on.
+    cur.execute("DELETE FROM write_attempts WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
+
+
+def record_attempt(cur, pipeline: str, batch_id: int, ranges: list[PartitionRange]) -> None:  # noqa: ANN001
+    """Record that the batch may write records in ``ranges`` (commit before its first Delta write).
+
+    :func:`record_batch` deletes the rows when the batch's ledger row commits; a batch that fails
+    leaves them, so the next batch over those ranges looks for held records (:func:`may_hold`).
+    """
+    cur.executemany(
+        """INSERT INTO write_attempts (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset)
+           VALUES (%s, %s, %s, %s, %s, %s)
+           ON CONFLICT (pipeline, batch_id, topic, kafka_partition) DO UPDATE
+               SET start_offset = least(write_attempts.start_offset, EXCLUDED.start_offset),
+                   end_offset = greatest(write_attempts.end_offset, EXCLUDED.end_offset)""",
+        [(pipeline, batch_id, r.topic, r.partition, r.start, r.end) for r in ranges],
+    )
+
+
+def write_floor(cur, lake_root: str, topic: str) -> int | None:  # noqa: ANN001
+    """The offset below which the lake may hold records of ``topic`` that no ledger or attempt range
+    covers (written before attempts were recorded); None when it was never set."""
+    cur.execute("SELECT below_offset FROM write_floors WHERE lake_root = %s AND topic = %s", (lake_root, topic))
+    row = cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+def set_write_floor(cur, lake_root: str, topic: str, below_offset: int) -> None:  # noqa: ANN001
+    cur.execute(
+        """INSERT INTO write_floors (lake_root, topic, below_offset) VALUES (%s, %s, %s)
+           ON CONFLICT (lake_root, topic) DO UPDATE SET below_offset = greatest(write_floors.below_offset,
+                                                                               EXCLUDED.below_offset)""",
+        (lake_root, topic, below_offset),
+    )
+
+
+def may_hold(cur, ranges: list[PartitionRange], floor: int) -> bool:  # noqa: ANN001
+    """Whether the record tables may hold a record in ``ranges``: some range starts below ``floor``
+    (:func:`write_floor`), or overlaps a ledger range or an attempt's range of any pipeline."""
+    if any(r.start < floor for r in ranges if r.end > r.start):
+        return True
+    values = [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
+    if not values:
+        return False
+    overlapping = """SELECT 1 FROM {table} AS t
+                     JOIN (VALUES {rows}) AS r (topic, kafka_partition, start_offset, end_offset)
+                       ON t.topic = r.topic AND t.kafka_partition = r.kafka_partition
+                      AND t.start_offset < r.end_offset AND t.end_offset > r.start_offset"""
+    rows = ", ".join(["(%s, %s::integer, %s::bigint, %s::bigint)"] * len(values))
+    params = [v for value in values for v in value]
+    cur.execute(
+        f"SELECT EXISTS ({overlapping.format(table='ledger_ranges', rows=rows)}) "
+        f"OR EXISTS ({overlapping.format(table='write_attempts', rows=rows)})",
+        params + params,
+    )
+    return bool(cur.fetchone()[0])
 
 
 def stored_session_rules(cur) -> SessionRules | None:  # noqa: ANN001

@@ -25,10 +25,10 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import dedupe, ledger, producers, session_changes
-from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, SESSION_COLUMNS, TABLE_SCHEMAS
+from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.errors import LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Cursor = Any  # a psycopg2 cursor
 
 # Points in a batch where a test's fault hook is called: once its plan is made (nothing written),
 # before each table's Delta write (a hook that raises there fails that write, the other tables'
@@ -112,7 +114,10 @@ class BatchWriter:
         self.fault = fault or (lambda point: None)
         self.results: list[BatchResult] = []
         self.failure: TidemarkError | None = None
-        delta.ensure_tables(spark, settings)
+        self._written: set[str] = set()  # IDs of the plans write_delta was called with
+        # A lake whose record tables this writer created holds nothing written before attempts
+        # were recorded (ledger.write_floor).
+        self._created_lake = set(RECORD_TABLES) <= set(delta.ensure_tables(spark, settings))
 
     def _path(self, name: str) -> str:
         return self.settings.table_path(name)
@@ -156,6 +161,7 @@ class BatchWriter:
         clock = _Stopwatch()
         plan = self.plan(batch_df, batch_id, ranges, clock)
         self.fault("planned")
+        self._on_ledger(lambda cur: ledger.record_attempt(cur, self.pipeline, batch_id, ranges))
         # Fenced, and reconcile sees this batch in both sinks or in neither.
         with batch_commit(self.settings, self.lease) as cur:
             self.write_delta(plan)
@@ -204,7 +210,7 @@ class BatchWriter:
         parsed = parsed.select(
             *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
         ).localCheckpoint(eager=True)
-        held_in = delta.held_counts(self.spark, self.settings, ranges)
+        held_in = self._held_counts(ranges)
         # Over every record, held ones too: the producer checks and the earliest valid arrival (the
         # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
         summary = (
@@ -252,7 +258,7 @@ class BatchWriter:
             pipeline=self.pipeline,
             batch_id=batch_id,
             ranges=ranges,
-            txn_app_id=f"tidemark:{self.pipeline}:{batch_id}:{uuid.uuid4().hex}",
+            plan_id=f"{self.pipeline}:{batch_id}:{uuid.uuid4().hex}",
             counts=ledger.BatchCounts(
                 read=totals["fresh"] + sum(held_in.values()),
                 accepted=counts.accepted,
@@ -277,6 +283,36 @@ class BatchWriter:
         )
         clock.lap("sessions")
         return plan
+
+    def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
+        """``work`` in one PostgreSQL transaction of its own."""
+        conn = ledger.connect(self.settings.postgres_dsn)
+        try:
+            with conn, conn.cursor() as cur:
+                return work(cur)
+        finally:
+            conn.close()
+
+    def _held_counts(self, ranges: list[PartitionRange]) -> dict[str, int]:
+        """How many records in ``ranges`` each record table holds already (tables holding none left out).
+
+        The Delta scan (``delta.held_counts``) runs only when PostgreSQL says a table may hold some:
+        a range overlaps a ledger or attempt range, or starts below its topic's write floor. Records
+        reach the tables only from batches that record their attempt first, so a batch that
+        overlaps none of these (the usual scheduled batch) holds nothing and reads no Delta table.
+        """
+        if not any(r.end > r.start for r in ranges):
+            return {}
+        topic, lake = ranges[0].topic, self.settings.lake_root
+
+        def may_hold(cur: Cursor) -> bool:
+            floor = ledger.write_floor(cur, lake, topic)
+            if floor is None:  # the first batch of this topic in this lake since attempts are recorded
+                floor = 0 if self._created_lake else delta.offset_floor(self.spark, self.settings, topic)
+                ledger.set_write_floor(cur, lake, topic, floor)
+            return ledger.may_hold(cur, ranges, floor)
+
+        return delta.held_counts(self.spark, self.settings, ranges) if self._on_ledger(may_hold) else {}
 
     def _session_changes(
         self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
@@ -314,49 +350,46 @@ class BatchWriter:
     def write_delta(self, plan: BatchPlan) -> None:
         """The plan's Delta writes, each idempotent on its own.
 
-        Records no table held when the plan was made are appended under the plan's Delta
-        transaction identifier (running the same plan again appends nothing twice). A takeover
-        removes a row from ``events`` that only ``duplicates`` will hold, and the next attempt of
-        the batch can only find it there: so with takeovers ``events`` is written after the other
-        three tables committed, and the displaced rows go to ``duplicates`` with an insert-only
-        MERGE (an earlier attempt may have moved them already). Any subset of these commits,
-        followed by another attempt (planned afresh), ends as one clean run; so does running the
-        same plan again (see docs/design.md, "Partial commits and retries").
+        A plan places only records no table held when it was made, so its first write appends them
+        (a blind append needs no table state). The same plan written again (a lost commit
+        acknowledgement answered without planning again) uses insert-only MERGEs by coordinates and
+        session ID instead, which skip what the first write committed. A takeover removes a row
+        from ``events`` that only ``duplicates`` will hold, and the next attempt of the batch can
+        only find it there: so with takeovers ``events`` is written after the other three tables
+        committed, and the displaced rows go to ``duplicates`` with an insert-only MERGE (an earlier
+        attempt may have moved them already). Any subset of these commits, followed by another
+        attempt (planned afresh), ends as one clean run; so does writing the same plan again (see
+        docs/design.md, "Partial commits and retries").
         """
-        spark, path, txn = self.spark, self._path, plan.txn
+        spark, path = self.spark, self._path
+        again = plan.plan_id in self._written
+        self._written.add(plan.plan_id)
+
+        def add(name: str, rows: DataFrame, merge: bool = again, bound: str | None = None) -> Callable[[], None]:
+            if merge:
+                return lambda: delta.insert_new(spark, path(name), rows, bound)
+            return lambda: delta.append(rows, path(name))
+
         first: list[Callable[[], None]] = []
         if plan.quarantine is not None:
-            first.append(self._guard("quarantine", lambda: delta.append(plan.quarantine, path("quarantine"), txn)))
+            first.append(self._guard("quarantine", add("quarantine", plan.quarantine)))
         if plan.duplicates is not None:
-            if plan.takeovers is None:
-                write_duplicates = lambda: delta.append(plan.duplicates, path("duplicates"), txn)  # noqa: E731
-            else:
-                write_duplicates = lambda: delta.insert_new(  # noqa: E731
-                    spark, path("duplicates"), plan.duplicates, plan.duplicates_span
-                )
-            first.append(self._guard("duplicates", write_duplicates))
+            merge = again or plan.takeovers is not None
+            first.append(self._guard("duplicates", add("duplicates", plan.duplicates, merge, plan.duplicates_span)))
         changes = plan.sessions
         if changes.changed or changes.inserted:
-            first.append(
-                self._guard(
-                    "sessions",
-                    lambda: delta.apply_session_changes(
-                        spark,
-                        path("sessions"),
-                        changes.compared,
-                        changes.changed,
-                        changes.inserted,
-                        txn,
-                        changes.earliest_us,
-                    ),  # fmt: skip
-                )
+            c = changes
+            write_sessions = lambda: delta.apply_session_changes(  # noqa: E731
+                spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, merge=again
             )
+            first.append(self._guard("sessions", write_sessions))
         last: list[Callable[[], None]] = []
         if plan.first_arrivals is not None or plan.takeovers is not None:
+            append_first_arrivals = add("events", plan.first_arrivals) if plan.first_arrivals is not None else None
 
             def write_events() -> None:
-                if plan.first_arrivals is not None:
-                    delta.append(plan.first_arrivals, path("events"), txn)
+                if append_first_arrivals is not None:
+                    append_first_arrivals()
                 if plan.takeovers is not None:
                     delta.take_over(spark, path("events"), plan.takeovers, plan.displaced, plan.takeovers_since_us)
 
@@ -392,7 +425,7 @@ class BatchPlan:
     pipeline: str
     batch_id: int
     ranges: list[PartitionRange]
-    txn_app_id: str  # Delta idempotent-write identifier of this plan's appends (unique per plan)
+    plan_id: str  # unique per plan: the writer knows a plan it writes again
     counts: ledger.BatchCounts  # where the batch's records are after it
     quarantine: DataFrame | None  # records no table held that are invalid
     duplicates: DataFrame | None  # later copies, from the batch and displaced stored rows
@@ -404,10 +437,6 @@ class BatchPlan:
     sessions: _SessionChanges
     session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
     anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)
-
-    @property
-    def txn(self) -> delta.Txn:
-        return delta.Txn(self.txn_app_id, self.batch_id)
 
 
 def rebuild_sessions(

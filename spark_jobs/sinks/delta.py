@@ -7,7 +7,7 @@ absolute values. So a batch whose writes fail part way is completed by running i
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.offsets import PartitionRange
@@ -28,25 +28,14 @@ SESSIONS_CHECKSUM = (
 )
 
 
-# How long a table keeps the idempotent-write identifiers of appends (a plan's retries take seconds).
-TXN_RETENTION = "interval 7 days"
-
-
-class Txn(NamedTuple):
-    """Delta's idempotent transaction identifier: a second append with the same pair is skipped."""
-
-    app_id: str
-    version: int
-
-
 def table(spark: SparkSession, path: str):  # -> DeltaTable
     from delta.tables import DeltaTable
 
     return DeltaTable.forPath(spark, path)
 
 
-def ensure_tables(spark: SparkSession, settings: Settings) -> None:
-    """Create the sink tables that do not exist yet (idempotent).
+def ensure_tables(spark: SparkSession, settings: Settings) -> list[str]:
+    """Create the sink tables that do not exist yet (idempotent); returns the names it created.
 
     A table whose ``_delta_log`` already holds commits is left alone without loading it: every
     run calls this, and loading four snapshots costs more than an empty run's work. Missing
@@ -61,10 +50,11 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> None:
         return not (fs.exists(log) and len(fs.listStatus(log)) > 0)
 
     def create(name: str) -> Callable[[], None]:
-        properties = {"delta.setTransactionRetentionDuration": TXN_RETENTION}
-        return lambda: create_table(spark, settings.table_path(name), TABLE_SCHEMAS[name], properties)
+        return lambda: create_table(spark, settings.table_path(name), TABLE_SCHEMAS[name])
 
-    run_concurrently([create(name) for name in TABLE_SCHEMAS if missing(name)])
+    created = [name for name in TABLE_SCHEMAS if missing(name)]
+    run_concurrently([create(name) for name in created])
+    return created
 
 
 def create_table(spark: SparkSession, path: str, schema: str, properties: dict[str, str] | None = None) -> None:
@@ -92,12 +82,12 @@ def insert_new(spark: SparkSession, path: str, rows: DataFrame, bound: str | Non
     table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
-def append(rows: DataFrame, path: str, txn: Txn | None = None) -> None:
-    """Append ``rows``; with ``txn``, an append that already committed under it is skipped by Delta."""
-    writer = rows.write.format("delta").mode("append")
-    if txn is not None:
-        writer = writer.option("txnAppId", txn.app_id).option("txnVersion", txn.version)
-    writer.save(path)
+def append(rows: DataFrame, path: str) -> None:
+    """Append ``rows``: a blind append, which needs no table state (no snapshot is reconstructed).
+
+    Only for rows the table cannot hold yet; rows it may hold go through :func:`insert_new`.
+    """
+    rows.write.format("delta").mode("append").save(path)
 
 
 def within(df: DataFrame, ranges: list[PartitionRange]) -> DataFrame:
@@ -123,6 +113,19 @@ def held_counts(spark: SparkSession, settings: Settings, ranges: list[PartitionR
     holds yet (the usual case) reads no data file.
     """
     return {row["table"]: row["count"] for row in held(spark, settings, ranges).groupBy("table").count().collect()}
+
+
+def offset_floor(spark: SparkSession, settings: Settings, topic: str) -> int:
+    """One more than the largest offset of ``topic`` any record table holds (0 when none): no
+    record at or above it is stored. One scan of the offset columns, run once per lake and topic."""
+    from pyspark.sql import functions as F
+
+    frames = [table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES]
+    union = frames[0].select("topic", "offset")
+    for frame in frames[1:]:
+        union = union.unionByName(frame.select("topic", "offset"))
+    largest = union.where(F.col("topic") == topic).agg(F.max("offset")).first()[0]
+    return 0 if largest is None else int(largest) + 1
 
 
 def take_over(spark: SparkSession, path: str, winners: DataFrame, displaced: DataFrame, since_us: int) -> None:
@@ -152,17 +155,18 @@ def apply_session_changes(
     compared: DataFrame,
     changed: int,
     inserted: int,
-    txn: Txn | None = None,
     since_us: int | None = None,
+    merge: bool = False,
 ) -> None:
     """Write :func:`spark_jobs.session_changes.compare`'s answer in one commit.
 
-    With updates or deletes, one MERGE on ``session_id`` does all three (inserts only where the ID
-    is missing, so running it twice changes nothing); with inserts only, an append under ``txn``.
+    With updates or deletes, or with ``merge`` (the table may hold some of the inserts already: the
+    same plan written again), one MERGE on ``session_id`` does all three (inserts only where the ID
+    is missing, so running it twice changes nothing); with inserts only, an append.
     ``since_us`` (epoch microseconds), at most the earliest anchor, lets the MERGE skip files of
     sessions that started before it: only sessions from an anchor on are compared.
     """
-    if changed:
+    if changed or (merge and inserted):
         bound = f"t.started_at >= timestamp_micros({int(since_us)}) AND " if since_us is not None else ""
         (
             table(spark, path)
@@ -176,7 +180,7 @@ def apply_session_changes(
             .execute()
         )
     elif inserted:
-        append(compared.where("op = 'insert'").select(*SESSION_COLUMNS), path, txn)
+        append(compared.where("op = 'insert'").select(*SESSION_COLUMNS), path)
 
 
 def range_filter(ranges: list[PartitionRange], alias: str = "") -> str:

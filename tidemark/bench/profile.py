@@ -36,17 +36,21 @@ def last_job_id(spark: SparkSession) -> int | None:
 
 
 def jobs_since(spark: SparkSession, after: int) -> list[dict[str, Any]]:
-    """Each job after job ``after``, oldest first: what started it, its Spark SQL description, seconds."""
+    """Each job after job ``after``, oldest first: what started it, its Spark SQL description, when it
+    started (seconds after the first of them) and how long it took."""
     jobs = []
+    first = None
     for job in sorted(_get(spark, "jobs"), key=lambda j: j["jobId"]):
         if job["jobId"] <= after:
             continue
         start, end = _time(job.get("submissionTime")), _time(job.get("completionTime"))
+        first = first or start
         jobs.append(
             {
                 "job": job["jobId"],
                 "name": job.get("name", ""),
                 "description": (job.get("description") or "")[:120],
+                "started": round((start - first).total_seconds(), 3) if start and first else None,
                 "seconds": round((end - start).total_seconds(), 3) if start and end else None,
                 "tasks": job.get("numTasks"),
             }

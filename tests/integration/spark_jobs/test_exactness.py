@@ -217,6 +217,62 @@ def test_a_batch_whose_writes_fail_part_way_ends_as_one_clean_run_when_retried(s
     assert_exact(spark, settings, pg, prefix, committed=6)
 
 
+def test_delta_is_searched_for_held_records_only_where_postgresql_says_a_batch_may_have_written(
+    spark, run, pg, monkeypatch
+) -> None:
+    """Scheduled batches over new offsets skip the Delta scan; a retry after a crash (its attempt is
+    recorded) and a backfill over committed offsets (the ledger has them) scan, and end exact."""
+    from spark_jobs.sinks import delta
+
+    settings, prefix = run
+    scanned: list[list[tuple[int, int]]] = []
+    held_counts = delta.held_counts
+
+    def watched(spark_, settings_, ranges):  # noqa: ANN001, ANN202
+        scanned.append([(r.start, r.end) for r in ranges])
+        return held_counts(spark_, settings_, ranges)
+
+    monkeypatch.setattr(delta, "held_counts", watched)
+    send_takeover_batch(spark, settings, prefix)  # the first run: offsets [0, 2)
+    assert scanned == []
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("write:events"))
+    assert scanned == []  # a first attempt: nothing overlaps [2, 6) yet
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT start_offset, end_offset FROM write_attempts WHERE topic = %s", (settings.topic,))
+        assert cur.fetchall() == [(2, 6)]
+    ingest.run_scheduled(spark, settings)  # the retry overlaps the failed attempt's range
+    assert scanned == [[(2, 6)]]
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT count(*) FROM write_attempts WHERE topic = %s", (settings.topic,))
+        assert cur.fetchone() == (0,)  # the ledger covers the batch now
+    ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (1, 4)}))
+    assert scanned[-1] == [(1, 4)]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [1, 2, 3]
+    assert_exact(spark, settings, pg, prefix, committed=6)
+
+
+def test_records_a_failed_batch_wrote_before_attempts_were_recorded_are_found_held(spark, run, pg) -> None:
+    """An upgrade: a batch failed part way under a version that recorded no attempts. The first
+    batch after it sets the topic's write floor from the record tables and finds what they hold."""
+    settings, prefix = run
+    send_takeover_batch(spark, settings, prefix)
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("write:events"))  # quarantine, duplicates committed
+    with pg, pg.cursor() as cur:  # what the older version left: no attempt, no floor
+        cur.execute("DELETE FROM write_attempts WHERE topic = %s", (settings.topic,))
+        cur.execute("DELETE FROM write_floors WHERE lake_root = %s", (settings.lake_root,))
+    ingest.run_scheduled(spark, settings)
+
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [1, 2, 3]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [0, 4]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "quarantine")) == [5]
+    assert_exact(spark, settings, pg, prefix, committed=6)
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT topic, below_offset FROM write_floors WHERE lake_root = %s", (settings.lake_root,))
+        assert cur.fetchall() == [(settings.topic, 6)]  # quarantine held offset 5
+
+
 def test_a_replay_after_a_validation_change_leaves_every_record_in_the_table_it_is_in(
     spark, run, pg, monkeypatch
 ) -> None:
@@ -240,8 +296,8 @@ def test_a_replay_after_a_validation_change_leaves_every_record_in_the_table_it_
 def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spark, run, pg) -> None:
     """A lost commit acknowledgement answered by running the same plan's writes again (no re-planning).
 
-    The MERGEs are idempotent by their conditions; the appends carry the plan's Delta transaction
-    identifier, so Delta skips them the second time.
+    The MERGEs are idempotent by their conditions; the writer knows the plan, and writes its appends
+    again as insert-only MERGEs, which skip what the first write committed.
     """
     from spark_jobs.contract import TABLE_SCHEMAS
     from spark_jobs.kafka_source import read_range
