@@ -195,7 +195,8 @@ class BatchWriter:
 
         The Spark jobs, in order (a replay adds two: the held coordinates, and the fresh records' totals):
         the records parsed and validated (materialised, the only read of Kafka); which ranges the
-        tables hold already (counts only; Delta skips every file outside the ranges); the batch's
+        tables hold already (counts only, and only when PostgreSQL says a batch may have written
+        there: :meth:`_held_counts`); the batch's
         totals and producer checks (one aggregate); the ranking against stored events within the
         dedupe horizon (materialised) and its counts; the touched entities with their anchors
         (materialised) and their summary; the recomputed sessions compared with the stored ones
@@ -266,14 +267,19 @@ class BatchWriter:
                 quarantined=totals["invalid"] + held_in.get("quarantine", 0),
                 producer=checks,
             ),
-            quarantine=parsed.where("quarantine_reason IS NOT NULL").select(
-                *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
+            quarantine=delta.in_files(
+                parsed.where("quarantine_reason IS NOT NULL").select(
+                    *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
+                ),
+                totals["invalid"],
             )
             if totals["invalid"]
             else None,
-            duplicates=dedupe.losers(ranked) if counts.losers else None,
+            duplicates=delta.in_files(dedupe.losers(ranked), counts.losers) if counts.losers else None,
             duplicates_span=f"t.offset >= {counts.losers_from} AND t.offset <= {counts.losers_to}",
-            first_arrivals=dedupe.first_arrivals(ranked) if counts.first_arrivals else None,
+            first_arrivals=delta.in_files(dedupe.first_arrivals(ranked), counts.first_arrivals)
+            if counts.first_arrivals
+            else None,
             takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
             displaced=dedupe.displaced(ranked) if counts.takeovers else None,
             takeovers_since_us=counts.takeovers_since_us,

@@ -82,6 +82,16 @@ def insert_new(spark: SparkSession, path: str, rows: DataFrame, bound: str | Non
     table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
+# Rows per data file a batch aims at: a batch's few quarantined records or duplicates make one
+# small file per table, not one per Spark partition (months of batches would make tens of thousands).
+ROWS_PER_FILE = 100_000
+
+
+def in_files(rows: DataFrame, count: int) -> DataFrame:
+    """``rows`` (``count`` of them) in one Spark partition, so one data file, per ROWS_PER_FILE rows."""
+    return rows.coalesce(1 + count // ROWS_PER_FILE)
+
+
 def append(rows: DataFrame, path: str) -> None:
     """Append ``rows``: a blind append, which needs no table state (no snapshot is reconstructed).
 
@@ -180,7 +190,7 @@ def apply_session_changes(
             .execute()
         )
     elif inserted:
-        append(compared.where("op = 'insert'").select(*SESSION_COLUMNS), path)
+        append(in_files(compared.where("op = 'insert'").select(*SESSION_COLUMNS), inserted), path)
 
 
 def range_filter(ranges: list[PartitionRange], alias: str = "") -> str:
