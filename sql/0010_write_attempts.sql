@@ -1,6 +1,7 @@
 -- Where a batch may have written records that no ledger range covers (docs/design.md, "Records a
 -- batch finds held"). A batch inserts its ranges here, committed, before its first Delta write,
--- and deletes them in the transaction that records its ledger row. So a record-table row lies in
+-- and deletes those its ledger ranges cover in the transaction that records its ledger row (a
+-- frozen batch planned again smaller keeps the rest). So a record-table row lies in
 -- a ledger range, in an attempt range, or below its topic's floor; a batch whose ranges overlap
 -- none of them skips the Delta scan for held records.
 CREATE TABLE write_attempts (
