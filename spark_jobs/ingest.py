@@ -161,6 +161,7 @@ def run_scheduled(
             pipeline,
             lambda b: streaming_ranges(settings, log, topic, b, start),
             fault,
+            scheduled=True,
         )
         query = (
             stream_reader(

@@ -24,17 +24,6 @@ def _with_client_options(reader, settings: Settings):  # noqa: ANN001, ANN202 - 
     return reader
 
 
-def min_partitions(spark: SparkSession) -> int:
-    """Spark partitions to read a batch of Kafka records into: four per core Spark has.
-
-    One Spark partition per Kafka partition (Spark's default) leaves cores idle: three topic
-    partitions on two cores run as two tasks and then one. Kafka's source splits each offset
-    range into about its share of this many parts (rounded, so twice the cores would not split
-    three ranges on two).
-    """
-    return 4 * spark.sparkContext.defaultParallelism
-
-
 def read_range(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> DataFrame:
     """A bounded batch read of exactly ``ranges``: their partitions are assigned, so a backfill of
     some partitions of a topic reads those only (``subscribe`` would want offsets for all of them)."""
@@ -48,7 +37,6 @@ def read_range(spark: SparkSession, settings: Settings, ranges: list[PartitionRa
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)
         .option("failOnDataLoss", "true")
-        .option("minPartitions", str(min_partitions(spark)))
         .load()
     )
 
@@ -68,7 +56,6 @@ def stream_reader(
         .option("subscribe", topic)
         .option("startingOffsets", starting)
         .option("failOnDataLoss", str(fail_on_data_loss).lower())
-        .option("minPartitions", str(min_partitions(spark)))
     )
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))

@@ -110,24 +110,14 @@ def record_batch(
            VALUES (%s, %s, %s, %s, %s, %s)""",
         [(pipeline, batch_id, r.topic, r.partition, r.start, r.end) for r in ranges],
     )
-    # The ledger ranges cover the batch's records from now on; an attempt over more (a frozen batch
-    # that failed and was planned again smaller, under the same batch id) stays, for what is beyond.
-    cur.execute(
-        """DELETE FROM write_attempts AS a USING ledger_ranges AS l
-           WHERE a.pipeline = %s AND a.batch_id = %s
-             AND l.pipeline = a.pipeline AND l.batch_id = a.batch_id
-             AND l.topic = a.topic AND l.kafka_partition = a.kafka_partition
-             AND a.start_offset >= l.start_offset AND a.end_offset <= l.end_offset""",
-        (pipeline, batch_id),
-    )
 
 
 def record_attempt(cur, pipeline: str, batch_id: int, ranges: list[PartitionRange]) -> None:  # noqa: ANN001
     """Record that the batch may write records in ``ranges`` (commit before its first Delta write).
 
-    :func:`record_batch` deletes the rows its ledger ranges cover when the batch's ledger row
-    commits; a batch that fails leaves them, so the next batch over those ranges looks for held
-    records (:func:`may_hold`). An attempt of the same batch id over other ranges widens the row.
+    The rows stay when the batch commits: they, not the ledger (which a repair or a restored
+    backup may lack rows of), say where records may be, so a later batch over those ranges looks
+    for held ones (:func:`may_hold`). An attempt of the same batch id over other ranges widens the row.
     """
     cur.executemany(
         """INSERT INTO write_attempts (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset)

@@ -94,6 +94,10 @@ class BatchWriter:
     still holds before its first write and keeps that proof until its ledger row commits.
 
     ``fault``, for tests only, is called with each of :data:`FAULT_POINTS` as the batch passes it.
+
+    ``scheduled``: the batches read offsets past what the pipeline read before (a scheduled run),
+    so PostgreSQL may tell that nothing in them is held yet (:meth:`_held_counts`). A backfill or a
+    repair, which re-reads on purpose (and repairs what the ledger may have lost), always searches Delta.
     """
 
     def __init__(
@@ -104,8 +108,10 @@ class BatchWriter:
         pipeline: str,
         ranges_for: Callable[[int], list[PartitionRange]],
         fault: Fault | None = None,
+        scheduled: bool = False,
     ) -> None:
         self.spark = spark
+        self.scheduled = scheduled
         self.settings = settings
         self.lease = lease
         self.pipeline = pipeline
@@ -302,13 +308,16 @@ class BatchWriter:
     def _held_counts(self, ranges: list[PartitionRange]) -> dict[str, int]:
         """How many records in ``ranges`` each record table holds already (tables holding none left out).
 
-        The Delta scan (``delta.held_counts``) runs only when PostgreSQL says a table may hold some:
-        a range overlaps a ledger or attempt range, or starts below its topic's write floor. Records
-        reach the tables only from batches that record their attempt first, so a batch that
-        overlaps none of these (the usual scheduled batch) holds nothing and reads no Delta table.
+        For a scheduled batch the Delta scan (``delta.held_counts``) runs only when PostgreSQL says a
+        table may hold some: a range overlaps an attempt or ledger range, or starts below its topic's
+        write floor. Records reach the tables only from batches that record their attempt first, so a
+        batch that overlaps none of these (the usual scheduled batch) holds nothing and reads no
+        Delta table. Backfills and repairs always scan.
         """
         if not any(r.end > r.start for r in ranges):
             return {}
+        if not self.scheduled:
+            return delta.held_counts(self.spark, self.settings, ranges)
         topic, lake = ranges[0].topic, self.settings.lake_root
 
         def may_hold(cur: Cursor) -> bool:

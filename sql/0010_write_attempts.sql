@@ -1,9 +1,8 @@
--- Where a batch may have written records that no ledger range covers (docs/design.md, "Records a
--- batch finds held"). A batch inserts its ranges here, committed, before its first Delta write,
--- and deletes those its ledger ranges cover in the transaction that records its ledger row (a
--- frozen batch planned again smaller keeps the rest). So a record-table row lies in
--- a ledger range, in an attempt range, or below its topic's floor; a batch whose ranges overlap
--- none of them skips the Delta scan for held records.
+-- Where batches may have written records (docs/design.md, "Records a batch finds held"). A batch
+-- inserts its ranges here, committed, before its first Delta write, and the rows stay (the ledger
+-- may lack rows a repair or a restored backup has to put back). So a record-table row lies in an
+-- attempt range or below its topic's floor; a scheduled batch whose ranges overlap neither (nor
+-- a ledger range) skips the Delta scan for held records.
 CREATE TABLE write_attempts (
     pipeline        text        NOT NULL,
     batch_id        bigint      NOT NULL,

@@ -221,7 +221,7 @@ def test_delta_is_searched_for_held_records_only_where_postgresql_says_a_batch_m
     spark, run, pg, monkeypatch
 ) -> None:
     """Scheduled batches over new offsets skip the Delta scan; a retry after a crash (its attempt is
-    recorded) and a backfill over committed offsets (the ledger has them) scan, and end exact."""
+    recorded) and a backfill (always) scan, and end exact."""
     from spark_jobs.sinks import delta
 
     settings, prefix = run
@@ -238,14 +238,15 @@ def test_delta_is_searched_for_held_records_only_where_postgresql_says_a_batch_m
     with pytest.raises(Exception, match="injected crash"):
         ingest.run_scheduled(spark, settings, fault=crash_at("write:events"))
     assert scanned == []  # a first attempt: nothing overlaps [2, 6) yet
+    attempts = "SELECT start_offset, end_offset FROM write_attempts WHERE topic = %s ORDER BY 1"
     with pg, pg.cursor() as cur:
-        cur.execute("SELECT start_offset, end_offset FROM write_attempts WHERE topic = %s", (settings.topic,))
-        assert cur.fetchall() == [(2, 6)]
+        cur.execute(attempts, (settings.topic,))
+        assert cur.fetchall() == [(0, 2), (2, 6)]
     ingest.run_scheduled(spark, settings)  # the retry overlaps the failed attempt's range
     assert scanned == [[(2, 6)]]
     with pg, pg.cursor() as cur:
-        cur.execute("SELECT count(*) FROM write_attempts WHERE topic = %s", (settings.topic,))
-        assert cur.fetchone() == (0,)  # the ledger covers the batch now
+        cur.execute(attempts, (settings.topic,))
+        assert cur.fetchall() == [(0, 2), (2, 6)]  # kept: they, not the ledger, say where records may be
     ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (1, 4)}))
     assert scanned[-1] == [(1, 4)]
     assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [1, 2, 3]
