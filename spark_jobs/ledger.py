@@ -149,11 +149,9 @@ def set_write_floor(cur, lake_root: str, topic: str, below_offset: int) -> None:
 def may_hold(cur, ranges: list[PartitionRange], floor: int) -> bool:  # noqa: ANN001
     """Whether the record tables may hold a record in ``ranges``: some range starts below ``floor``
     (:func:`write_floor`), or overlaps a ledger range or an attempt's range of any pipeline."""
-    if any(r.start < floor for r in ranges if r.end > r.start):
-        return True
     values = [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
-    if not values:
-        return False
+    if not values or any(start < floor for _, _, start, _ in values):
+        return bool(values)
     overlapping = """SELECT 1 FROM {table} AS t
                      JOIN (VALUES {rows}) AS r (topic, kafka_partition, start_offset, end_offset)
                        ON t.topic = r.topic AND t.kafka_partition = r.kafka_partition

@@ -111,13 +111,13 @@ class BatchWriter:
         scheduled: bool = False,
     ) -> None:
         self.spark = spark
-        self.scheduled = scheduled
         self.settings = settings
         self.lease = lease
         self.pipeline = pipeline
         self.ranges_for = ranges_for
         self.rules = settings.session_rules
         self.fault = fault or (lambda point: None)
+        self.scheduled = scheduled
         self.results: list[BatchResult] = []
         self.failure: TidemarkError | None = None
         self._written: set[str] = set()  # IDs of the plans write_delta was called with
@@ -142,20 +142,15 @@ class BatchWriter:
 
     def _write(self, batch_df: DataFrame, batch_id: int) -> None:
         ranges = self.ranges_for(batch_id)
-        conn = ledger.connect(self.settings.postgres_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                recorded = ledger.batch_ranges(cur, self.pipeline, batch_id)
-            if recorded and recorded != sorted(ranges):
-                # Same batch id, different offsets: the checkpoint was reset or moved. Skipping would
-                # silently drop data and re-processing would break the ledger, so stop.
-                raise LedgerConflict(
-                    f"the ledger has batch {batch_id} of {self.pipeline} with ranges {recorded}, but this run "
-                    f"froze {sorted(ranges)}. Was the checkpoint deleted or moved? Restore it, or give this "
-                    "stream a new pipeline name."
-                )
-        finally:
-            conn.close()
+        recorded = self._on_ledger(lambda cur: ledger.batch_ranges(cur, self.pipeline, batch_id))
+        if recorded and recorded != sorted(ranges):
+            # Same batch id, different offsets: the checkpoint was reset or moved. Skipping would
+            # silently drop data and re-processing would break the ledger, so stop.
+            raise LedgerConflict(
+                f"the ledger has batch {batch_id} of {self.pipeline} with ranges {recorded}, but this run "
+                f"froze {sorted(ranges)}. Was the checkpoint deleted or moved? Restore it, or give this "
+                "stream a new pipeline name."
+            )
         if recorded:
             self.results.append(BatchResult(self.pipeline, batch_id, ranges, 0, 0, 0, 0, 0, 0, skipped=True))
             return
