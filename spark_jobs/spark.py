@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 REQUIRED_JARS = ("spark-sql-kafka-0-10_2.13-", "delta-spark_4.2_2.13-", "kafka-clients-")
 S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+CODEGEN_CACHE_ENTRIES = 2000
 
 
 def _cached(directory: Path, prefixes: tuple[str, ...], target: str) -> list[Path]:
@@ -57,6 +58,10 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         # Delta's default of 50 partitions for reading its log is slow on small machines.
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.ui.showConsoleProgress", "false")
+        # Spark keeps 100 compiled query classes by default; one batch compiles 200 to 300, so each
+        # batch of a run compiled them all again (about 2 s a batch on 2 cores). With room for them,
+        # a run's later batches compile only the few plans whose literals changed.
+        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
         # Kafka's SASL login (kafka.sasl.jaas.config) is a source option: masked wherever Spark shows options.
         .config("spark.sql.redaction.options.regex", "(?i)url|password|secret|jaas|token")
     )

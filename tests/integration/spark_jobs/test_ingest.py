@@ -315,3 +315,24 @@ def test_a_batch_too_big_to_finish_is_planned_again_within_the_cap_and_the_topic
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))
     with pytest.raises(ConfigError, match="has no frozen, uncommitted batch"):
         ingest.run_scheduled(spark, settings, max_offsets_per_trigger=200, split_frozen_batch=True)
+
+
+def test_a_runs_later_batches_reuse_the_query_code_its_first_batches_compiled(spark, run, pg) -> None:
+    """Spark compiles each query's code once and keeps it in a cache; a batch compiles 200 to 300
+    classes, so a cache too small for one batch makes every batch compile them all again (seconds
+    per batch on 2 cores). Counted from Spark's own codegen metrics, not timed."""
+    settings, prefix = run
+    spec = ProduceSpec(count=1_200, entities=30, duplicate_rate=0.05, malformed_rate=0.02, seed=5, id_prefix=prefix)
+    produce(settings, spec, topic=settings.topic, partitions=3)
+    metrics = getattr(spark._jvm.org.apache.spark.metrics.source, "CodegenMetrics$").__getattr__("MODULE$")
+    compiled = []  # classes compiled so far, at the end of each batch
+
+    def count_compiled(point: str) -> None:
+        if point == "after_postgres":
+            compiled.append(metrics.METRIC_COMPILATION_TIME().getCount())
+
+    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=300, fault=count_compiled)
+    assert len(results) >= 4 and sum(r.read for r in results) == 1_200
+    per_batch = [later - earlier for earlier, later in zip(compiled, compiled[1:], strict=False)]
+    # The last batches differ from the ones before only in their literals (offsets, times).
+    assert max(per_batch[-2:]) < 60, f"classes compiled per batch after the first: {per_batch}"
