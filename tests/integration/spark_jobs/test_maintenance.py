@@ -78,7 +78,8 @@ def test_vacuum_keeps_files_exactly_as_long_as_the_retention_setting_says(spark,
     try:
         vacuum(spark, events, settings.vacuum_retain_hours)
     finally:
-        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        for prop in ("spark.jobGroup.id", "spark.job.description"):  # the session is shared
+            spark.sparkContext.setLocalProperty(prop, None)
     tracker = spark.sparkContext.statusTracker()
     stages = [s for job in tracker.getJobIdsForGroup("vacuum-tasks") for s in tracker.getJobInfo(job).stageIds]
     ran = [info for info in map(tracker.getStageInfo, stages) if info is not None]  # skipped ones have none
