@@ -105,28 +105,11 @@ def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> Main
     return MaintenanceReport(done, prune_history(settings))
 
 
-LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-LISTING_TASKS_PER_CORE = 4  # listing waits on storage more than it computes
-
-
 def vacuum(spark: SparkSession, path: str, retain_hours: float) -> None:
-    """VACUUM the table: delete the files no version within the table's retention references.
-
-    Delta lists the table's folders in as many Spark tasks as Spark's partition-discovery
-    parallelism says, 10,000 by default, however small the table: about 25 s per table and
-    VACUUM on 2 cores. For the VACUUM, the listing gets a few tasks per core of the cluster instead.
-    """
-    conf = spark.conf
-    previous = conf.get(LISTING_PARALLELISM, None)
-    conf.set(LISTING_PARALLELISM, str(LISTING_TASKS_PER_CORE * spark.sparkContext.defaultParallelism))
-    try:
-        # Delta ignores VACUUM's retention argument unless it is 0: the table property is the setting.
-        delta.table(spark, path).vacuum(0.0 if retain_hours == 0 else None)
-    finally:
-        if previous is None:
-            conf.unset(LISTING_PARALLELISM)
-        else:
-            conf.set(LISTING_PARALLELISM, previous)
+    """VACUUM the table: delete the files no version within the table's retention references. Its
+    listing runs in as many Spark tasks as ``spark.build_session`` allows (a few per core)."""
+    # Delta ignores VACUUM's retention argument unless it is 0: the table property is the setting.
+    delta.table(spark, path).vacuum(0.0 if retain_hours == 0 else None)
 
 
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"

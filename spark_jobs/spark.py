@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 REQUIRED_JARS = ("spark-sql-kafka-0-10_2.13-", "delta-spark_4.2_2.13-", "kafka-clients-")
 S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 CODEGEN_CACHE_ENTRIES = 2000
+LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+LISTING_TASKS_PER_CORE = 4  # listing waits on storage more than it computes
 
 
 def _cached(directory: Path, prefixes: tuple[str, ...], target: str) -> list[Path]:
@@ -91,4 +93,9 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level)
+    # Delta's VACUUM lists a table in as many tasks as this says: Spark's default is 10,000 however
+    # small the table (25 s a VACUUM on 2 cores). A few per core of the cluster, unless the submit
+    # command or spark-defaults.conf sets it.
+    if spark.sparkContext.getConf().get(LISTING_PARALLELISM) is None:
+        spark.conf.set(LISTING_PARALLELISM, str(LISTING_TASKS_PER_CORE * spark.sparkContext.defaultParallelism))
     return spark
