@@ -129,15 +129,20 @@ def events_since_anchors(
     return stored.select(*SESSIONIZE_COLUMNS).unionByName(ranked.where("new").select(*SESSIONIZE_COLUMNS))
 
 
-def compare(recomputed: DataFrame, sessions: DataFrame, anchored: DataFrame) -> DataFrame:
+def compare(
+    recomputed: DataFrame, sessions: DataFrame, anchored: DataFrame, earliest_us: int | None = None
+) -> DataFrame:
     """Recomputed against stored sessions (from the anchors on), one row per session_id with ``op``.
 
     ``op`` is ``insert`` (a new ID), ``update`` (same ID, other values), ``delete`` (a stored ID no
     longer produced) or ``same``. The other columns are the recomputed values (null for deletes).
-    Unchanged rows are not written, so a replay commits nothing.
+    Unchanged rows are not written, so a replay commits nothing. ``earliest_us``, the smallest anchor
+    (epoch microseconds), lets Delta skip the files of sessions that started before every anchor.
     """
     from pyspark.sql import functions as F
 
+    if earliest_us is not None:
+        sessions = sessions.where(F.col("started_at") >= F.timestamp_micros(F.lit(earliest_us)))
     stored = sessions.join(anchored, "entity_id").where("started_at >= anchor").select(*SESSION_COLUMNS)
     r, s = recomputed.alias("r"), stored.alias("s")
     differs = " OR ".join(f"NOT (r.`{c}` <=> s.`{c}`)" for c in SESSION_COLUMNS[1:])

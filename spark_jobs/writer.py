@@ -344,7 +344,7 @@ class BatchWriter:
         events = session_changes.events_since_anchors(
             self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
         )
-        compared = session_changes.compare(sessionize(events, self.rules), sessions, anchors).localCheckpoint(
+        compared = session_changes.compare(sessionize(events, self.rules), sessions, anchors, earliest).localCheckpoint(
             eager=True
         )
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}

@@ -57,3 +57,44 @@ def test_spark_sessions_equal_the_python_reference(spark) -> None:
     unlimited = SessionRules(gap=rules.gap, max_length=timedelta(days=1000))
     assert len(reference_sessions(rows, unlimited)) < len(expected), "the data should hit the maximum length"
     assert actual == expected
+
+
+def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark, tmp_path) -> None:
+    """The sessions table holds all of history; the comparison must not read it all every batch.
+
+    Delta skips a file when its statistics say no session in it started at or after the batch's
+    earliest anchor (sessions are written in time order, and compaction keeps older ones apart).
+    """
+    from spark_jobs.contract import TABLE_SCHEMAS
+    from spark_jobs.session_changes import compare
+    from spark_jobs.sinks import delta
+
+    path = str(tmp_path / "sessions")
+    delta.create_table(spark, path, TABLE_SCHEMAS["sessions"])
+
+    def sessions(start: datetime, entities: int) -> list[tuple]:
+        ms = int(start.timestamp() * 1000)
+        return [(session_id(f"e{i}", ms), f"e{i}", start, start, start, start, 1, 0.0) for i in range(entities)]
+
+    old, recent = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 3, 1, tzinfo=UTC)
+    for rows in (sessions(old, 1000), sessions(recent, 10)):  # months apart, one file each
+        spark.createDataFrame(rows, TABLE_SCHEMAS["sessions"]).coalesce(1).write.format("delta").mode("append").save(
+            path
+        )
+    stored = delta.table(spark, path).toDF()  # the snapshot is loaded before the count starts
+    recomputed = spark.createDataFrame(sessions(recent, 10), TABLE_SCHEMAS["sessions"])
+    anchors = spark.createDataFrame([(f"e{i}", recent) for i in range(10)], "entity_id string, anchor timestamp")
+    earliest_us = int(recent.timestamp() * 1_000_000)
+
+    sc = spark.sparkContext
+    sc.setJobGroup("compare-reads", "compare a batch's sessions with the stored ones")
+    try:
+        ops = [row["op"] for row in compare(recomputed, stored, anchors, earliest_us).collect()]
+    finally:
+        for prop in ("spark.jobGroup.id", "spark.job.description"):  # the session is shared
+            sc.setLocalProperty(prop, None)
+    assert ops == ["same"] * 10
+    tracker, store = sc.statusTracker(), sc._jsc.sc().statusStore()
+    stages = {s for job in tracker.getJobIdsForGroup("compare-reads") for s in tracker.getJobInfo(job).stageIds}
+    read = sum(store.lastStageAttempt(stage).inputRecords() for stage in stages if tracker.getStageInfo(stage))
+    assert read < 100, f"{read} stored rows read for 10 sessions: the months-old file was not skipped"
