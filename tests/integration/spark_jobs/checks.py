@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.session_changes import SESSIONIZE_COLUMNS
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+
+T = TypeVar("T")
 
 
 def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
@@ -104,3 +108,18 @@ def crash_at(*points: str):
             raise InjectedCrash(f"injected crash {reached}")
 
     return fault
+
+
+def stages_run(spark, group: str, work: Callable[[], T]) -> tuple[T, list]:
+    """``work()`` under its own Spark job group: its result, and Spark's record (``v1.StageData``:
+    ``numTasks()``, ``inputRecords()``, …) of every stage it ran (skipped stages left out)."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        result = work()
+    finally:
+        for prop in ("spark.jobGroup.id", "spark.job.description"):  # the session is shared
+            sc.setLocalProperty(prop, None)
+    tracker, store = sc.statusTracker(), sc._jsc.sc().statusStore()
+    stages = {s for job in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(job).stageIds}
+    return result, [store.lastStageAttempt(s) for s in sorted(stages) if tracker.getStageInfo(s) is not None]

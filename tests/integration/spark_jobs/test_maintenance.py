@@ -9,7 +9,7 @@ from spark_jobs import ingest, reconcile
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.maintenance import live_files, maintain, stored_files, vacuum
 from spark_jobs.sinks.delta import fingerprint
-from tests.integration.spark_jobs.checks import query
+from tests.integration.spark_jobs.checks import query, stages_run
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -74,16 +74,8 @@ def test_vacuum_keeps_files_exactly_as_long_as_the_retention_setting_says(spark,
     events = settings.table_path("events")
     # VACUUM lists the table in as many Spark tasks as the listing parallelism says: Spark's
     # default (10,000) made it 25 s per table on 2 cores, whatever the table's size.
-    spark.sparkContext.setJobGroup("vacuum-tasks", "one table's VACUUM")
-    try:
-        vacuum(spark, events, settings.vacuum_retain_hours)
-    finally:
-        for prop in ("spark.jobGroup.id", "spark.job.description"):  # the session is shared
-            spark.sparkContext.setLocalProperty(prop, None)
-    tracker = spark.sparkContext.statusTracker()
-    stages = [s for job in tracker.getJobIdsForGroup("vacuum-tasks") for s in tracker.getJobInfo(job).stageIds]
-    ran = [info for info in map(tracker.getStageInfo, stages) if info is not None]  # skipped ones have none
-    tasks = sum(info.numTasks for info in ran)
+    _, ran = stages_run(spark, "vacuum-tasks", lambda: vacuum(spark, events, settings.vacuum_retain_hours))
+    tasks = sum(stage.numTasks() for stage in ran)
     assert ran and tasks <= 100 * spark.sparkContext.defaultParallelism, f"{tasks} tasks in {len(ran)} stages"
     stored = stored_files(spark, events)
     assert live_files(spark, events) == 1 and stored > 3, "the three appends' files stay for 7 days"

@@ -6,6 +6,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.sessionize import SESSION_COLUMNS, SessionRules, session_id, sessionize, split_sessions
+from tests.integration.spark_jobs.checks import stages_run
 
 
 def reference_sessions(rows: list[tuple], rules: SessionRules) -> set[tuple]:
@@ -63,7 +64,7 @@ def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark, 
     """The sessions table holds all of history; the comparison must not read it all every batch.
 
     Delta skips a file when its statistics say no session in it started at or after the batch's
-    earliest anchor (sessions are written in time order, and compaction keeps older ones apart).
+    earliest anchor (sessions are written in time order).
     """
     from spark_jobs.contract import TABLE_SCHEMAS
     from spark_jobs.session_changes import compare
@@ -86,15 +87,9 @@ def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark, 
     anchors = spark.createDataFrame([(f"e{i}", recent) for i in range(10)], "entity_id string, anchor timestamp")
     earliest_us = int(recent.timestamp() * 1_000_000)
 
-    sc = spark.sparkContext
-    sc.setJobGroup("compare-reads", "compare a batch's sessions with the stored ones")
-    try:
-        ops = [row["op"] for row in compare(recomputed, stored, anchors, earliest_us).collect()]
-    finally:
-        for prop in ("spark.jobGroup.id", "spark.job.description"):  # the session is shared
-            sc.setLocalProperty(prop, None)
-    assert ops == ["same"] * 10
-    tracker, store = sc.statusTracker(), sc._jsc.sc().statusStore()
-    stages = {s for job in tracker.getJobIdsForGroup("compare-reads") for s in tracker.getJobInfo(job).stageIds}
-    read = sum(store.lastStageAttempt(stage).inputRecords() for stage in stages if tracker.getStageInfo(stage))
+    compared, ran = stages_run(
+        spark, "compare-reads", lambda: compare(recomputed, stored, anchors, earliest_us).collect()
+    )
+    assert [row["op"] for row in compared] == ["same"] * 10
+    read = sum(stage.inputRecords() for stage in ran)
     assert read < 100, f"{read} stored rows read for 10 sessions: the months-old file was not skipped"
