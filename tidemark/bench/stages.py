@@ -442,6 +442,7 @@ def stage_soak(ctx: BenchContext) -> None:
     m = ctx.record.measurement("S", f"soak: a scheduled run of {o.soak_events:,} new events", o.soak_events)
     files: list[dict[str, int]] = []  # live files of each table before each maintenance
     maintenance_seconds: list[float] = []
+    steps: list[dict[str, float]] = []  # each run's time per writer step (summed over its batches)
     for run in range(o.soak_batches):
         # New event_ids every run (the seed), the same entities (the prefix).
         report = ctx.produce(topic, o.soak_events, o.entities, f"{ctx.run_id}-soak-", o.seed * 100_000 + run)
@@ -449,6 +450,8 @@ def stage_soak(ctx: BenchContext) -> None:
         results = ctx.record.measure(m, lambda: ingest.run_scheduled(ctx.spark, settings))
         read = sum(r.read for r in results)
         ensure(read == o.soak_events, f"soak run {run} read {read} of {o.soak_events} records")
+        names = {step for r in results for step in r.seconds}
+        steps.append({step: sum(r.seconds.get(step, 0.0) for r in results) for step in names})
         if (run + 1) % o.soak_maintenance_every == 0:
             files.append({name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS})
             started = time.perf_counter()
@@ -466,6 +469,16 @@ def stage_soak(ctx: BenchContext) -> None:
         "files_before_maintenance": files,
         "files_at_end": {name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS},
         "maintenance_seconds": maintenance_seconds,
+        # Which step grows: the median of each writer step over consecutive windows of runs.
+        # "run" is the whole scheduled run; what the steps leave of it is the stream's own work.
+        "step_medians_by_window": [
+            {
+                "runs": f"{i + 1}-{min(i + window, len(steps))}",
+                "run": round(median(m.seconds[i : i + window]), 3),
+                **{step: round(median([s.get(step, 0.0) for s in steps[i : i + window]]), 3) for step in steps[i]},
+            }
+            for i in range(0, len(steps), window)
+        ],
         "session_rules": {"gap_seconds": SOAK_RULES_GAP.total_seconds(), "max_seconds": SOAK_RULES_MAX.total_seconds()},
     }
     ctx.discard(sink)
