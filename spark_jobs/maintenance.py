@@ -11,7 +11,8 @@ PostgreSQL. Nothing else ever removes them, so :func:`maintain` (the ``tidemark_
 3. **VACUUM** of files no version younger than ``TIDEMARK_VACUUM_RETAIN_HOURS`` (168, Delta's
    default) still needs. Delta takes the retention from the table's
    ``delta.deletedFileRetentionDuration`` (it ignores VACUUM's own argument unless it is 0), so the
-   setting is written there, under the lock, when it differs. No run reads a
+   setting is written there, under the lock, when it differs (with the properties a table created
+   by an older tidemark lacks: ``sinks.delta.TABLE_PROPERTIES``). No run reads a
    version that old: a batch plans from the tables' latest versions and commits within minutes,
    reconcile pins the versions it checks for as long as its run lasts, and replays re-read Kafka,
    not Delta history. Needs no lock: it deletes only files no live version references.
@@ -97,7 +98,7 @@ def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> Main
             before = live_files(spark, path)
             delta.table(spark, path).optimize().executeCompaction()
             after = live_files(spark, path)
-            keep_removed_files(spark, path, settings.vacuum_retain_hours)
+            set_properties(spark, path, wanted_properties(name, settings.vacuum_retain_hours))
         checkpoint(spark, path)
         stored = stored_files(spark, path)
         vacuum(spark, path, settings.vacuum_retain_hours)
@@ -115,16 +116,24 @@ def vacuum(spark: SparkSession, path: str, retain_hours: float) -> None:
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
-def keep_removed_files(spark: SparkSession, path: str, hours: float) -> None:
-    """Make the table keep files it no longer references for ``hours`` (its
-    ``delta.deletedFileRetentionDuration``, which VACUUM obeys). A commit, so under the writer lock;
-    written only when it differs. 0 leaves the property alone (VACUUM is then told 0 itself)."""
-    if hours <= 0:
-        return
-    wanted = f"interval {round(hours * 3600)} seconds"
-    current = delta.table(spark, path).detail().first()["properties"].get(RETENTION_PROPERTY)
-    if current != wanted:
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{RETENTION_PROPERTY}' = '{wanted}')")
+def wanted_properties(name: str, retain_hours: float) -> dict[str, str]:
+    """The properties table ``name`` must have: :data:`~spark_jobs.sinks.delta.TABLE_PROPERTIES` (a
+    table created before one of them gets it here), and the retention VACUUM obeys: files the table
+    no longer references are kept ``retain_hours`` (0 leaves the property alone; VACUUM is then told
+    0 itself)."""
+    wanted = dict(delta.TABLE_PROPERTIES.get(name, {}))
+    if retain_hours > 0:
+        wanted[RETENTION_PROPERTY] = f"interval {round(retain_hours * 3600)} seconds"
+    return wanted
+
+
+def set_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -> None:
+    """Set the ``wanted`` properties the table does not have yet, in one commit (so under the writer lock)."""
+    current = delta.table(spark, path).detail().first()["properties"]
+    missing = {key: value for key, value in wanted.items() if current.get(key) != value}
+    if missing:
+        assignments = ", ".join(f"'{key}' = '{value}'" for key, value in sorted(missing.items()))
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ({assignments})")
 
 
 def prune_history(settings: Settings) -> int:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs import ledger
-from spark_jobs.contract import COORDINATES, RECORD_TABLES, TABLE_SCHEMAS
+from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.findings import (
     CHANGED,
     NEW,
@@ -348,9 +348,11 @@ class Touched:
 
     ``coordinates`` (record tables) and ``times`` (``entity_id``, ``arrival_time``: events' arrival
     times and sessions' starts) cover every row of those files; None when unknown (a first run, or a
-    log that was cleaned up). ``sessions_added`` / ``sessions_removed`` are the session rows of the
-    files added and removed for good, for updating the previous run's checksums; None when they
-    cannot be trusted (deletion vectors, or a removed file already vacuumed).
+    log that was cleaned up). ``sessions_added`` / ``sessions_removed`` are the session rows the
+    commits added and removed for good, for updating the previous run's checksums: from the change
+    data feed, which also gives ``times`` the changed sessions only; without it, the rows of the
+    files added and removed, None when they cannot be trusted (deletion vectors, or a removed file
+    already vacuumed).
     """
 
     coordinates: DataFrame | None
@@ -377,8 +379,14 @@ def _touched_since(
         files = _changed_files(spark, path, start, end)
         # An added file VACUUM deleted already (compacted into another since): what it touched is
         # unknown, so everything is checked.
-        if files is None or not _all_exist(spark, path, files.added):
+        if files is None or not _all_exist(spark, path, files.added | files.changes):
             return Touched(None, None)
+        changes = _session_changes(spark, path, start, end) if name == "sessions" else None
+        if changes is not None:
+            times.append(changes.select("entity_id", F.col("started_at").alias("arrival_time")))
+            sessions_added = changes.where("_change_type IN ('insert', 'update_postimage')").select(*SESSION_COLUMNS)
+            sessions_removed = changes.where("_change_type IN ('delete', 'update_preimage')").select(*SESSION_COLUMNS)
+            continue
         # A removed file that is gone had its rows rewritten into an added file or deleted (a deleted
         # row's range is still re-checked by rotation).
         gone = {p for p in files.removed if not _all_exist(spark, path, [p])}
@@ -418,6 +426,7 @@ class ChangedFiles:
     added: set[str]
     removed: set[str]
     exact: bool  # no deletion vectors: a file's rows are all live or all gone
+    changes: set[str]  # change data files (a change data feed's updates and deletes)
 
 
 def _changed_files(spark: SparkSession, table_path: str, after: int, upto: int) -> ChangedFiles | None:
@@ -439,7 +448,31 @@ def _changed_files(spark: SparkSession, table_path: str, after: int, upto: int) 
         for row in actions.where(changed).selectExpr(*columns).collect():
             found[kind].add(row[0])
             exact = exact and not (len(row) > 1 and row[1])
-    return ChangedFiles(found["add"], found["remove"], exact)
+    changes = set()
+    if "cdc" in actions.columns:
+        changes = {row[0] for row in actions.where("cdc.path IS NOT NULL").select("cdc.path").collect()}
+    return ChangedFiles(found["add"], found["remove"], exact, changes)
+
+
+def _session_changes(spark: SparkSession, path: str, after: int, upto: int) -> DataFrame | None:
+    """The sessions rows that commits ``after < v <= upto`` inserted, updated (before and after) and
+    deleted, from the table's change data feed (``_change_type``); None when a commit in that range
+    recorded none (a table from before the feed was on: maintenance turns it on)."""
+    from pyspark.errors import AnalysisException
+
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", after + 1)
+        .option("endingVersion", upto)
+        .load(path)
+    )
+    try:
+        return changes.localCheckpoint(eager=True)
+    except AnalysisException as e:
+        if "DELTA_MISSING_CHANGE_DATA" not in str(e):
+            raise
+        return None
 
 
 def _absolute(root: str, path: str) -> str:

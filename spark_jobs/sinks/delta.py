@@ -28,6 +28,17 @@ SESSIONS_CHECKSUM = (
 )
 
 
+# Table properties beyond Delta's defaults, set when a table is created and by maintenance on tables
+# created before them. ``sessions``: a batch's MERGE updates a few open sessions. Without deletion
+# vectors Delta rewrites every file holding one, copying all its other sessions, and the new file
+# holds the open sessions again: after a compaction, every batch copied all of history. With them,
+# it marks the old rows deleted and writes only the changed ones. Its change data feed gives
+# reconcile exactly the rows commits changed (files marked by deletion vectors hold many others).
+TABLE_PROPERTIES: dict[str, dict[str, str]] = {
+    "sessions": {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"},
+}
+
+
 def table(spark: SparkSession, path: str):  # -> DeltaTable
     from delta.tables import DeltaTable
 
@@ -50,7 +61,7 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> list[str]:
         return not (fs.exists(log) and len(fs.listStatus(log)) > 0)
 
     def create(name: str) -> Callable[[], None]:
-        return lambda: create_table(spark, settings.table_path(name), TABLE_SCHEMAS[name])
+        return lambda: create_table(spark, settings.table_path(name), TABLE_SCHEMAS[name], TABLE_PROPERTIES.get(name))
 
     created = [name for name in TABLE_SCHEMAS if missing(name)]
     run_concurrently([create(name) for name in created])

@@ -8,7 +8,7 @@ from dataclasses import replace
 from spark_jobs import ingest, reconcile
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.maintenance import live_files, maintain, stored_files, vacuum
-from spark_jobs.sinks.delta import fingerprint
+from spark_jobs.sinks.delta import fingerprint, table
 from tests.integration.spark_jobs.checks import query, stages_run
 from tidemark.producer import ProduceSpec, produce
 
@@ -85,3 +85,63 @@ def test_vacuum_keeps_files_exactly_as_long_as_the_retention_setting_says(spark,
     assert stored_files(spark, events) == live_files(spark, events) == 1
     properties = spark.sql(f"DESCRIBE DETAIL delta.`{events}`").first()["properties"]
     assert properties["delta.deletedFileRetentionDuration"] == "interval 1 seconds"
+
+
+def test_a_batch_after_compaction_rewrites_only_the_sessions_it_changes(spark, fresh) -> None:
+    """Compaction puts every session, open ones too, in one file. A batch that extends one open
+    session must not copy that file's other sessions into a new one: that copy would grow with all
+    of history and be made again by every later batch (each MERGE's output holds the open session).
+    Reconcile, after it, recomputes the sessions of the one entity the batch changed."""
+    settings = fresh
+    produce(settings, ProduceSpec(count=400, entities=200, seed=1, id_prefix="c-"), topic=settings.topic, partitions=1)
+    ingest.run_scheduled(spark, settings)
+    maintain(spark, settings)
+    sessions = settings.table_path("sessions")
+    assert live_files(spark, sessions) == 1
+    assert reconcile.run(settings, "before", lambda: spark).ok
+
+    # Two more events of the first entity, within its session's gap: the session is updated.
+    produce(settings, ProduceSpec(count=2, entities=1, seed=2, id_prefix="c-"), topic=settings.topic, partitions=1)
+    ingest.run_scheduled(spark, settings)
+    merge = table(spark, sessions).history(1).first()
+    assert merge["operation"] == "MERGE"
+    metrics = merge["operationMetrics"]
+    assert metrics["numTargetRowsUpdated"] == "1"
+    copied = metrics["numTargetRowsCopied"]
+    assert copied == "0", f"the MERGE copied {copied} unchanged sessions into a new file"
+
+    after = reconcile.run(settings, "after", lambda: spark)
+    assert after.ok, after.summary()
+    assert after.entities_checked == 1, f"{after.entities_checked} entities recomputed for one changed session"
+
+
+def test_maintenance_gives_an_older_sessions_table_deletion_vectors_and_reconcile_reads_across_the_change(
+    spark, fresh
+) -> None:
+    """A sessions table created before tidemark set TABLE_PROPERTIES has no change data for its
+    older commits: the reconcile run that spans them reads the changed files instead, and the next
+    one reads the change data feed."""
+    from spark_jobs.sinks.delta import TABLE_PROPERTIES, create_table
+
+    settings = fresh
+    sessions = settings.table_path("sessions")
+    create_table(spark, sessions, TABLE_SCHEMAS["sessions"])  # as an older tidemark did
+
+    def ingest_more(seed: int, count: int = 200, entities: int = 50) -> None:
+        spec = ProduceSpec(count=count, entities=entities, seed=seed, id_prefix="u-")
+        produce(settings, spec, topic=settings.topic, partitions=1)
+        ingest.run_scheduled(spark, settings)
+
+    ingest_more(1)
+    assert reconcile.run(settings, "first", lambda: spark).ok
+    ingest_more(2)
+    maintain(spark, settings)
+    properties = table(spark, sessions).detail().first()["properties"]
+    assert {key: properties.get(key) for key in TABLE_PROPERTIES["sessions"]} == TABLE_PROPERTIES["sessions"]
+    ingest_more(3)
+    spanning = reconcile.run(settings, "spanning", lambda: spark)  # commits before and after the change
+    assert spanning.ok, spanning.summary()
+    ingest_more(4, count=2, entities=1)
+    after = reconcile.run(settings, "after", lambda: spark)
+    assert after.ok, after.summary()
+    assert after.entities_checked == 1, f"{after.entities_checked} entities recomputed for one changed entity"
