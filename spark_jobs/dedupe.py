@@ -9,13 +9,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import EVENT_COLUMNS
+from spark_jobs.contract import COORDINATES, EVENT_COLUMNS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 # Arrival order; topic last only to make ties between topics deterministic.
 ARRIVAL_ORDER = ("arrival_time", "partition", "offset", "topic")
+
+# What the ranking reads of a stored copy: no write or count needs its payload. A stored row is
+# only ever ranked, moved to ``duplicates`` (which holds exactly these columns) or deleted by its
+# coordinates, and its entity's sessions recomputed. The lookup reads the dedupe horizon's rows, so
+# leaving out the payload (``properties`` above all) is most of what it reads.
+STORED_COLUMNS = ("topic", "partition", "offset", "arrival_time", "event_id", "entity_id")
 
 # The rows whose entity's sessions a batch changes: batch records that are (or stay) events rows,
 # and stored rows a takeover displaces (the earlier copy may carry another entity_id).
@@ -31,7 +37,8 @@ def rank(candidates: DataFrame, events: DataFrame, stored_since_us: int | None =
     only the files written since (``events`` is written in arrival order). Output: those columns
     plus
 
-    * ``in_batch``: the row comes from the batch (else it is a stored ``events`` row);
+    * ``in_batch``: the row comes from the batch (else it is a stored ``events`` row, of which only
+      :data:`STORED_COLUMNS` are read: its other columns are null);
     * ``rank``: 1 for the first arrival of the event_id. A replayed record is both stored and in
       the batch with the same coordinates, so both copies share a rank;
     * ``has_stored``: ``events`` holds this event_id already (within the horizon);
@@ -47,8 +54,11 @@ def rank(candidates: DataFrame, events: DataFrame, stored_since_us: int | None =
     if stored_since_us is not None:
         events = events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(stored_since_us)))
     batch = candidates.select(*EVENT_COLUMNS, F.lit(True).alias("in_batch"))
-    stored = events.join(candidates.select("event_id"), "event_id", "left_semi").select(
-        *EVENT_COLUMNS, F.lit(False).alias("in_batch")
+    payload = {c: F.lit(None).cast(candidates.schema[c].dataType) for c in EVENT_COLUMNS if c not in STORED_COLUMNS}
+    stored = (
+        events.select(*STORED_COLUMNS)
+        .join(candidates.select("event_id"), "event_id", "left_semi")
+        .select(*[payload[c].alias(c) if c in payload else c for c in EVENT_COLUMNS], F.lit(False).alias("in_batch"))
     )
     by_event = Window.partitionBy("event_id")
     by_record = Window.partitionBy("event_id", "topic", "partition", "offset")
@@ -75,8 +85,8 @@ def takeovers(ranked: DataFrame) -> DataFrame:
 
 
 def displaced(ranked: DataFrame) -> DataFrame:
-    """Stored ``events`` rows that a takeover moves to ``duplicates``."""
-    return ranked.where("loser AND NOT in_batch").select(*EVENT_COLUMNS)
+    """The coordinates of the stored ``events`` rows that a takeover moves to ``duplicates``."""
+    return ranked.where("loser AND NOT in_batch").select(*COORDINATES)
 
 
 def losers(ranked: DataFrame) -> DataFrame:

@@ -442,7 +442,7 @@ class BatchPlan:
     duplicates_span: str  # bounds the duplicates MERGE to the losers' offsets
     first_arrivals: DataFrame | None  # new event_ids, appended to events
     takeovers: DataFrame | None  # earlier copies of stored event_ids, inserted into events
-    displaced: DataFrame | None  # the stored events rows the takeovers move to duplicates
+    displaced: DataFrame | None  # coordinates of the stored events rows the takeovers move to duplicates
     takeovers_since_us: int | None  # earliest arrival of a takeover, bounds the takeover MERGE
     sessions: _SessionChanges
     session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)

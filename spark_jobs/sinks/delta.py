@@ -150,15 +150,17 @@ def offset_floor(spark: SparkSession, settings: Settings, topic: str) -> int:
 
 
 def take_over(spark: SparkSession, path: str, winners: DataFrame, displaced: DataFrame, since_us: int) -> None:
-    """Takeovers in one commit: the ``displaced`` stored rows (matched by coordinates) are deleted and
-    the ``winners`` (their earlier copies) inserted. Running it again changes nothing.
+    """Takeovers in one commit: the ``displaced`` stored rows (their coordinates) are deleted and the
+    ``winners`` (their earlier copies) inserted. Running it again changes nothing.
 
     ``since_us`` (epoch microseconds), at most the earliest arrival of a winner (each displaced row
     arrived after its winner), lets Delta rewrite only files written since.
     """
     from pyspark.sql import functions as F
 
-    source = winners.withColumn("op", F.lit("insert")).unionByName(displaced.withColumn("op", F.lit("delete")))
+    source = winners.withColumn("op", F.lit("insert")).unionByName(
+        displaced.withColumn("op", F.lit("delete")), allowMissingColumns=True
+    )
     same_record = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
     (
         table(spark, path)

@@ -128,3 +128,18 @@ def test_an_earlier_copy_displaces_every_stored_copy_it_sees(spark_session) -> N
     assert offsets(dedupe.displaced(ranked)) == [0, 1]
     assert offsets(dedupe.losers(ranked)) == [0, 1]
     assert counts.takeovers_since_us == since(0)
+
+
+def test_the_lookup_reads_only_the_stored_columns_the_ranking_uses(spark_session, tmp_path) -> None:
+    # The lookup reads every stored row within the horizon; the payload columns are most of its bytes.
+    events(spark_session, [(0, 10, "e1", "a")]).write.parquet(str(tmp_path / "events"))
+    stored = spark_session.read.parquet(str(tmp_path / "events"))
+    ranked = dedupe.rank(events(spark_session, [(1, 0, "e1", "b")]), stored)
+    plan = ranked._jdf.queryExecution().executedPlan().toString()
+    scans = [line.split("FileScan parquet [")[1].split("]")[0] for line in plan.splitlines() if "FileScan" in line]
+    assert len(scans) == 1, plan
+    assert sorted(column.split("#")[0] for column in scans[0].split(",")) == [
+        "arrival_time", "entity_id", "event_id", "offset", "partition", "topic",
+    ]  # fmt: skip
+    assert offsets(dedupe.takeovers(ranked)) == [1]
+    assert [tuple(row) for row in dedupe.displaced(ranked).collect()] == [("t", 0, 0)]
