@@ -174,7 +174,8 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 "P1",
                 "full ingest vs AvailableNow raw append, events/s",
                 throughput_ratio(rate("P1"), rate("B2")),
-                Target(">=", 0.5),
+                # The targets: 0.35 at 100k events, 0.5 at 1M (a batch's fixed work weighs less).
+                Target(">=", 0.5 if m["P1"].count >= 1_000_000 else 0.35),
             )
         )
     if "P1" in m and "B2L" in m:
