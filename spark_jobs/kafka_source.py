@@ -12,12 +12,6 @@ from spark_jobs.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataStreamReader, SparkSession
 
-# Records one read task takes at most. Spark reads each Kafka partition's range with one task by
-# default, so the read and validation of a batch (its largest job) leave cores idle when the topic
-# has fewer partitions than the cluster has cores, or partitions of uneven size. Longer ranges are
-# split into tasks of at most this many records; a small batch keeps one task per partition.
-READ_TASK_RECORDS = 20_000
-
 
 def _with_client_options(reader, settings: Settings):  # noqa: ANN001, ANN202 - DataFrameReader / DataStreamReader
     from spark_jobs.kafka_clients import java_options
@@ -43,7 +37,6 @@ def read_range(spark: SparkSession, settings: Settings, ranges: list[PartitionRa
         .option("startingOffsets", starting)
         .option("endingOffsets", ending)
         .option("failOnDataLoss", "true")
-        .option("maxRecordsPerPartition", str(READ_TASK_RECORDS))
         .load()
     )
 
@@ -55,11 +48,8 @@ def stream_reader(
     max_offsets_per_trigger: int | None,
     fail_on_data_loss: bool,
     starting_offsets: Mapping[int, int] | None = None,
-    spark_read_tasks: bool = False,
 ) -> DataStreamReader:
-    """Subscribe to ``topic``. ``starting_offsets`` (every partition) applies to a new checkpoint only.
-    ``spark_read_tasks``: Spark's default of one read task per Kafka partition instead of
-    :data:`READ_TASK_RECORDS` (for the bench's baselines: what Spark does without tidemark's choices)."""
+    """Subscribe to ``topic``. ``starting_offsets`` (every partition) applies to a new checkpoint only."""
     starting = json.dumps({topic: {str(p): o for p, o in starting_offsets.items()}}) if starting_offsets else "earliest"
     reader = (
         _with_client_options(spark.readStream, settings)
@@ -69,6 +59,4 @@ def stream_reader(
     )
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
-    if not spark_read_tasks:
-        reader = reader.option("maxRecordsPerPartition", str(READ_TASK_RECORDS))
     return reader

@@ -122,14 +122,7 @@ def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_pe
         df.unpersist()
 
     query = (
-        stream_reader(
-            spark,
-            settings,
-            topic,
-            max_offsets_per_trigger or settings.max_offsets_per_trigger or None,
-            True,
-            spark_read_tasks=True,  # Spark's default: one read task per Kafka partition
-        )
+        stream_reader(spark, settings, topic, max_offsets_per_trigger or settings.max_offsets_per_trigger or None, True)
         .load()
         .writeStream.foreachBatch(batch)
         .option("checkpointLocation", f"{settings.checkpoint_root}/peer")

@@ -85,7 +85,7 @@ def append_available_now(spark: SparkSession, settings: Settings, topic: str) ->
     from spark_jobs.kafka_source import stream_reader
 
     query = (
-        stream_reader(spark, settings, topic, None, True, spark_read_tasks=True)
+        stream_reader(spark, settings, topic, None, True)
         .load()
         .select("topic", "partition", "offset", "timestamp", "timestampType", "key", "value")
         .writeStream.format("delta")
