@@ -65,6 +65,7 @@ from spark_jobs.retention import Loss, recorded_losses
 from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+from spark_jobs.spark import FrozenFrames
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -179,7 +180,8 @@ def run(
                     conn.rollback()
                     return None
                 spark = spark_factory()
-            report, buckets = _check_with_spark(spark, settings, cur, snapshot, run_id)
+            with FrozenFrames(spark) as frozen:
+                report, buckets = _check_with_spark(spark, settings, cur, snapshot, run_id, frozen)
         gaps, losses = _ledger_findings(cur)
         report = replace(
             report,
@@ -310,11 +312,12 @@ def _check_with_spark(
     cur,
     snapshot: Snapshot,
     run_id: str,  # noqa: ANN001
+    frozen: FrozenFrames,
 ) -> tuple[Report, dict[str, tuple[int, int]]]:
     """The full check at the snapshot's versions; the report and Delta sessions' buckets."""
     versions = snapshot.versions
     tables = {name: _at(spark, settings, name, versions[name]) for name in TABLE_SCHEMAS}
-    touched = _touched_since(spark, settings, snapshot.previous_versions, versions)
+    touched = _touched_since(spark, settings, snapshot.previous_versions, versions, frozen)
     to_check = list(snapshot.to_check)
     listed = {key(r) for r, _ in to_check}
     if touched.coordinates is not None:
@@ -332,7 +335,7 @@ def _check_with_spark(
         pairs = sessions_differing_from_postgres(tables["sessions"], buckets, cur)
         differences.append(SessionDifference.of("sinks", pairs))
     rules = ledger.stored_session_rules(cur) or settings.session_rules
-    anchored = _anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules).localCheckpoint(eager=True)
+    anchored = frozen.freeze(_anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules))
     checked = anchored.count()
     if checked:
         pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules)
@@ -362,7 +365,11 @@ class Touched:
 
 
 def _touched_since(
-    spark: SparkSession, settings: Settings, previous: dict[str, int] | None, versions: dict[str, int]
+    spark: SparkSession,
+    settings: Settings,
+    previous: dict[str, int] | None,
+    versions: dict[str, int],
+    frozen: FrozenFrames,
 ) -> Touched:
     """What the commits after ``previous`` touched, from the Delta log's add and remove actions."""
     from pyspark.sql import functions as F
@@ -381,7 +388,7 @@ def _touched_since(
         # unknown, so everything is checked.
         if files is None or not _all_exist(spark, path, files.added | files.changes):
             return Touched(None, None)
-        changes = _session_changes(spark, path, start, end) if name == "sessions" else None
+        changes = _session_changes(spark, path, start, end, frozen) if name == "sessions" else None
         if changes is not None:
             times.append(changes.select("entity_id", F.col("started_at").alias("arrival_time")))
             sessions_added = changes.where("_change_type IN ('insert', 'update_postimage')").select(*SESSION_COLUMNS)
@@ -454,7 +461,7 @@ def _changed_files(spark: SparkSession, table_path: str, after: int, upto: int) 
     return ChangedFiles(found["add"], found["remove"], exact, changes)
 
 
-def _session_changes(spark: SparkSession, path: str, after: int, upto: int) -> DataFrame | None:
+def _session_changes(spark: SparkSession, path: str, after: int, upto: int, frozen: FrozenFrames) -> DataFrame | None:
     """The sessions rows that commits ``after < v <= upto`` inserted, updated (before and after) and
     deleted, from the table's change data feed (``_change_type``); None when a commit in that range
     recorded none (a table from before the feed was on: maintenance turns it on)."""
@@ -468,7 +475,7 @@ def _session_changes(spark: SparkSession, path: str, after: int, upto: int) -> D
         .load(path)
     )
     try:
-        return changes.localCheckpoint(eager=True)
+        return frozen.freeze(changes)
     except AnalysisException as e:
         if "DELTA_MISSING_CHANGE_DATA" not in str(e):
             raise

@@ -11,7 +11,7 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 REQUIRED_JARS = ("spark-sql-kafka-0-10_2.13-", "delta-spark_4.2_2.13-", "kafka-clients-")
 S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
@@ -99,3 +99,36 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     if spark.sparkContext.getConf().get(LISTING_PARALLELISM) is None:
         spark.conf.set(LISTING_PARALLELISM, str(LISTING_TASKS_PER_CORE * spark.sparkContext.defaultParallelism))
     return spark
+
+
+class FrozenFrames:
+    """Frames one unit of work (a batch) freezes with ``localCheckpoint``, released when it ends.
+
+    A local checkpoint keeps its rows in the block manager (the driver's heap, when Spark runs in
+    local mode) until Spark's cleaner finds its RDD unreachable, which a driver that runs many
+    batches may not see in time: the 500-run soak's driver, one SparkSession for all runs, ran out
+    of heap at run 487. Released, a frame's rows are gone and its lineage is truncated, so it must
+    not be read again.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        self._context = spark.sparkContext._jsc.sc()
+        self._rdd_ids: list[int] = []
+
+    def freeze(self, df: DataFrame) -> DataFrame:
+        """``df`` computed now and kept as it is, whatever its sources become."""
+        frozen = df.localCheckpoint(eager=True)
+        self._rdd_ids.append(frozen._jdf.queryExecution().logical().rdd().id())
+        return frozen
+
+    def __enter__(self) -> FrozenFrames:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
+        # SparkContext.unpersistRDD is what RDD.unpersist calls after warning that a local
+        # checkpoint cannot be recomputed: frames are released on purpose, so without the warning.
+        while self._rdd_ids:
+            self._context.unpersistRDD(self._rdd_ids.pop(), False)

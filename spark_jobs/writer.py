@@ -35,6 +35,7 @@ from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+from spark_jobs.spark import FrozenFrames
 from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
@@ -121,6 +122,7 @@ class BatchWriter:
         self.results: list[BatchResult] = []
         self.failure: TidemarkError | None = None
         self._written: set[str] = set()  # IDs of the plans write_delta was called with
+        self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
         # A lake whose record tables this writer created holds nothing written before attempts
         # were recorded (ledger.write_floor).
         self._created_lake = set(RECORD_TABLES) <= set(delta.ensure_tables(spark, settings))
@@ -154,7 +156,10 @@ class BatchWriter:
         if recorded:
             self.results.append(BatchResult(self.pipeline, batch_id, ranges, 0, 0, 0, 0, 0, 0, skipped=True))
             return
-        result = self._write_new_batch(batch_df, batch_id, ranges)
+        try:
+            result = self._write_new_batch(batch_df, batch_id, ranges)
+        finally:
+            self._frozen.release()
         self.results.append(result)
         self.fault("after_postgres")
 
@@ -211,7 +216,8 @@ class BatchWriter:
         parsed = parse_records(batch_df)
         parsed = parsed.select(
             *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
-        ).localCheckpoint(eager=True)
+        )
+        parsed = self._frozen.freeze(parsed)
         held_in = self._held_counts(ranges)
         # Over every record, held ones too: the producer checks and the earliest valid arrival (the
         # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
@@ -227,7 +233,7 @@ class BatchWriter:
         )
         totals = summary
         if held_in:
-            held = delta.held(self.spark, self.settings, ranges).select(*COORDINATES).localCheckpoint(eager=True)
+            held = self._frozen.freeze(delta.held(self.spark, self.settings, ranges).select(*COORDINATES))
             parsed = parsed.join(held, list(COORDINATES), "left_anti")
             totals = parsed.agg(F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")).first()
         clock.lap("parse")
@@ -240,7 +246,7 @@ class BatchWriter:
         horizon = self.settings.dedupe_horizon_us
         since = None if horizon is None or summary["earliest_us"] is None else summary["earliest_us"] - horizon
         # Frozen before the writes change the tables it read.
-        ranked = dedupe.rank(candidates, events, since).localCheckpoint(eager=True)
+        ranked = self._frozen.freeze(dedupe.rank(candidates, events, since))
         counts = dedupe.count(ranked)
         clock.lap("dedupe")
 
@@ -331,7 +337,7 @@ class BatchWriter:
 
         sessions = self._read("sessions")
         since = counts.touched_since_us if displaced is None else None
-        entities = session_changes.entities(ranked, sessions, self.rules, displaced, since).localCheckpoint(eager=True)
+        entities = self._frozen.freeze(session_changes.entities(ranked, sessions, self.rules, displaced, since))
         summary = entities.agg(
             F.unix_micros(F.min("anchor")).alias("earliest"),  # UTC micros, never a local time
             F.count_if(F.col("partitions") > 1).alias("many_partitions"),
@@ -344,8 +350,8 @@ class BatchWriter:
         events = session_changes.events_since_anchors(
             self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
         )
-        compared = session_changes.compare(sessionize(events, self.rules), sessions, anchors, earliest).localCheckpoint(
-            eager=True
+        compared = self._frozen.freeze(
+            session_changes.compare(sessionize(events, self.rules), sessions, anchors, earliest)
         )
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
         return _SessionChanges(
@@ -464,34 +470,34 @@ def rebuild_sessions(
     from pyspark.sql import functions as F
 
     delta.ensure_tables(spark, settings)
-    events = delta.table(spark, settings.table_path("events")).toDF()
-    sessions = delta.table(spark, settings.table_path("sessions")).toDF()
-    if entities is not None:
-        named = F.broadcast(spark.createDataFrame([(e,) for e in entities], "entity_id string"))
-        events, sessions = events.join(named, "entity_id"), sessions.join(named, "entity_id")
-    anchors = (
-        events.select("entity_id", F.col("arrival_time").alias("anchor"))
-        .unionByName(sessions.select("entity_id", F.col("started_at").alias("anchor")))
-        .groupBy("entity_id")
-        .agg(F.min("anchor").alias("anchor"))
-        .localCheckpoint(eager=True)
-    )
-    recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules)
-    compared = session_changes.compare(recomputed, sessions, anchors).localCheckpoint(eager=True)
-    ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
-    with batch_commit(settings, lease) as cur:
-        delta.apply_session_changes(
-            spark,
-            settings.table_path("sessions"),
-            compared,
-            ops.get("update", 0) + ops.get("delete", 0),
-            ops.get("insert", 0),
+    with FrozenFrames(spark) as frozen:
+        events = delta.table(spark, settings.table_path("events")).toDF()
+        sessions = delta.table(spark, settings.table_path("sessions")).toDF()
+        if entities is not None:
+            named = F.broadcast(spark.createDataFrame([(e,) for e in entities], "entity_id string"))
+            events, sessions = events.join(named, "entity_id"), sessions.join(named, "entity_id")
+        anchors = frozen.freeze(
+            events.select("entity_id", F.col("arrival_time").alias("anchor"))
+            .unionByName(sessions.select("entity_id", F.col("started_at").alias("anchor")))
+            .groupBy("entity_id")
+            .agg(F.min("anchor").alias("anchor"))
         )
-        written = postgres.upsert_sessions(
-            cur,
-            postgres.text_rows(session_changes.surviving(compared), SESSION_COLUMNS),
-            postgres.text_rows(anchors, ("entity_id", "anchor")),
-        )
-        if entities is None:
-            ledger.record_session_rules(cur, settings.session_rules, "rebuild")
-    return written
+        recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules)
+        compared = frozen.freeze(session_changes.compare(recomputed, sessions, anchors))
+        ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
+        with batch_commit(settings, lease) as cur:
+            delta.apply_session_changes(
+                spark,
+                settings.table_path("sessions"),
+                compared,
+                ops.get("update", 0) + ops.get("delete", 0),
+                ops.get("insert", 0),
+            )
+            written = postgres.upsert_sessions(
+                cur,
+                postgres.text_rows(session_changes.surviving(compared), SESSION_COLUMNS),
+                postgres.text_rows(anchors, ("entity_id", "anchor")),
+            )
+            if entities is None:
+                ledger.record_session_rules(cur, settings.session_rules, "rebuild")
+        return written
