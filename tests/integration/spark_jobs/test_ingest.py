@@ -317,48 +317,37 @@ def test_a_batch_too_big_to_finish_is_planned_again_within_the_cap_and_the_topic
         ingest.run_scheduled(spark, settings, max_offsets_per_trigger=200, split_frozen_batch=True)
 
 
-def test_a_runs_later_batches_reuse_the_query_code_its_first_batches_compiled(spark, run, pg) -> None:
-    """Spark compiles each query's code once and keeps it in a cache; a batch compiles 200 to 300
-    classes, so a cache too small for one batch makes every batch compile them all again (seconds
-    per batch on 2 cores). Counted from Spark's own codegen metrics, not timed."""
+def test_a_runs_later_batches_reuse_compiled_code_and_hold_no_earlier_batchs_frames(spark, run, pg) -> None:
+    """What a driver keeps from batch to batch in a long run (a backlog under a cap, the soak).
+
+    Compiled code: Spark compiles each query's code once and keeps it in a cache; a batch compiles
+    200 to 300 classes, so a cache too small for one batch makes every batch compile them all again
+    (seconds per batch on 2 cores). Counted from Spark's own codegen metrics, not timed.
+
+    Frozen frames: a batch freezes its parsed records, ranking and session changes with
+    ``localCheckpoint``, whose rows stay in the block manager (the driver's heap, in local mode)
+    until released. Kept, they grew the soak's driver until it ran out of heap at run 487.
+    """
     settings, prefix = run
     spec = ProduceSpec(count=1_200, entities=30, duplicate_rate=0.05, malformed_rate=0.02, seed=5, id_prefix=prefix)
     produce(settings, spec, topic=settings.topic, partitions=3)
     metrics = getattr(spark._jvm.org.apache.spark.metrics.source, "CodegenMetrics$").__getattr__("MODULE$")
-    compiled = []  # classes compiled so far, at the end of each batch
-
-    def count_compiled(point: str) -> None:
-        if point == "after_postgres":
-            compiled.append(metrics.METRIC_COMPILATION_TIME().getCount())
-
-    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=300, fault=count_compiled)
-    assert len(results) >= 4 and sum(r.read for r in results) == 1_200
-    per_batch = [later - earlier for earlier, later in zip(compiled, compiled[1:], strict=False)]
-    # The last batches differ from the ones before only in their literals (offsets, times).
-    assert max(per_batch[-2:]) < 60, f"classes compiled per batch after the first: {per_batch}"
-
-
-def test_a_batch_releases_the_frames_it_froze_before_the_next_one_starts(spark, run, pg) -> None:
-    """A batch freezes its parsed records, ranking and session changes with ``localCheckpoint``; their
-    rows stay in the block manager (the driver's heap, in local mode) until released. A run of many
-    batches in one driver (a backlog under a cap, the soak) must not keep every batch's rows: the
-    500-run soak's driver ran out of heap at run 487."""
-    settings, prefix = run
-    spec = ProduceSpec(count=900, entities=30, duplicate_rate=0.05, malformed_rate=0.02, seed=8, id_prefix=prefix)
-    produce(settings, spec, topic=settings.topic, partitions=3)
 
     def frozen_rdds() -> int:
         persistent = spark.sparkContext._jsc.getPersistentRDDs().values()
         return sum(1 for rdd in persistent if rdd.rdd().isLocallyCheckpointed())
 
-    before = frozen_rdds()
-    held = []  # frozen frames still in memory at the end of each batch
+    frozen_before = frozen_rdds()
+    compiled, frozen = [], []  # classes compiled so far, and frames still held, at the end of each batch
 
-    def count_frozen(point: str) -> None:
+    def at_batch_end(point: str) -> None:
         if point == "after_postgres":
-            held.append(frozen_rdds() - before)
+            compiled.append(metrics.METRIC_COMPILATION_TIME().getCount())
+            frozen.append(frozen_rdds() - frozen_before)
 
-    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=300, fault=count_frozen)
-    assert len(results) >= 3 and sum(r.read for r in results) == 900
-    assert held == [0] * len(results), f"frozen frames held at the end of each batch: {held}"
-    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=300, fault=at_batch_end)
+    assert len(results) >= 4 and sum(r.read for r in results) == 1_200
+    per_batch = [later - earlier for earlier, later in zip(compiled, compiled[1:], strict=False)]
+    # The last batches differ from the ones before only in their literals (offsets, times).
+    assert max(per_batch[-2:]) < 60, f"classes compiled per batch after the first: {per_batch}"
+    assert frozen == [0] * len(results), f"frozen frames held at the end of each batch: {frozen}"
