@@ -454,8 +454,8 @@ def stage_soak(ctx: BenchContext) -> None:
         # A scheduled run is a process of its own; here all runs share one driver. py4j caches each
         # method Python calls on a JVM object in that object's proxy, and the method refers back to
         # it: a cycle, so the JVM objects a finished run used (its query, plans, datasets) stay
-        # referenced until Python's cycle collector runs. Without this the driver's live heap
-        # grew about 3.5 MB a run.
+        # referenced until Python's cycle collector runs: without this, 14 finished queries and 190
+        # query executions were alive at run 120 of a soak; with it, 1 and 44 at run 91.
         gc.collect()
         names = {step for r in results for step in r.seconds}
         steps.append({step: sum(r.seconds.get(step, 0.0) for r in results) for step in names})
