@@ -214,10 +214,11 @@ class BatchWriter:
         # Read and validated once. Only quarantined records keep their raw key and value.
         quarantined_flag = F.col("quarantine_reason").isNotNull()
         parsed = parse_records(batch_df)
-        parsed = parsed.select(
-            *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
+        parsed = self._frozen.freeze(
+            parsed.select(
+                *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
+            )
         )
-        parsed = self._frozen.freeze(parsed)
         held_in = self._held_counts(ranges)
         # Over every record, held ones too: the producer checks and the earliest valid arrival (the
         # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
