@@ -338,7 +338,7 @@ def _check_with_spark(
     anchored = frozen.freeze(_anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules))
     checked = anchored.count()
     if checked:
-        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules)
+        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules, frozen)
         if pairs:
             differences.append(SessionDifference.of("events", pairs))
     report = Report(run_id, checks, [], delta_sessions, snapshot.postgres_sessions, differences, checked)
@@ -703,7 +703,7 @@ def _anchors_to_recompute(
 
 
 def sessions_differing_from_events(
-    events: DataFrame, sessions: DataFrame, anchored: DataFrame, rules: SessionRules
+    events: DataFrame, sessions: DataFrame, anchored: DataFrame, rules: SessionRules, frozen: FrozenFrames
 ) -> list[tuple[str, str]]:
     """(entity_id, session_id) where Delta ``sessions`` differ from a recompute of the ``anchored``
     entities' events, each from its anchor on (files before the earliest anchor are skipped)."""
@@ -716,7 +716,7 @@ def sessions_differing_from_events(
     named = F.broadcast(anchored)
     since = events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(earliest)))
     recomputed = sessionize(
-        since.join(named, "entity_id").where("arrival_time >= anchor").select(*SESSIONIZE_COLUMNS), rules
+        since.join(named, "entity_id").where("arrival_time >= anchor").select(*SESSIONIZE_COLUMNS), rules, frozen
     )
     stored = (
         sessions.where(F.col("started_at") >= F.timestamp_micros(F.lit(earliest)))

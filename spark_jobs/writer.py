@@ -352,7 +352,7 @@ class BatchWriter:
             self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
         )
         compared = self._frozen.freeze(
-            session_changes.compare(sessionize(events, self.rules), sessions, anchors, earliest)
+            session_changes.compare(sessionize(events, self.rules, self._frozen), sessions, anchors, earliest)
         )
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
         return _SessionChanges(
@@ -483,7 +483,7 @@ def rebuild_sessions(
             .groupBy("entity_id")
             .agg(F.min("anchor").alias("anchor"))
         )
-        recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules)
+        recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules, frozen)
         compared = frozen.freeze(session_changes.compare(recomputed, sessions, anchors))
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
         with batch_commit(settings, lease) as cur:

@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from spark_jobs.settings import Settings
 from tidemark.bench import profile
@@ -29,6 +30,9 @@ from tidemark.bench.workloads import (
     spark_submit,
     steady_events,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
 
 UPDATE_FRACTION = 0.10
 NEEDS_MAIN_TOPIC = {"b1", "b2", "b2l", "peer", "p1", "replay", "empty", "pg"}
@@ -397,6 +401,7 @@ def stage_hotkey(ctx: BenchContext) -> None:
     from pyspark.sql import functions as F
 
     from spark_jobs.sessionize import sessionize
+    from spark_jobs.spark import FrozenFrames
 
     n = ctx.options.hotkey_events
     cases = (
@@ -407,13 +412,14 @@ def stage_hotkey(ctx: BenchContext) -> None:
     inputs = {key: steady_events(ctx.spark, count, entities) for key, _, count, entities in cases}
     ms = {key: ctx.record.measurement(key, label, count) for key, label, count, _ in cases}
     rules = ctx.settings.session_rules
+
+    def sessions_of(events: DataFrame) -> Row:  # as the writer runs it: burst summaries frozen, then released
+        with FrozenFrames(ctx.spark) as frozen:
+            return sessionize(events, rules, frozen).agg(F.count("*"), F.sum("event_count")).first()
+
     for _ in range(ctx.options.repeat):
         for key, _, count, _ in cases:
-            row = ctx.record.measure(
-                ms[key],
-                lambda k=key: sessionize(inputs[k], rules).agg(F.count("*"), F.sum("event_count")).first(),
-                lambda r: f"{r[0]:,} sessions",
-            )
+            row = ctx.record.measure(ms[key], lambda k=key: sessions_of(inputs[k]), lambda r: f"{r[0]:,} sessions")
             ensure(row[1] == count, f"{key}: the sessions hold {row[1]} of {count} events")
             ms[key].details = {"sessions": row[0]}
     for events in inputs.values():

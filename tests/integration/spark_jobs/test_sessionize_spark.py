@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from spark_jobs.sessionize import SESSION_COLUMNS, SessionRules, session_id, sessionize, split_sessions
+from spark_jobs.spark import FrozenFrames
 from tests.integration.spark_jobs.checks import stages_run
 
 
@@ -33,9 +36,9 @@ def reference_sessions(rows: list[tuple], rules: SessionRules) -> set[tuple]:
     return sessions
 
 
-def test_spark_sessions_equal_the_python_reference(spark) -> None:
-    rules = SessionRules(gap=timedelta(minutes=30), max_length=timedelta(hours=2))
-    generator = random.Random(7)
+def random_rows(seed: int) -> list[tuple]:
+    """(entity_id, arrival_time, partition, offset, event_time) of 25 entities with every kind of boundary."""
+    generator = random.Random(seed)
     base = datetime(2026, 2, 1, tzinfo=UTC)
     rows = []
     for e in range(25):
@@ -46,18 +49,50 @@ def test_spark_sessions_equal_the_python_reference(spark) -> None:
             clock += timedelta(minutes=step)
             event_time = clock - timedelta(minutes=generator.randint(0, 300))  # late, out of order
             rows.append((f"entity-{e}", clock, generator.randint(0, 2), i, event_time))
+    return rows
+
+
+def spark_sessions(spark, rows: list[tuple], rules: SessionRules, frozen: FrozenFrames | None) -> tuple[set, str]:
+    """sessionize's sessions of ``rows``, and its optimized plan."""
     df = spark.createDataFrame(
         rows, "entity_id string, arrival_time timestamp, partition int, offset long, event_time timestamp"
     )
-    actual = {
+    result = sessionize(df, rules, frozen)
+    sessions = {
         tuple(r[c].astimezone(UTC) if isinstance(r[c], datetime) else r[c] for c in SESSION_COLUMNS)
-        for r in sessionize(df, rules).collect()
+        for r in result.collect()
     }
+    return sessions, result._jdf.queryExecution().optimizedPlan().toString()
+
+
+@pytest.mark.parametrize("freeze", [False, True], ids=["lazy", "frozen"])
+def test_spark_sessions_equal_the_python_reference(spark, freeze: bool) -> None:
+    rules = SessionRules(gap=timedelta(minutes=30), max_length=timedelta(hours=2))
+    rows = random_rows(7)
+    with FrozenFrames(spark) as frozen:
+        actual, plan = spark_sessions(spark, rows, rules, frozen if freeze else None)
     expected = reference_sessions(rows, rules)
     assert any(n > 1 for *_, n, _ in expected), "the data should have multi-record sessions"
     unlimited = SessionRules(gap=rules.gap, max_length=timedelta(days=1000))
     assert len(reference_sessions(rows, unlimited)) < len(expected), "the data should hit the maximum length"
     assert actual == expected
+    assert "Generate" in plan, "long bursts are cut by the fold's starts, exploded"
+
+
+def test_frozen_sessions_plan_no_cut_of_long_bursts_when_there_is_none(spark) -> None:
+    """The usual batch has no burst as long as the maximum length: with its burst summaries frozen,
+    sessionize leaves the cut out of the plan (it would read every record again), and its sessions
+    are still the reference's."""
+    rules = SessionRules(gap=timedelta(minutes=30), max_length=timedelta(days=30))
+    rows = random_rows(11)
+    expected = reference_sessions(rows, rules)
+    assert any(n > 1 for *_, n, _ in expected), "the data should have multi-record sessions"
+    with FrozenFrames(spark) as frozen:
+        actual, plan = spark_sessions(spark, rows, rules, frozen)
+        _, lazy_plan = spark_sessions(spark, rows, rules, None)
+    assert actual == expected
+    assert "Generate" not in plan
+    assert "Generate" in lazy_plan, "without frozen summaries the cut is planned whatever the data"
 
 
 def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark, tmp_path) -> None:
