@@ -108,13 +108,12 @@ def sessionize(events: DataFrame, rules: SessionRules, frozen: FrozenFrames | No
     # Each burst summarized; the rows are already partitioned by entity, so this adds no shuffle.
     summaries = _summarize(bursts, ["entity_id", "burst"])
     span = F.unix_micros("ended_at") - F.unix_micros("started_at")
-    has_long = True
     if frozen is not None:
         summaries = frozen.freeze(summaries)
-        has_long = not summaries.where(span >= max_us).isEmpty()
+    long_summaries = summaries.where(span >= max_us)
     sessions = summaries.where(span < max_us).drop("burst")
-    if has_long:
-        sessions = sessions.unionByName(_cut_long_bursts(bursts, summaries.where(span >= max_us), max_us))
+    if frozen is None or not long_summaries.isEmpty():
+        sessions = sessions.unionByName(_cut_long_bursts(bursts, long_summaries, max_us))
     return (
         sessions.withColumn(
             "duration_seconds",
