@@ -17,6 +17,8 @@ def _with_client_options(reader, settings: Settings):  # noqa: ANN001, ANN202 - 
     from spark_jobs.kafka_clients import java_options
 
     reader = reader.format("kafka").option("kafka.bootstrap.servers", settings.bootstrap_servers)
+    if settings.read_task_records:  # a large partition's range is read by several tasks
+        reader = reader.option("maxRecordsPerPartition", str(settings.read_task_records))
     # The user's options in the Java client's names; isolation.level is always read_committed: records
     # of aborted producer transactions must never reach a sink (docs/design.md, "Message contract").
     for key, value in java_options(settings.kafka_options).items():

@@ -119,6 +119,10 @@ class Settings:
     # Records per scheduled batch at most (Spark's maxOffsetsPerTrigger); 0: no cap. Sized so one
     # batch finishes on the embedded machine (2 cores, a 2 GiB driver) well inside the task timeout.
     max_offsets_per_trigger: int = 500_000
+    # Kafka records per Spark read task at most (the Kafka source's maxRecordsPerPartition); 0: one
+    # task per Kafka partition. Parsing is a batch's heaviest scan, and a few large partitions on a
+    # few cores leave cores idle (3 partitions on 2 cores: the third runs alone after the first two).
+    read_task_records: int = 25_000
     # Dedupe horizon: a record is compared with the stored copies of its event_id that arrived at most
     # this many days before the batch's earliest record (0: with every stored copy, unbounded). A copy
     # arriving later than that after the first is accepted as a new event (docs/design.md, "Dedupe").
@@ -181,6 +185,7 @@ class Settings:
             writer_heartbeat_seconds=_number(env, "TIDEMARK_WRITER_HEARTBEAT_SECONDS", 30.0),
             producer_alert_threshold=_count(env, "TIDEMARK_PRODUCER_ALERT_THRESHOLD", 0),
             max_offsets_per_trigger=_count(env, "TIDEMARK_MAX_OFFSETS_PER_TRIGGER", 500_000),
+            read_task_records=_count(env, "TIDEMARK_READ_TASK_RECORDS", 25_000),
             dedupe_horizon_days=_horizon(env),
             vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", 168.0),
             history_days=_number(env, "TIDEMARK_HISTORY_DAYS", 90.0),
@@ -216,6 +221,7 @@ class Settings:
             "TIDEMARK_WRITER_HEARTBEAT_SECONDS": f"{self.writer_heartbeat_seconds:g}",
             "TIDEMARK_PRODUCER_ALERT_THRESHOLD": str(self.producer_alert_threshold),
             "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": str(self.max_offsets_per_trigger),
+            "TIDEMARK_READ_TASK_RECORDS": str(self.read_task_records),
             "TIDEMARK_DEDUPE_HORIZON_DAYS": f"{self.dedupe_horizon_days:g}",
             "TIDEMARK_VACUUM_RETAIN_HOURS": f"{self.vacuum_retain_hours:g}",
             "TIDEMARK_HISTORY_DAYS": f"{self.history_days:g}",

@@ -13,6 +13,7 @@ import pytest
 
 from spark_jobs import ingest
 from spark_jobs.errors import DataLossError, TopicError
+from spark_jobs.kafka_source import read_range
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
@@ -30,11 +31,16 @@ from tidemark.producer import ProduceSpec, produce
 
 def test_scheduled_run_then_backfills_of_the_same_range_leave_identical_sinks(spark, run, pg) -> None:
     settings, prefix = run
+    # Each Kafka partition's range is read by several Spark tasks (TIDEMARK_READ_TASK_RECORDS), as
+    # a large batch's is: the split must not change what a batch reads or writes.
+    settings = replace(settings, read_task_records=50)
     spec = ProduceSpec(
         count=900, entities=15, duplicate_rate=0.08, late_rate=0.1, malformed_rate=0.08, seed=21, id_prefix=prefix
     )
     report = produce(settings, spec, topic=settings.topic, partitions=3)
 
+    ranges = latest_ranges(settings, settings.topic)
+    assert read_range(spark, settings, ranges).rdd.getNumPartitions() >= report.committed // 50
     results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=400)
     assert len(results) >= 2, "maxOffsetsPerTrigger should split the run into several batches"
     assert sum(r.read for r in results) == report.committed
@@ -162,6 +168,8 @@ def test_a_crashed_run_retried_ends_exact_and_keeps_its_frozen_range(spark, run,
 
 def test_aborted_transactions_never_reach_a_sink(spark, run) -> None:
     settings, prefix = run
+    # Read tasks of 37 offsets: their ends fall on aborted records and transaction markers too.
+    settings = replace(settings, read_task_records=37)
     spec = ProduceSpec(count=600, entities=5, seed=9, id_prefix=prefix)
     report = produce(settings, spec, topic=settings.topic, partitions=2, transaction_size=50, abort_rate=0.4)
     assert report.aborted > 0

@@ -64,6 +64,7 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
             "TIDEMARK_SPARK_MASTER": "spark://master:7077",
             "TIDEMARK_SPARK_UI": "true",
             "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "0",
+            "TIDEMARK_READ_TASK_RECORDS": "0",
             "TIDEMARK_PRODUCER_ALERT_THRESHOLD": "25",
             "TIDEMARK_WRITER_HEARTBEAT_SECONDS": "5",
             "TIDEMARK_DEDUPE_HORIZON_DAYS": "unbounded",
@@ -72,6 +73,7 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
     assert Settings.from_env(settings.to_env()) == settings
     assert settings.dedupe_horizon_us is None
     assert settings.max_offsets_per_trigger == 0 and settings.producer_alert_threshold == 25
+    assert settings.read_task_records == 0
     assert settings.session_rules.gap.total_seconds() == 750
     assert settings.shuffle_partitions == 8 and settings.spark_ui
 
@@ -79,6 +81,7 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
 def test_a_scheduled_batch_is_capped_by_default(tmp_path: Path) -> None:
     settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
     assert settings.max_offsets_per_trigger == 500_000 and settings.producer_alert_threshold == 0
+    assert settings.read_task_records == 25_000
 
 
 def test_the_dedupe_horizon_is_30_days_unless_set(tmp_path: Path) -> None:
@@ -104,6 +107,7 @@ def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
         ({"TIDEMARK_SESSION_GAP_MINUTES": "120", "TIDEMARK_SESSION_MAX_HOURS": "1"}, "shorter than the gap"),
         ({"TIDEMARK_SHUFFLE_PARTITIONS": "0"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
         ({"TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "lots"}, "TRIGGER='lots' must be a whole number"),
+        ({"TIDEMARK_READ_TASK_RECORDS": "some"}, "TIDEMARK_READ_TASK_RECORDS='some' must be a whole number"),
         ({"TIDEMARK_PRODUCER_ALERT_THRESHOLD": "-1"}, "TIDEMARK_PRODUCER_ALERT_THRESHOLD='-1' must be a whole number"),
         ({"TIDEMARK_WRITER_HEARTBEAT_SECONDS": "0"}, "TIDEMARK_WRITER_HEARTBEAT_SECONDS='0' must be positive"),
         ({"TIDEMARK_DEDUPE_HORIZON_DAYS": "forever"}, "set a number of days .* or unbounded"),
