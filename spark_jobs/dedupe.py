@@ -61,11 +61,14 @@ def rank(candidates: DataFrame, events: DataFrame, stored_since_us: int | None =
         .select(*[payload[c].alias(c) if c in payload else c for c in EVENT_COLUMNS], F.lit(False).alias("in_batch"))
     )
     by_event = Window.partitionBy("event_id")
-    by_record = Window.partitionBy("event_id", "topic", "partition", "offset")
+    in_order = by_event.orderBy(*ARRIVAL_ORDER)
+    # The copies of one record (stored and replayed) are the peers of a row in arrival order: the
+    # coordinates decide the arrival time. So every window shares one sort by (event_id, arrival).
+    by_record = in_order.rangeBetween(Window.currentRow, Window.currentRow)
     stored_first = F.max(~F.col("in_batch") & (F.col("rank") == 1)).over(by_event)
     return (
         batch.unionByName(stored)
-        .withColumn("rank", F.dense_rank().over(by_event.orderBy(*ARRIVAL_ORDER)))
+        .withColumn("rank", F.dense_rank().over(in_order))
         .withColumn("has_stored", F.max(~F.col("in_batch")).over(by_event))
         .withColumn("stored_here", F.max(~F.col("in_batch")).over(by_record))
         .withColumn("new", F.col("in_batch") & (F.col("rank") == 1) & ~stored_first)

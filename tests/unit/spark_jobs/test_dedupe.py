@@ -143,3 +143,13 @@ def test_the_lookup_reads_only_the_stored_columns_the_ranking_uses(spark_session
     ]  # fmt: skip
     assert offsets(dedupe.takeovers(ranked)) == [1]
     assert [tuple(row) for row in dedupe.displaced(ranked).collect()] == [("t", 0, 0)]
+
+
+def test_the_ranking_sorts_its_rows_once(spark_session) -> None:
+    # Every window of the ranking partitions by event_id; the copies of one record are found as
+    # peers in arrival order, so no second sort by coordinates is planned.
+    ranked = dedupe.rank(events(spark_session, [(1, 0, "e1", "b")]), events(spark_session, [(0, 10, "e1", "a")]))
+    plan = ranked._jdf.queryExecution().executedPlan().toString()
+    window_sorts = [line for line in plan.splitlines() if " Sort [" in line and "offset" in line]
+    assert len(window_sorts) == 1, plan  # the lookup's semi-join sorts by event_id alone
+    assert offsets(dedupe.takeovers(ranked)) == [1]
