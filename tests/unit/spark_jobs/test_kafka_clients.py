@@ -87,3 +87,26 @@ def test_the_settings_hand_each_client_its_options() -> None:
     settings = Settings.from_env({f"TIDEMARK_KAFKA_OPT_{k.upper().replace('.', '_')}": v for k, v in SCRAM.items()})
     config = settings.kafka_client_config(**{"group.id": "g"})
     assert config["sasl.username"] == "tidemark" and config["group.id"] == "g"
+
+
+def test_the_spark_source_reads_committed_records_in_split_tasks_without_waiting_at_the_end() -> None:
+    from spark_jobs.kafka_source import FETCH_MAX_WAIT_MS, source_options
+
+    options = source_options(Settings.from_env({"TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": "broker:9092"}))
+
+    assert options == {
+        "kafka.bootstrap.servers": "broker:9092",
+        "maxRecordsPerPartition": "25000",
+        "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+        "kafka.isolation.level": "read_committed",
+    }
+
+
+def test_the_users_fetch_wait_and_an_unsplit_read_are_kept() -> None:
+    from spark_jobs.kafka_source import source_options
+
+    env = {"TIDEMARK_KAFKA_OPT_JAVA_FETCH_MAX_WAIT_MS": "300", "TIDEMARK_READ_TASK_RECORDS": "0"}
+    options = source_options(Settings.from_env(env))
+
+    assert options["kafka.fetch.max.wait.ms"] == "300"
+    assert "maxRecordsPerPartition" not in options
