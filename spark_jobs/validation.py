@@ -25,6 +25,17 @@ _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
 _JSON_WHITESPACE = " \t\r\n"
 
 
+# Spark's JSON parsers (``parse_json`` included) stop after the first document and ignore what
+# follows, so ``{...}\n{...}`` (two events in one value) parsed as its first event and the second
+# vanished. The value is wrapped twice: in ``[...]`` it must be an array of exactly one element, and
+# in ``{"k": ...}`` an object. Text after the document breaks the array (no comma; a comma makes a
+# second element) unless it starts with ``]``, which breaks the object.
+_TEXT_AFTER_THE_DOCUMENT = (
+    "json_array_length(concat('[', text, ']')) IS DISTINCT FROM 1 "
+    """OR json_object_keys(concat('{"k":', text, '}')) IS NULL"""
+)
+
+
 def _reason_sql() -> str:
     """One SQL CASE naming the first contract violation of a row, NULL when there is none.
 
@@ -41,6 +52,7 @@ def _reason_sql() -> str:
         ("value IS NULL", "'null_value'"),
         ("NOT is_valid_utf8(text)", "'not_utf8'"),
         ("doc IS NULL", "'invalid_json'"),
+        (_TEXT_AFTER_THE_DOCUMENT, "'invalid_json: text after the JSON object'"),
         # The document parsed, so it is an object exactly when its first character is '{'.
         (f"NOT startswith(TRIM(LEADING '{_JSON_WHITESPACE}' FROM text), '{{')", "'not_an_object'"),
     ]

@@ -50,11 +50,18 @@ class Record:
 
     def value(self) -> bytes:
         if self.event_id is None:
-            return b'{"event_id": "broken", "entity_id": ' if self.offset % 2 else b"not json at all"
+            # Not JSON; cut off; or two whole events in one value (Spark's parser reads only the first).
+            # Chosen by the (random) event time: the offset is not known yet when the value is produced.
+            name = f"packed{self.event_time_ms}"
+            packed = self._json(name) + b"\n" + self._json(f"{name}b")
+            return (b"not json at all", b'{"event_id": "broken", "entity_id": ', packed)[self.event_time_ms // 1000 % 3]
+        return self._json(self.event_id)
+
+    def _json(self, event_id: str) -> bytes:
         event_time = datetime.fromtimestamp(self.event_time_ms / 1000, UTC)
         return json.dumps(
             {
-                "event_id": self.event_id,
+                "event_id": event_id,
                 "entity_id": self.entity_id,
                 "event_type": "click",
                 "event_time": event_time.isoformat(timespec="milliseconds"),

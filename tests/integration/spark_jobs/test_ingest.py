@@ -6,6 +6,7 @@ PostgreSQL rows are always filtered by the test's entity prefix.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -274,6 +275,37 @@ def test_a_batch_of_only_malformed_records_is_quarantined_and_recorded(spark, ru
     assert_offset_coverage(spark, settings, report.committed)
     assert delta_rows(spark, settings, "sessions") == []
     assert ingest.run_scheduled(spark, settings) == [], "the batch should be in the ledger"
+
+
+def test_a_value_holding_two_events_is_quarantined_not_half_accepted(spark, run, pg) -> None:
+    """A producer that packs newline-delimited events into one value: the whole value is quarantined.
+
+    Spark's JSON parser stops after the first document, so such a value used to pass as its first
+    event while the second vanished, and the counts still agreed (one record, one row).
+    """
+    from confluent_kafka import Producer
+
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1)
+    first, second = (
+        {"event_id": f"{prefix}{name}", "entity_id": f"{prefix}user", "event_type": "click",
+         "event_time": "2026-03-01T12:00:00+00:00"}
+        for name in ("E1", "E2")
+    )  # fmt: skip
+    values = [json.dumps(first), json.dumps(first) + "\n" + json.dumps(second)]
+    producer = Producer(settings.kafka_client_config())
+    for value in values:
+        producer.produce(settings.topic, key=f"{prefix}user".encode(), value=value.encode())
+    assert producer.flush(30) == 0
+
+    results = ingest.run_scheduled(spark, settings)
+    assert [(r.read, r.accepted, r.quarantined) for r in results] == [(2, 1, 1)]
+    quarantined = delta_rows(spark, settings, "quarantine")
+    assert [(row["offset"], row["reason"], bytes(row["value"]).decode()) for row in quarantined] == [
+        (1, "invalid_json: text after the JSON object", values[1])
+    ]
+    assert [row["event_id"] for row in delta_rows(spark, settings, "events")] == [f"{prefix}E1"]
+    assert_offset_coverage(spark, settings, 2)
 
 
 def test_a_backfill_of_some_partitions_reads_only_those(spark, run, pg) -> None:

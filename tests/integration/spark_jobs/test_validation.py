@@ -51,3 +51,30 @@ def test_whitespace_around_a_document_is_allowed_and_only_objects_pass(spark) ->
     assert rows[0]["quarantine_reason"] is None
     assert (rows[0]["event_id"], rows[0]["properties"]) == ("e1", '{"a":[1,2]}')
     assert [rows[offset]["quarantine_reason"] for offset in (1, 2, 3)] == ["not_an_object"] * 3
+
+
+def test_text_after_the_object_makes_the_value_invalid_json(spark) -> None:
+    """Spark's JSON parsers stop after the first document; a value is one document, or quarantined."""
+    body = '{"event_id": "e1", "entity_id": "u1", "event_type": "click", "event_time": "2026-03-01T00:00:00+00:00"}'
+    values = {
+        0: body + " \n",
+        1: body + "\n" + body.replace("e1", "e2"),  # two events in one value (newline-delimited)
+        2: body + body,
+        3: body + ", " + body,
+        4: body + ",",
+        5: body + " x",
+        6: body + "] [" + body,  # closes the brackets a check might wrap the value in
+        7: body + "} {" + body,
+        8: body + ' "}"',
+    }
+    arrival = datetime(2026, 3, 1, tzinfo=UTC)
+    raw = spark.createDataFrame(
+        [("events", 0, offset, arrival, b"u1", value.encode()) for offset, value in values.items()],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
+
+    assert reasons[0] is None
+    assert {offset: reasons[offset] for offset in values if offset} == {
+        offset: "invalid_json: text after the JSON object" for offset in values if offset
+    }
