@@ -78,3 +78,20 @@ def test_text_after_the_object_makes_the_value_invalid_json(spark) -> None:
     assert {offset: reasons[offset] for offset in values if offset} == {
         offset: "invalid_json: text after the JSON object" for offset in values if offset
     }
+
+
+def test_properties_are_kept_as_the_variant_writes_them_back(spark) -> None:
+    """What docs/design.md ("Message contract") tells producers about `properties`' numbers."""
+    properties = '{"z": 2.50, "a": 1E2, "big": 123456789012345678901234567890123456789012, "huge": 1e400}'
+    value = (
+        '{"event_id": "e1", "entity_id": "u1", "event_type": "click", '
+        f'"event_time": "2026-03-01T00:00:00+00:00", "properties": {properties}}}'
+    )
+    raw = spark.createDataFrame(
+        [("events", 0, 0, datetime(2026, 3, 1, tzinfo=UTC), b"u1", value.encode())],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    [row] = parse_records(raw).collect()
+
+    assert row["quarantine_reason"] is None
+    assert row["properties"] == '{"a":100.0,"big":1.2345678901234568E41,"huge":"Infinity","z":2.5}'
