@@ -62,6 +62,7 @@ def _reason_sql() -> str:
     checks += [
         ("length(s_event_id) = 0", "'missing_field: event_id is empty'"),
         ("length(s_entity_id) = 0", "'missing_field: entity_id is empty'"),
+        ("length(s_event_type) = 0", "'missing_field: event_type is empty'"),
         ("contains(s_entity_id, chr(0))", "'bad_entity_id: entity_id contains a NUL character'"),
         (
             f"octet_length(s_entity_id) > {MAX_ENTITY_ID_BYTES}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from spark_jobs.validation import parse_records
@@ -95,3 +96,24 @@ def test_properties_are_kept_as_the_variant_writes_them_back(spark) -> None:
 
     assert row["quarantine_reason"] is None
     assert row["properties"] == '{"a":100.0,"big":1.2345678901234568E41,"huge":"Infinity","z":2.5}'
+
+
+def test_empty_identifying_fields_are_missing_fields(spark) -> None:
+    """The contract's event_id, entity_id and event_type are non-empty strings."""
+    event = {"event_id": "e1", "entity_id": "u1", "event_type": "click", "event_time": "2026-03-01T00:00:00+00:00"}
+    values = {0: event, 1: {**event, "event_id": ""}, 2: {**event, "entity_id": ""}, 3: {**event, "event_type": ""}}
+    raw = spark.createDataFrame(
+        [
+            ("events", 0, offset, datetime(2026, 3, 1, tzinfo=UTC), v["entity_id"].encode(), json.dumps(v).encode())
+            for offset, v in values.items()
+        ],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
+
+    assert reasons == {
+        0: None,
+        1: "missing_field: event_id is empty",
+        2: "missing_field: entity_id is empty",
+        3: "missing_field: event_type is empty",
+    }
