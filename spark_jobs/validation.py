@@ -27,12 +27,13 @@ _JSON_WHITESPACE = " \t\r\n"
 
 # Spark's JSON parsers (``parse_json`` included) stop after the first document and ignore what
 # follows, so ``{...}\n{...}`` (two events in one value) parsed as its first event and the second
-# vanished. The value is wrapped twice: in ``[...]`` it must be an array of exactly one element, and
-# in ``{"k": ...}`` an object. Text after the document breaks the array (no comma; a comma makes a
-# second element) unless it starts with ``]``, which breaks the object.
+# vanished. Wrapped in ``[...]``, the value must be an array of exactly one element: text after the
+# document breaks it (no comma) or adds an element (a comma), unless that text starts with ``]``.
+# Only a value holding a ``]`` can do that; those are also wrapped in ``{"k": ...}``, which such
+# text breaks. (Each wrap is one more parse of the value.)
 _TEXT_AFTER_THE_DOCUMENT = (
     "json_array_length(concat('[', text, ']')) IS DISTINCT FROM 1 "
-    """OR json_object_keys(concat('{"k":', text, '}')) IS NULL"""
+    """OR (contains(text, ']') AND json_object_keys(concat('{"k":', text, '}')) IS NULL)"""
 )
 
 
