@@ -1,4 +1,4 @@
-"""Every kind of malformed record the producer makes is quarantined with its own reason (Spark)."""
+"""The message contract on real Spark: every malformed kind gets its own reason, valid records pass."""
 
 from __future__ import annotations
 
@@ -8,14 +8,20 @@ from datetime import UTC, datetime
 from spark_jobs.validation import parse_records
 from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
 
+ARRIVAL = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+def kafka_rows(spark, records: dict[int, tuple[bytes | None, bytes]]):  # noqa: ANN201 - a DataFrame
+    """Rows as Spark's Kafka source gives them: offset -> (key, value), one partition, one arrival."""
+    return spark.createDataFrame(
+        [("events", 0, offset, ARRIVAL, key, value) for offset, (key, value) in records.items()],
+        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
+    )
+
 
 def test_each_malformed_kind_gets_its_reason_and_valid_records_pass(spark) -> None:
     records = list(generate(ProduceSpec(count=1500, entities=20, malformed_rate=0.4, late_rate=0.1, seed=3)))
-    arrival = datetime(2026, 3, 1, tzinfo=UTC)
-    raw = spark.createDataFrame(
-        [("events", 0, offset, arrival, r.key, r.value) for offset, r in enumerate(records)],
-        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
-    )
+    raw = kafka_rows(spark, {offset: (r.key, r.value) for offset, r in enumerate(records)})
     reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
 
     assert len(reasons) == len(records)  # nothing dropped
@@ -42,11 +48,7 @@ def test_whitespace_around_a_document_is_allowed_and_only_objects_pass(spark) ->
         2: "\t 42 ",
         3: '"a string"',
     }
-    arrival = datetime(2026, 3, 1, tzinfo=UTC)
-    raw = spark.createDataFrame(
-        [("events", 0, offset, arrival, b"u1", value.encode()) for offset, value in values.items()],
-        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
-    )
+    raw = kafka_rows(spark, {offset: (b"u1", value.encode()) for offset, value in values.items()})
     rows = {row["offset"]: row for row in parse_records(raw).collect()}
 
     assert rows[0]["quarantine_reason"] is None
@@ -68,11 +70,7 @@ def test_text_after_the_object_makes_the_value_invalid_json(spark) -> None:
         7: body + "} {" + body,
         8: body + ' "}"',
     }
-    arrival = datetime(2026, 3, 1, tzinfo=UTC)
-    raw = spark.createDataFrame(
-        [("events", 0, offset, arrival, b"u1", value.encode()) for offset, value in values.items()],
-        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
-    )
+    raw = kafka_rows(spark, {offset: (b"u1", value.encode()) for offset, value in values.items()})
     reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
 
     assert reasons[0] is None
@@ -88,10 +86,7 @@ def test_properties_are_kept_as_the_variant_writes_them_back(spark) -> None:
         '{"event_id": "e1", "entity_id": "u1", "event_type": "click", '
         f'"event_time": "2026-03-01T00:00:00+00:00", "properties": {properties}}}'
     )
-    raw = spark.createDataFrame(
-        [("events", 0, 0, datetime(2026, 3, 1, tzinfo=UTC), b"u1", value.encode())],
-        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
-    )
+    raw = kafka_rows(spark, {0: (b"u1", value.encode())})
     [row] = parse_records(raw).collect()
 
     assert row["quarantine_reason"] is None
@@ -102,13 +97,7 @@ def test_empty_identifying_fields_are_missing_fields(spark) -> None:
     """The contract's event_id, entity_id and event_type are non-empty strings."""
     event = {"event_id": "e1", "entity_id": "u1", "event_type": "click", "event_time": "2026-03-01T00:00:00+00:00"}
     values = {0: event, 1: {**event, "event_id": ""}, 2: {**event, "entity_id": ""}, 3: {**event, "event_type": ""}}
-    raw = spark.createDataFrame(
-        [
-            ("events", 0, offset, datetime(2026, 3, 1, tzinfo=UTC), v["entity_id"].encode(), json.dumps(v).encode())
-            for offset, v in values.items()
-        ],
-        "topic string, partition int, offset long, timestamp timestamp, key binary, value binary",
-    )
+    raw = kafka_rows(spark, {offset: (v["entity_id"].encode(), json.dumps(v).encode()) for offset, v in values.items()})
     reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
 
     assert reasons == {
