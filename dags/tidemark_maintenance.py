@@ -3,11 +3,12 @@
 
 Daily (``TIDEMARK_MAINTENANCE_SCHEDULE``, a cron expression, UTC), keep the lake and the ledger
 database as fast in month six as in week one: ``spark_jobs/maintenance.py`` compacts each Delta
-table's small files (``OPTIMIZE``, holding the writer lock one table at a time, so an ingest waits
-for one table at most), writes a Delta log checkpoint, VACUUMs files no version younger than
-``TIDEMARK_VACUUM_RETAIN_HOURS`` (168) needs, and prunes reconcile history older than
-``TIDEMARK_HISTORY_DAYS`` (90). No row changes: compaction rewrites files, not data, and
-reconcile passes after it as before.
+table's files smaller than ``TIDEMARK_COMPACT_TARGET_MB`` (128) into files of up to that size
+(``OPTIMIZE``, holding the writer lock one table at a time, so an ingest waits for one table at
+most; a full file is never rewritten, so neither is all of history), writes a Delta log
+checkpoint, VACUUMs files no version younger than ``TIDEMARK_VACUUM_RETAIN_HOURS`` (168) needs,
+and prunes reconcile history older than ``TIDEMARK_HISTORY_DAYS`` (90). No row changes:
+compaction rewrites files, not data, and reconcile passes after it as before.
 """
 
 from __future__ import annotations

@@ -4,9 +4,14 @@ Every batch commits a few small files to each Delta table and a reconcile run's 
 PostgreSQL. Nothing else ever removes them, so :func:`maintain` (the ``tidemark_maintenance`` DAG,
 ``tidemark maintain``) does, per Delta table:
 
-1. **compaction** (``OPTIMIZE``): small files rewritten into few large ones. It holds the writer
-   lock, one table at a time: a batch's MERGE that read files a compaction removed would fail and
-   be retried, so the two do not overlap; a waiting ingest waits one table's compaction at most;
+1. **compaction** (``OPTIMIZE``): files smaller than ``TIDEMARK_COMPACT_TARGET_MB`` (128) rewritten
+   into files of up to that size; a file of that size is never rewritten (:func:`compact`). So a
+   maintenance rewrites what the batches since the last one wrote and at most one file that is not
+   full yet, not all of history; and the rows of older files are never packed into one file with
+   new ones, which keeps Delta's per-file ``arrival_time`` ranges apart: a batch's dedupe lookup
+   reads the files of its horizon and skips the others. It holds the writer lock, one table at a
+   time: a batch's MERGE that read files a compaction removed would fail and be retried, so the two
+   do not overlap; a waiting ingest waits one table's compaction at most;
 2. **a log checkpoint**, so readers replay a short log instead of every commit since the last one;
 3. **VACUUM** of files no version younger than ``TIDEMARK_VACUUM_RETAIN_HOURS`` (168, Delta's
    default) still needs. Delta takes the retention from the table's
@@ -82,6 +87,28 @@ def stored_files(spark: SparkSession, path: str) -> int:
     return count
 
 
+# Delta's OPTIMIZE: files smaller than the first are compacted into files of up to the second
+# (both 1 GiB by default: a table smaller than that was rewritten whole by every maintenance).
+COMPACTION_SIZES = ("spark.databricks.delta.optimize.minFileSize", "spark.databricks.delta.optimize.maxFileSize")
+
+
+def compact(spark: SparkSession, path: str, target_bytes: int) -> None:
+    """OPTIMIZE the table: its files smaller than ``target_bytes`` are packed into files of up to
+    ``target_bytes``; larger files stay as they are. Delta packs the small files in order of size,
+    so a compaction mixes only the files written since the last one and those not full yet."""
+    previous = {key: spark.conf.get(key, None) for key in COMPACTION_SIZES}
+    for key in COMPACTION_SIZES:
+        spark.conf.set(key, str(target_bytes))
+    try:
+        delta.table(spark, path).optimize().executeCompaction()
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
 def checkpoint(spark: SparkSession, path: str) -> None:
     """Write a Delta log checkpoint of the table's latest version."""
     jvm = spark.sparkContext._jvm
@@ -96,7 +123,7 @@ def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> Main
         path = settings.table_path(name)
         with single_writer(settings, f"{PIPELINE}:{name}", wait):
             before = live_files(spark, path)
-            delta.table(spark, path).optimize().executeCompaction()
+            compact(spark, path, round(settings.compact_target_mb * 1024 * 1024))
             after = live_files(spark, path)
             set_properties(spark, path, wanted_properties(name, settings.vacuum_retain_hours))
         checkpoint(spark, path)

@@ -131,6 +131,10 @@ class Settings:
     # and its minimum unless its safety check is off); reconcile history older than this is pruned.
     vacuum_retain_hours: float = 168.0
     history_days: float = 90.0
+    # Maintenance compacts files smaller than this into files of up to this size and never rewrites a
+    # file of this size: each maintenance rewrites a bounded amount, and old rows are never packed
+    # into one file with new ones, so the dedupe lookup skips the files older than its horizon.
+    compact_target_mb: float = 128.0
     # The ingest DAG alerts when a run's batches broke the producer requirements more often than this.
     producer_alert_threshold: int = 0
     # The writer lock's connection runs a query this often, so idle timeouts and poolers keep it.
@@ -189,6 +193,7 @@ class Settings:
             dedupe_horizon_days=_horizon(env),
             vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", 168.0),
             history_days=_number(env, "TIDEMARK_HISTORY_DAYS", 90.0),
+            compact_target_mb=_number(env, "TIDEMARK_COMPACT_TARGET_MB", 128.0),
             spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
             shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
             driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
@@ -225,6 +230,7 @@ class Settings:
             "TIDEMARK_DEDUPE_HORIZON_DAYS": f"{self.dedupe_horizon_days:g}",
             "TIDEMARK_VACUUM_RETAIN_HOURS": f"{self.vacuum_retain_hours:g}",
             "TIDEMARK_HISTORY_DAYS": f"{self.history_days:g}",
+            "TIDEMARK_COMPACT_TARGET_MB": f"{self.compact_target_mb:g}",
             "TIDEMARK_SPARK_MASTER": self.spark_master,
             "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
             "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,

@@ -145,3 +145,78 @@ def test_maintenance_gives_an_older_sessions_table_deletion_vectors_and_reconcil
     after = reconcile.run(settings, "after", lambda: spark)
     assert after.ok, after.summary()
     assert after.entities_checked == 1, f"{after.entities_checked} entities recomputed for one changed entity"
+
+
+def _arrival_ranges(spark, path: str) -> dict[str, tuple]:
+    """Each live file's earliest and latest arrival_time (epoch microseconds)."""
+    from pyspark.sql import functions as F
+
+    rows = table(spark, path).toDF().groupBy(F.col("_metadata.file_path").alias("file"))
+    first, last = F.unix_micros(F.min("arrival_time")), F.unix_micros(F.max("arrival_time"))
+    return {r["file"]: (r["first"], r["last"]) for r in rows.agg(first.alias("first"), last.alias("last")).collect()}
+
+
+def _files_read(df) -> int:
+    """Data files a query read, once Delta skipped those its filter excludes by their statistics."""
+    df.collect()
+    plan = df._jdf.queryExecution().executedPlan()
+    if plan.nodeName().startswith("AdaptiveSparkPlan"):
+        plan = plan.executedPlan()
+    leaves = plan.collectLeaves()
+    scans = [node for node in (leaves.apply(i) for i in range(leaves.size())) if node.nodeName().startswith("Scan")]
+    assert scans, plan.toString()
+    return sum(int(node.metrics().get("numFiles").get().value()) for node in scans)
+
+
+def test_compaction_leaves_full_files_alone_so_the_dedupe_horizon_skips_older_files(spark, fresh) -> None:
+    """A batch looks up the stored events of its dedupe horizon: Delta skips a file whose arrival
+    range is older. Delta's OPTIMIZE packs every file under 1 GiB into one, so all of history ends
+    up in one file with the newest rows: every batch read all of it, and every maintenance rewrote
+    it. A file of the compaction target's size stays as it is."""
+    from datetime import UTC, datetime, timedelta
+
+    from pyspark.sql import functions as F
+
+    from spark_jobs.sinks.delta import append, ensure_tables
+
+    settings = fresh
+    ensure_tables(spark, settings)
+    path = settings.table_path("events")
+    first_day = datetime(2026, 11, 1, tzinfo=UTC)
+    offsets = iter(range(10_000))
+
+    def batch(day: int, hour: int, count: int = 200) -> None:
+        arrival = first_day + timedelta(days=day, hours=hour)
+        rows = []
+        for _ in range(count):
+            offset = next(offsets)
+            at = arrival + timedelta(seconds=offset)
+            rows.append((settings.topic, 0, offset, at, f"d-{offset}", f"e-{offset % 7}", "click", at, None))
+        append(spark.createDataFrame(rows, TABLE_SCHEMAS["events"]), path)
+
+    for hour in (1, 9, 17):
+        batch(0, hour)
+    maintain(spark, settings)
+    [(oldest, (_, day_0_ends))] = _arrival_ranges(spark, path).items()
+    # The first day's file is as large as the target: full.
+    full = replace(settings, compact_target_mb=table(spark, path).detail().first()["sizeInBytes"] / 1024 / 1024)
+
+    for day in (1, 2, 3):
+        for hour in (1, 9, 17):
+            batch(day, hour)
+    batch(0, 5, count=1)  # a takeover's earlier copy, written after the later days
+    rows = fingerprint(spark, settings, "events")
+    maintain(spark, full)
+    ranges = _arrival_ranges(spark, path)
+    assert oldest in ranges, "the full file of the first day was rewritten"
+    assert fingerprint(spark, settings, "events") == rows
+    assert len(ranges) < 11, f"{len(ranges)} files: the ten small ones were not compacted"
+
+    # A batch arriving on day 3 with a one-day horizon reads only the files holding rows since day 2.
+    since = int((first_day + timedelta(days=2)).timestamp() * 1_000_000)
+    needed = sum(last >= since for _, last in ranges.values())
+    assert needed < len(ranges) and ranges[oldest][1] == day_0_ends < since
+    assert (
+        _files_read(table(spark, path).toDF().where(F.col("arrival_time") >= F.timestamp_micros(F.lit(since))))
+        == needed
+    )
