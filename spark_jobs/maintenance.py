@@ -5,9 +5,9 @@ PostgreSQL. Nothing else ever removes them, so :func:`maintain` (the ``tidemark_
 ``tidemark maintain``) does, per Delta table:
 
 1. **compaction** (``OPTIMIZE``): files smaller than ``TIDEMARK_COMPACT_TARGET_MB`` (128) rewritten
-   into files of up to that size; a file of that size is never rewritten (:func:`compact`). So a
-   maintenance rewrites what the batches since the last one wrote and at most one file that is not
-   full yet, not all of history; and the rows of older files are never packed into one file with
+   into files of up to that size; a file of that size is not rewritten (:func:`compact`). So a
+   maintenance rewrites what the batches since the last one wrote and the few files not full yet,
+   not all of history; and the rows of older files are never packed into one file with
    new ones, which keeps Delta's per-file ``arrival_time`` ranges apart: a batch's dedupe lookup
    reads the files of its horizon and skips the others. It holds the writer lock, one table at a
    time: a batch's MERGE that read files a compaction removed would fail and be retried, so the two
@@ -95,7 +95,9 @@ COMPACTION_SIZES = ("spark.databricks.delta.optimize.minFileSize", "spark.databr
 def compact(spark: SparkSession, path: str, target_bytes: int) -> None:
     """OPTIMIZE the table: its files smaller than ``target_bytes`` are packed into files of up to
     ``target_bytes``; larger files stay as they are. Delta packs the small files in order of size,
-    so a compaction mixes only the files written since the last one and those not full yet."""
+    so a compaction mixes only the files written since the last one and those not full yet. (A
+    file whose deletion vectors mark more than a twentieth of its rows deleted, in ``sessions``, may be
+    packed with others whatever its size, which drops those rows.)"""
     previous = {key: spark.conf.get(key, None) for key in COMPACTION_SIZES}
     for key in COMPACTION_SIZES:
         spark.conf.set(key, str(target_bytes))
