@@ -125,7 +125,7 @@ def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> Main
         path = settings.table_path(name)
         with single_writer(settings, f"{PIPELINE}:{name}", wait):
             before = live_files(spark, path)
-            compact(spark, path, round(settings.compact_target_mb * 1024 * 1024))
+            compact(spark, path, settings.compact_target_bytes)
             after = live_files(spark, path)
             set_properties(spark, path, wanted_properties(name, settings.vacuum_retain_hours))
         checkpoint(spark, path)

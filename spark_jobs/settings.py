@@ -242,6 +242,11 @@ class Settings:
         return env
 
     @property
+    def compact_target_bytes(self) -> int:
+        """The compaction target (``compact_target_mb``) in bytes, as Delta's OPTIMIZE takes it."""
+        return round(self.compact_target_mb * 1024 * 1024)
+
+    @property
     def dedupe_horizon_us(self) -> int | None:
         """The dedupe horizon in microseconds, None when unbounded."""
         return round(self.dedupe_horizon_days * 86_400_000_000) if self.dedupe_horizon_days > 0 else None
