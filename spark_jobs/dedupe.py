@@ -23,19 +23,27 @@ ARRIVAL_ORDER = ("arrival_time", "partition", "offset", "topic")
 # horizon, so it leaves the payload out (about 10% of the lookup's time at 1M stored rows).
 STORED_COLUMNS = ("topic", "partition", "offset", "arrival_time", "event_id", "entity_id")
 
+# An event_id in Spark's row format, about: a UUID's 36 bytes rounded up to 8, the row's null bits,
+# the string's offset and length, and the hash table's entry when broadcast.
+ID_ROW_BYTES = 64
+
 # The rows whose entity's sessions a batch changes: batch records that are (or stay) events rows,
 # and stored rows a takeover displaces (the earlier copy may carry another entity_id).
 TOUCHES = "(in_batch AND NOT loser) OR (loser AND NOT in_batch)"
 
 
-def rank(candidates: DataFrame, events: DataFrame, stored_since_us: int | None = None) -> DataFrame:
+def rank(
+    candidates: DataFrame, events: DataFrame, stored_since_us: int | None = None, broadcast_ids: bool = False
+) -> DataFrame:
     """Valid records of a batch and the stored copies of their event_ids, ranked per event_id.
 
     ``candidates`` and ``events`` have :data:`~spark_jobs.contract.EVENT_COLUMNS`; ``events`` is
     what the ``events`` table holds. ``stored_since_us`` (epoch microseconds) is the dedupe
     horizon's edge: only stored copies that arrived at or after it are looked up, so Delta reads
-    only the files written since (``events`` is written in arrival order). Output: those columns
-    plus
+    only the files written since (``events`` is written in arrival order). ``broadcast_ids``: the
+    batch's event_ids are few enough to send to every task, so the lookup filters the stored rows
+    where it reads them, instead of shuffling every stored row of the horizon to meet the batch's
+    (which grows with the table). Output: those columns plus
 
     * ``in_batch``: the row comes from the batch (else it is a stored ``events`` row, of which only
       :data:`STORED_COLUMNS` are read: its other columns are null);
@@ -55,9 +63,10 @@ def rank(candidates: DataFrame, events: DataFrame, stored_since_us: int | None =
         events = events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(stored_since_us)))
     batch = candidates.select(*EVENT_COLUMNS, F.lit(True).alias("in_batch"))
     payload = {c: F.lit(None).cast(candidates.schema[c].dataType) for c in EVENT_COLUMNS if c not in STORED_COLUMNS}
+    ids = candidates.select("event_id")
     stored = (
         events.select(*STORED_COLUMNS)
-        .join(candidates.select("event_id"), "event_id", "left_semi")
+        .join(F.broadcast(ids) if broadcast_ids else ids, "event_id", "left_semi")
         .select(*[payload[c].alias(c) if c in payload else c for c in EVENT_COLUMNS], F.lit(False).alias("in_batch"))
     )
     by_event = Window.partitionBy("event_id")

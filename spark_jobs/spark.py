@@ -43,6 +43,15 @@ def spark_jars(settings: Settings) -> list[Path]:
     return _cached(settings.jars_dir / "spark", REQUIRED_JARS, "make jars") + object_store_jars(settings)
 
 
+def broadcastable(spark: SparkSession, rows: int, row_bytes: int) -> bool:
+    """Whether ``rows`` rows of about ``row_bytes`` each are small enough for Spark to broadcast to a
+    join (``spark.sql.autoBroadcastJoinThreshold``; -1 never). Spark decides this itself from its
+    size estimate, but a frame read from Kafka has none, so it shuffles both sides of the join: for
+    a frame whose size the caller knows, this is the decision Spark would make if it knew."""
+    threshold = spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold()
+    return 0 <= rows * row_bytes <= threshold
+
+
 def build_session(settings: Settings, app_name: str) -> SparkSession:
     """Get or create the SparkSession for a tidemark job.
 

@@ -35,7 +35,7 @@ from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
-from spark_jobs.spark import FrozenFrames
+from spark_jobs.spark import FrozenFrames, broadcastable
 from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
@@ -246,8 +246,10 @@ class BatchWriter:
             candidates = candidates.unionByName(replayed)
         horizon = self.settings.dedupe_horizon_us
         since = None if horizon is None or summary["earliest_us"] is None else summary["earliest_us"] - horizon
+        # The batch has at most as many candidates as records: few enough, its ids are broadcast.
+        broadcast_ids = broadcastable(self.spark, summary["fresh"], dedupe.ID_ROW_BYTES)
         # Frozen before the writes change the tables it read.
-        ranked = self._frozen.freeze(dedupe.rank(candidates, events, since))
+        ranked = self._frozen.freeze(dedupe.rank(candidates, events, since, broadcast_ids))
         counts = dedupe.count(ranked)
         clock.lap("dedupe")
 

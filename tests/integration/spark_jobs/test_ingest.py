@@ -7,18 +7,20 @@ PostgreSQL rows are always filtered by the test's entity prefix.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs import ingest
+from spark_jobs import dedupe, ingest
 from spark_jobs.errors import DataLossError, TopicError
 from spark_jobs.kafka_source import read_range
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
 from spark_jobs.sinks.delta import files_rewritten_since, table_versions
+from spark_jobs.spark import broadcastable
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sinks_agree,
@@ -391,3 +393,63 @@ def test_a_runs_later_batches_reuse_compiled_code_and_hold_no_earlier_batchs_fra
     # The last batches differ from the ones before only in their literals (offsets, times).
     assert max(per_batch[-2:]) < 60, f"classes compiled per batch after the first: {per_batch}"
     assert frozen == [0] * len(results), f"frozen frames held at the end of each batch: {frozen}"
+
+
+def test_a_batchs_dedupe_lookup_filters_stored_events_where_it_reads_them(spark, run, pg) -> None:
+    """A batch looks up the stored copies of its event_ids in every events row of the horizon. A
+    batch read from Kafka has no size Spark can estimate, so Spark joined it by shuffling both
+    sides: every stored row of the horizon, every batch, a cost that grew with the table (the
+    soak's dedupe step doubled over 1M events). A small batch's ids are broadcast instead, and the
+    stored rows are filtered where they are read. Checked in the plans Spark ran, not timed."""
+    settings, prefix = run
+    produce(settings, ProduceSpec(count=600, entities=20, seed=8, id_prefix=prefix), topic=settings.topic, partitions=3)
+    ingest.run_scheduled(spark, settings)
+    store = spark._jsparkSession.sharedState().statusStore()
+
+    def executions() -> list:
+        found = store.executionsList()
+        return [found.apply(i) for i in range(found.size())]
+
+    seen = {e.executionId() for e in executions()}
+    spec = ProduceSpec(count=200, entities=20, duplicate_rate=0.1, seed=9, id_prefix=prefix)
+    produce(settings, spec, topic=settings.topic, partitions=3)
+    [result] = ingest.run_scheduled(spark, settings)
+    assert result.read == 200 and result.duplicates > 0
+
+    # The lookup: a semi-join of the events rows (streamed, the left side) with the batch's event_ids.
+    lookups = [join for e in executions() if e.executionId() not in seen for join in semi_joins_on_event_id(e)]
+    assert lookups, "the batch's dedupe lookup was not among the plans Spark ran"
+    shuffled = [(join, left) for join, left in lookups if join != "BroadcastHashJoin" or SHUFFLE.search(left)]
+    assert not shuffled, f"the lookup shuffled the stored rows: {shuffled}"
+    # A batch too large to broadcast is joined as Spark plans it; so is every batch when broadcasts are off.
+    assert not broadcastable(spark, 1_000_000, dedupe.ID_ROW_BYTES)
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    try:
+        assert not broadcastable(spark, 200, dedupe.ID_ROW_BYTES)
+    finally:
+        spark.conf.unset("spark.sql.autoBroadcastJoinThreshold")
+    assert broadcastable(spark, 200, dedupe.ID_ROW_BYTES)
+
+
+SHUFFLE = re.compile(r"Exchange|ShuffleQueryStage|AQEShuffleRead|Sort")
+
+
+def semi_joins_on_event_id(execution) -> list[tuple[str, str]]:
+    """(join, its left child) of each semi-join on event_id in an execution's plan, as Spark's UI
+    shows it (formatted: the tree of numbered nodes, then each node's details)."""
+    plan = execution.physicalPlanDescription()
+    tree = plan.splitlines()
+    details = re.finditer(
+        r"^\((\d+)\) (\w+).*\n"
+        r"Left keys \[1\]: \[event_id#\d+\]\nRight keys \[1\]: \[event_id#\d+\]\nJoin type: LeftSemi",
+        plan,
+        re.MULTILINE,
+    )
+    joins = []
+    for node in details:
+        number, name = node.groups()
+        # The node's line in the tree (the final plan's and the initial's, under adaptive execution).
+        for i, line in enumerate(tree):
+            if line.endswith(f"({number})") and not line.lstrip().startswith(f"({number})"):
+                joins.append((name, tree[i + 1].strip()))
+    return joins
