@@ -90,7 +90,9 @@ def _anchored(
     if since_us is not None:
         # Sessions that ended more than a gap before every change cannot be joined: skip their files.
         sessions = sessions.where(F.col("ended_at") >= F.timestamp_micros(F.lit(since_us - gap_seconds * 1_000_000)))
-    # New records cannot change anything that ended more than one gap before them.
+    # New records cannot change anything that ended more than one gap before them. The batch's
+    # side is not broadcast (unlike the dedupe lookup's ids): the time bounds keep the stored side
+    # small, and a broadcast's extra job measured slower (docs/design.md, "The dedupe horizon").
     open_sessions = (
         sessions.join(per_entity.where("first_new IS NOT NULL").select("entity_id", "first_new"), "entity_id")
         .where(F.col("ended_at") >= F.col("first_new") - F.expr(f"INTERVAL {gap_seconds} SECONDS"))
