@@ -76,15 +76,15 @@ def live_files(spark: SparkSession, path: str) -> int:
 
 
 def stored_files(spark: SparkSession, path: str) -> int:
-    """Data files in storage under the table (referenced or not), through Hadoop's FileSystem."""
+    """Files in storage under the table outside its log (referenced or not: data files, deletion
+    vectors, change data), counted by Hadoop's FileSystem in the JVM in one call per folder tree.
+    Walking them from Python cost a few milliseconds a file: with a month of commits in the log,
+    minutes a maintenance."""
     jvm = spark.sparkContext._jvm
     root = jvm.org.apache.hadoop.fs.Path(path)
-    files = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).listFiles(root, True)
-    count = 0
-    while files.hasNext():
-        found = files.next().getPath()
-        count += found.getName().endswith(".parquet") and "_delta_log" not in found.toString()
-    return count
+    log = jvm.org.apache.hadoop.fs.Path(root, "_delta_log")
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return int(fs.getContentSummary(root).getFileCount()) - int(fs.getContentSummary(log).getFileCount())
 
 
 # Delta's OPTIMIZE: files smaller than the first are compacted into files of up to the second
