@@ -227,10 +227,20 @@ def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     if not rows:
         print(f"no sessions for entity {args.entity_id!r}")
         return 1
-    print(f"{'session_id':34} {'started_at (arrival)':27} {'ended_at':27} {'events':>6}")
-    for session_id, started, ended, count, *_ in rows:
-        print(f"{session_id:34} {started.isoformat():27} {ended.isoformat():27} {count:>6}")
+    print("\n".join(sessions_table(rows)))
     return 0
+
+
+def sessions_table(rows: list[tuple]) -> list[str]:
+    """``tidemark sessions``' table: a header line, then a line a session, each column as wide as its
+    widest cell (a timestamp's ISO form has no fraction when its microseconds are 0)."""
+    header = ("session_id", "started_at (arrival)", "ended_at", "events")
+    cells = [(sid, started.isoformat(), ended.isoformat(), str(count)) for sid, started, ended, count, *_ in rows]
+    widths = [max(len(c) for c in column) for column in zip(header, *cells, strict=True)]
+    return [
+        " ".join([*(c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)), line[-1].rjust(widths[-1])])
+        for line in (header, *cells)
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

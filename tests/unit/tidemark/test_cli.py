@@ -67,3 +67,29 @@ def test_a_bug_keeps_its_traceback_with_secrets_masked(monkeypatch: pytest.Monke
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last)") and "KeyError: 'not a user error: host=db" in err
     assert "canary-Pw-5f3a9e" not in err
+
+
+def test_sessions_table_keeps_its_columns_aligned_whatever_the_timestamps() -> None:
+    from datetime import UTC, datetime
+
+    from tidemark.cli import sessions_table
+
+    utc = UTC
+    lines = sessions_table(
+        [
+            (
+                "a" * 32,
+                datetime(2026, 11, 24, 20, 57, 35, 728000, utc),
+                datetime(2026, 11, 24, 20, 57, 58, 377000, utc),
+                1547,
+            ),
+            ("b" * 32, datetime(2026, 11, 24, 21, 0, 0, tzinfo=utc), datetime(2026, 11, 24, 21, 5, 0, tzinfo=utc), 3),
+        ]
+    )
+    assert lines[0].split() == ["session_id", "started_at", "(arrival)", "ended_at", "events"]
+    assert lines[1].split()[1:] == ["2026-11-24T20:57:35.728000+00:00", "2026-11-24T20:57:58.377000+00:00", "1547"]
+    # Every column starts where its header does, on every line.
+    starts = [lines[0].index(h) for h in ("started_at", "ended_at")]
+    for line in lines[1:]:
+        assert [line.index(" 2026") + 1, line.index(" 2026", starts[0] + 5) + 1] == starts
+        assert len(line) == len(lines[0])
