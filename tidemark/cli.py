@@ -17,6 +17,7 @@ from spark_jobs.settings import Settings
 from tidemark import demo, doctor
 from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError
 from tidemark.options import fraction, non_negative, positive
+from tidemark.tables import aligned
 
 EXIT_USAGE = 2
 
@@ -217,7 +218,7 @@ def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     try:
         with conn, conn.cursor() as cur:
             cur.execute(
-                """SELECT session_id, started_at, ended_at, event_count, first_event_time, last_event_time
+                """SELECT session_id, started_at, ended_at, event_count
                    FROM sessions WHERE entity_id = %s ORDER BY started_at""",
                 (args.entity_id,),
             )
@@ -232,15 +233,12 @@ def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def sessions_table(rows: list[tuple]) -> list[str]:
-    """``tidemark sessions``' table: a header line, then a line a session, each column as wide as its
-    widest cell (a timestamp's ISO form has no fraction when its microseconds are 0)."""
+    """``tidemark sessions``' table: a header line, then a line a session (session_id, started_at,
+    ended_at, event_count), in columns as wide as their cells: a timestamp's ISO form is 32
+    characters with microseconds and 25 without."""
     header = ("session_id", "started_at (arrival)", "ended_at", "events")
-    cells = [(sid, started.isoformat(), ended.isoformat(), str(count)) for sid, started, ended, count, *_ in rows]
-    widths = [max(len(c) for c in column) for column in zip(header, *cells, strict=True)]
-    return [
-        " ".join([*(c.ljust(w) for c, w in zip(line[:-1], widths[:-1], strict=True)), line[-1].rjust(widths[-1])])
-        for line in (header, *cells)
-    ]
+    cells = [(sid, started.isoformat(), ended.isoformat(), str(count)) for sid, started, ended, count in rows]
+    return aligned([header, *cells], right={3})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.settings import Settings
+from tidemark.tables import aligned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -341,19 +342,7 @@ def table_rows(measurements: Iterable[Measurement], checks: Sequence[Check]) -> 
 
 def format_table(measurements: Iterable[Measurement], checks: Sequence[Check]) -> str:
     """:func:`table_rows` under :data:`TABLE_HEADER`, in aligned columns (counts and times right-aligned)."""
-    rows = [TABLE_HEADER, *table_rows(measurements, checks)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_HEADER))]
-    right = {1, 2, 3}
-
-    def line(row: Sequence[str]) -> str:
-        cells = [
-            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        return "  ".join(cells).rstrip()
-
-    out = [line(rows[0]), "  ".join("-" * w for w in widths)]
-    out += [line(row) for row in rows[1:]]
-    return "\n".join(out)
+    return "\n".join(aligned([TABLE_HEADER, *table_rows(measurements, checks)], right={1, 2, 3}, rule=True))
 
 
 def results_document(
