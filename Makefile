@@ -70,8 +70,9 @@ bench-long: venv jars  ## the long benchmarks: 1M events (B2, PEER, P1) and the 
 
 test: lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
 
-lint: venv  ## ruff
+lint: venv  ## ruff: the rules of pyproject.toml, and the formatting
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a local Spark)
 	$(BIN)/pytest -m "not integration and not compose" tests

@@ -67,7 +67,7 @@ OFFSETS_PATTERN = r"^\s*[0-9]+:[0-9]+-[0-9]+(\s*,\s*[0-9]+:[0-9]+-[0-9]+)*\s*$"
 )
 def tidemark_backfill():
     @task(retries=0)
-    def plan(params=None) -> list[str] | None:  # noqa: ANN001
+    def plan(params=None) -> list[str] | None:
         """Validate and resolve the form; the plan (ranges, counts) goes to this task's log."""
         import logging
 

@@ -71,7 +71,7 @@ TOPIC = os.environ.get("TIDEMARK_TOPIC", "events")
 )
 def tidemark_ingest():
     @task
-    def choose_range(dag_run=None, data_interval_start=None, data_interval_end=None, params=None) -> list[str]:  # noqa: ANN001
+    def choose_range(dag_run=None, data_interval_start=None, data_interval_end=None, params=None) -> list[str]:
         """Scheduled and manual runs: what is new. Backfill runs: the data interval's arrival range."""
         from tidemark_airflow.runs import ingest_arguments
 

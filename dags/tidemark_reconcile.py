@@ -38,7 +38,7 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOpera
 )
 def tidemark_reconcile():
     @task.branch
-    def check(run_id=None) -> list[str]:  # noqa: ANN001 - Airflow passes the run id
+    def check(run_id=None) -> list[str]:  # Airflow passes the run id
         """Reconcile without Spark when nothing is new (then only the verdict follows)."""
         import logging
 

@@ -41,7 +41,7 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOpera
 )
 def tidemark_repair():
     @task(retries=0)
-    def plan(params=None, run_id=None) -> list[str]:  # noqa: ANN001
+    def plan(params=None, run_id=None) -> list[str]:
         """Check the run id and log what the repair will rewrite."""
         import logging
 

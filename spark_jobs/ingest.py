@@ -253,7 +253,7 @@ def run_backfill(
     return writer.results[-1]
 
 
-def recorded_plan(cur, plan: BackfillPlan) -> int | None:  # noqa: ANN001
+def recorded_plan(cur, plan: BackfillPlan) -> int | None:
     """The batch id of an earlier backfill with exactly these ranges, if any."""
     cur.execute(
         """SELECT batch_id FROM ledger_ranges WHERE pipeline = %s AND topic = %s
@@ -331,7 +331,7 @@ def check_services(settings: Settings, topic: str) -> None:
 
 def run_from_arguments(
     spark_factory, settings: Settings, args: argparse.Namespace
-) -> list[BatchResult] | BatchResult | DryRun:  # noqa: ANN001
+) -> list[BatchResult] | BatchResult | DryRun:
     """Validate the arguments and check the services (before Spark starts), then run the job."""
     settings = settings_for(settings, args)
     topic = settings.topic

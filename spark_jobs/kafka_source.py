@@ -35,7 +35,7 @@ def source_options(settings: Settings) -> dict[str, str]:
     return options
 
 
-def _with_client_options(reader, settings: Settings):  # noqa: ANN001, ANN202 - DataFrameReader / DataStreamReader
+def _with_client_options(reader, settings: Settings):  # DataFrameReader / DataStreamReader
     return reader.format("kafka").options(**source_options(settings))
 
 

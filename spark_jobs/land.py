@@ -68,7 +68,7 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
     return LandReport(batch_id, ranges, records, inserted, path, already_landed=False)
 
 
-def _landed_batch(cur, ranges: list[PartitionRange]) -> int | None:  # noqa: ANN001
+def _landed_batch(cur, ranges: list[PartitionRange]) -> int | None:
     cur.execute("SELECT batch_id FROM ledger_batches WHERE pipeline = %s ORDER BY batch_id", (PIPELINE,))
     for (batch_id,) in cur.fetchall():
         if ledger.batch_ranges(cur, PIPELINE, batch_id) == sorted(ranges):

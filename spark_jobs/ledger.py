@@ -47,18 +47,18 @@ def describe_dsn(dsn: str) -> str:
 
     try:
         params = parse_dsn(dsn)
-    except Exception:  # noqa: BLE001 - a DSN libpq cannot parse: say so, and show none of it
+    except Exception:  # a DSN libpq cannot parse: say so, and show none of it
         return "(a DSN that cannot be parsed)"
     where = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}/{params.get('dbname', '?')}"
     return f"{where} as {params['user']}" if params.get("user") else where
 
 
-def batch_exists(cur, pipeline: str, batch_id: int) -> bool:  # noqa: ANN001 - psycopg2 cursor
+def batch_exists(cur, pipeline: str, batch_id: int) -> bool:  # psycopg2 cursor
     cur.execute("SELECT 1 FROM ledger_batches WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
     return cur.fetchone() is not None
 
 
-def batch_ranges(cur, pipeline: str, batch_id: int) -> list[PartitionRange]:  # noqa: ANN001
+def batch_ranges(cur, pipeline: str, batch_id: int) -> list[PartitionRange]:
     cur.execute(
         """SELECT topic, kafka_partition, start_offset, end_offset FROM ledger_ranges
            WHERE pipeline = %s AND batch_id = %s ORDER BY topic, kafka_partition""",
@@ -67,13 +67,13 @@ def batch_ranges(cur, pipeline: str, batch_id: int) -> list[PartitionRange]:  # 
     return [PartitionRange(*row) for row in cur.fetchall()]
 
 
-def next_batch_id(cur, pipeline: str) -> int:  # noqa: ANN001
+def next_batch_id(cur, pipeline: str) -> int:
     cur.execute("SELECT coalesce(max(batch_id) + 1, 0) FROM ledger_batches WHERE pipeline = %s", (pipeline,))
     return int(cur.fetchone()[0])
 
 
 def record_batch(
-    cur,  # noqa: ANN001
+    cur,
     pipeline: str,
     batch_id: int,
     ranges: list[PartitionRange],
@@ -112,7 +112,7 @@ def record_batch(
     )
 
 
-def record_attempt(cur, pipeline: str, batch_id: int, ranges: list[PartitionRange]) -> None:  # noqa: ANN001
+def record_attempt(cur, pipeline: str, batch_id: int, ranges: list[PartitionRange]) -> None:
     """Record that the batch may write records in ``ranges`` (commit before its first Delta write).
 
     The rows stay when the batch commits: they, not the ledger (which a repair or a restored
@@ -129,7 +129,7 @@ def record_attempt(cur, pipeline: str, batch_id: int, ranges: list[PartitionRang
     )
 
 
-def write_floor(cur, lake_root: str, topic: str) -> int | None:  # noqa: ANN001
+def write_floor(cur, lake_root: str, topic: str) -> int | None:
     """The offset below which the lake may hold records of ``topic`` that no ledger or attempt range
     covers (written before attempts were recorded); None when it was never set."""
     cur.execute("SELECT below_offset FROM write_floors WHERE lake_root = %s AND topic = %s", (lake_root, topic))
@@ -137,7 +137,7 @@ def write_floor(cur, lake_root: str, topic: str) -> int | None:  # noqa: ANN001
     return None if row is None else int(row[0])
 
 
-def set_write_floor(cur, lake_root: str, topic: str, below_offset: int) -> None:  # noqa: ANN001
+def set_write_floor(cur, lake_root: str, topic: str, below_offset: int) -> None:
     cur.execute(
         """INSERT INTO write_floors (lake_root, topic, below_offset) VALUES (%s, %s, %s)
            ON CONFLICT (lake_root, topic) DO UPDATE SET below_offset = greatest(write_floors.below_offset,
@@ -146,7 +146,7 @@ def set_write_floor(cur, lake_root: str, topic: str, below_offset: int) -> None:
     )
 
 
-def may_hold(cur, ranges: list[PartitionRange], floor: int) -> bool:  # noqa: ANN001
+def may_hold(cur, ranges: list[PartitionRange], floor: int) -> bool:
     """Whether the record tables may hold a record in ``ranges``: some range starts below ``floor``
     (:func:`write_floor`), or overlaps a ledger range or an attempt's range of any pipeline."""
     values = [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
@@ -166,7 +166,7 @@ def may_hold(cur, ranges: list[PartitionRange], floor: int) -> bool:  # noqa: AN
     return bool(cur.fetchone()[0])
 
 
-def stored_session_rules(cur) -> SessionRules | None:  # noqa: ANN001
+def stored_session_rules(cur) -> SessionRules | None:
     """The rules the stored sessions follow (None before the first batch)."""
     cur.execute("SELECT gap_seconds, max_length_seconds FROM session_rules ORDER BY changed_at DESC LIMIT 1")
     row = cur.fetchone()
@@ -177,7 +177,7 @@ def describe_rules(rules: SessionRules) -> str:
     return f"gap {rules.gap.total_seconds() / 60:g} min, maximum {rules.max_length.total_seconds() / 3600:g} h"
 
 
-def check_session_rules(cur, rules: SessionRules) -> None:  # noqa: ANN001
+def check_session_rules(cur, rules: SessionRules) -> None:
     """Fail when the stored sessions were built under other rules; record ``rules`` when none are."""
     stored = stored_session_rules(cur)
     if stored is None:
@@ -195,7 +195,7 @@ def rules_changed(stored: SessionRules, rules: SessionRules) -> SessionRulesChan
     )
 
 
-def record_session_rules(cur, rules: SessionRules, reason: str) -> None:  # noqa: ANN001
+def record_session_rules(cur, rules: SessionRules, reason: str) -> None:
     cur.execute(
         "INSERT INTO session_rules (gap_seconds, max_length_seconds, reason) VALUES (%s, %s, %s)",
         (rules.gap.total_seconds(), rules.max_length.total_seconds(), reason),

@@ -46,7 +46,7 @@ class WriterLease:
     holder: str
     lost: threading.Event = field(default_factory=threading.Event)  # the heartbeat saw the connection fail
 
-    def prove(self, cur) -> None:  # noqa: ANN001 - psycopg2 cursor, inside the batch's transaction
+    def prove(self, cur) -> None:  # psycopg2 cursor, inside the batch's transaction
         """Fail unless this run still holds the lock; keep the epoch row share-locked until commit.
 
         A run taking over increments the epoch, which waits for this transaction: so once this
@@ -116,7 +116,7 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
         conn.close()
 
 
-def _current_holder(cur) -> str:  # noqa: ANN001
+def _current_holder(cur) -> str:
     cur.execute("SELECT holder, acquired_at FROM writer_epochs WHERE name = %s", (EPOCH_ROW,))
     row = cur.fetchone()
     if row is None or row[0] is None:
@@ -127,7 +127,7 @@ def _current_holder(cur) -> str:  # noqa: ANN001
 class _Heartbeat(threading.Thread):
     """Queries the lock's connection now and then, so poolers and idle timeouts see it in use."""
 
-    def __init__(self, conn, lease: WriterLease, every: float) -> None:  # noqa: ANN001
+    def __init__(self, conn, lease: WriterLease, every: float) -> None:
         super().__init__(name="tidemark-writer-heartbeat", daemon=True)
         self.conn, self.lease, self.every = conn, lease, every
         self._stopped = threading.Event()
@@ -152,7 +152,7 @@ class _Heartbeat(threading.Thread):
         self.join()
 
 
-def _unlock(conn, key: str, kind: str = "") -> None:  # noqa: ANN001 - psycopg2 connection
+def _unlock(conn, key: str, kind: str = "") -> None:  # psycopg2 connection
     """Release at once; on a broken connection leave it to the close (the run's own error matters more)."""
     import psycopg2
 

@@ -206,7 +206,7 @@ def _nothing_changed(s: Snapshot) -> bool:
     )
 
 
-def _read_snapshot(cur, settings: Settings, versions: dict[str, int] | None, now: datetime) -> Snapshot:  # noqa: ANN001
+def _read_snapshot(cur, settings: Settings, versions: dict[str, int] | None, now: datetime) -> Snapshot:
     cur.execute(
         """SELECT l.pipeline, l.batch_id, l.topic, l.kafka_partition, l.start_offset, l.end_offset
            FROM ledger_ranges AS l WHERE l.pipeline <> ALL(%s)
@@ -284,7 +284,7 @@ def measure_lag(settings: Settings, ranges: list[LedgerRange], now: datetime) ->
     return lags
 
 
-def _ledger_findings(cur) -> tuple[list[Gap], list[Loss]]:  # noqa: ANN001
+def _ledger_findings(cur) -> tuple[list[Gap], list[Loss]]:
     """What the ledger alone shows: gaps between scheduled batches, and acknowledged retention losses."""
     losses = recorded_losses(cur)
     cur.execute(
@@ -311,7 +311,7 @@ def _check_with_spark(
     settings: Settings,
     cur,
     snapshot: Snapshot,
-    run_id: str,  # noqa: ANN001
+    run_id: str,
     frozen: FrozenFrames,
 ) -> tuple[Report, dict[str, tuple[int, int]]]:
     """The full check at the snapshot's versions; the report and Delta sessions' buckets."""
@@ -612,7 +612,7 @@ def _compare_ranges(
 
 def sessions_differing_from_postgres(
     sessions: DataFrame, delta_buckets: dict[str, tuple[int, int]], cur
-) -> list[tuple[str, str]]:  # noqa: ANN001
+) -> list[tuple[str, str]]:
     """(entity_id, session_id) of the sessions that differ between Delta and PostgreSQL.
 
     Per-bucket counts and checksums first (Delta's are given; one aggregate in PostgreSQL); only
@@ -746,7 +746,7 @@ def _record(
     report: Report,
     snapshot: Snapshot,
     buckets: dict[str, tuple[int, int]] | None,
-    repair_of: str | None,  # noqa: ANN001
+    repair_of: str | None,
 ) -> None:
     """Write (or, for a retried task, rewrite) this run's rows, and what it verified."""
     run_id = report.run_id

@@ -126,7 +126,7 @@ def loss_error(losses: list[Loss]) -> DataLossError:
 # The ledger's side
 
 
-def positions(cur, pipeline: str, topic: str) -> tuple[dict[int, int], dict[int, int]]:  # noqa: ANN001
+def positions(cur, pipeline: str, topic: str) -> tuple[dict[int, int], dict[int, int]]:
     """(read_to, recorded_starts) of :func:`check_start`, from the ledger."""
     cur.execute(
         """SELECT kafka_partition, max(end_offset) FROM ledger_ranges
@@ -141,7 +141,7 @@ def positions(cur, pipeline: str, topic: str) -> tuple[dict[int, int], dict[int,
     return read_to, {int(p): int(start) for p, start in cur.fetchall()}
 
 
-def record(cur, pipeline: str, topic: str, check: StartCheck, acknowledged: bool) -> None:  # noqa: ANN001
+def record(cur, pipeline: str, topic: str, check: StartCheck, acknowledged: bool) -> None:
     """Record the first starts of new partitions and, when ``acknowledged``, the losses."""
     cur.executemany(
         """INSERT INTO pipeline_starts (pipeline, topic, kafka_partition, start_offset, low_watermark)
@@ -158,7 +158,7 @@ def record(cur, pipeline: str, topic: str, check: StartCheck, acknowledged: bool
         )
 
 
-def recorded_losses(cur, pipeline: str | None = None) -> list[Loss]:  # noqa: ANN001
+def recorded_losses(cur, pipeline: str | None = None) -> list[Loss]:
     """Every acknowledged loss (of ``pipeline``, or of all pipelines)."""
     cur.execute(
         """SELECT pipeline, topic, kafka_partition, start_offset, end_offset, before_first_run

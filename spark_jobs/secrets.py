@@ -30,7 +30,7 @@ def dsn_password(dsn: str) -> str | None:
         from psycopg2.extensions import parse_dsn
 
         return parse_dsn(dsn).get("password") or None
-    except Exception:  # noqa: BLE001 - an unparsable DSN: the patterns still apply
+    except Exception:  # an unparsable DSN: the patterns still apply
         return None
 
 

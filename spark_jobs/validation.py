@@ -122,7 +122,7 @@ def parse_records(raw: DataFrame) -> DataFrame:
     checked = fields.withColumn("quarantine_reason", F.expr(_reason_sql()))
     valid = F.col("quarantine_reason").isNull()
 
-    def parsed(expression: str):  # noqa: ANN202 - a Column
+    def parsed(expression: str):  # a Column
         return F.when(valid, F.expr(expression))
 
     return checked.select(

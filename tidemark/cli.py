@@ -46,7 +46,7 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
         flush=True,
     )
 
-    def interrupt(signum, frame) -> None:  # noqa: ANN001 - signal handler signature
+    def interrupt(signum, frame) -> None:  # signal handler signature
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
@@ -150,7 +150,7 @@ def cmd_land(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_land(report) -> None:  # noqa: ANN001 - LandReport, imported lazily
+def _print_land(report) -> None:  # LandReport, imported lazily
     spans = ", ".join(f"p{r.partition} [{r.start}, {r.end})" for r in report.ranges)
     if report.already_landed:
         print(f"range already landed as batch {report.batch_id}: {spans}; nothing written")

@@ -13,7 +13,7 @@ from spark_jobs.sinks import delta, postgres
 from tidemark.producer import ProduceSpec, produce
 
 
-def sink_fingerprint(spark, settings: Settings) -> dict[str, tuple]:  # noqa: ANN001 - SparkSession
+def sink_fingerprint(spark, settings: Settings) -> dict[str, tuple]:  # SparkSession
     """Row count and an order-independent checksum of each sink table (Delta and PostgreSQL)."""
     fingerprint: dict[str, tuple] = {
         f"delta {name}": delta.fingerprint(spark, settings, name) for name in TABLE_SCHEMAS

@@ -19,11 +19,11 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
     checks: list[tuple[str, bool, str]] = []
 
-    def check(name: str, probe) -> None:  # noqa: ANN001
+    def check(name: str, probe) -> None:
         try:
             detail = probe()
             checks.append((name, True, detail or ""))
-        except Exception as exc:  # noqa: BLE001 - doctor reports every failure instead of stopping
+        except Exception as exc:  # doctor reports every failure instead of stopping
             checks.append((name, False, str(exc)))
 
     check("java 17+", require_java)
@@ -51,7 +51,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         ("postgres", PostgresServer(settings), settings.postgres_port),
     ):
 
-        def probe(service=service, port=port) -> str:  # noqa: ANN001
+        def probe(service=service, port=port) -> str:
             if service.is_running():
                 return f"running on port {port}"
             if port_open(port):

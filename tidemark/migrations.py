@@ -53,7 +53,7 @@ def discover(sql_dir: Path = SQL_DIR) -> list[Migration]:
     return [migrations[v] for v in sorted(migrations)]
 
 
-def _make_read_only_for_others(cur) -> None:  # noqa: ANN001 - a psycopg2 cursor
+def _make_read_only_for_others(cur) -> None:  # a psycopg2 cursor
     """Which migrations ran is the migrating role's business: others may only read it.
 
     Run as the owner role, the owner's default privileges (sql/roles/roles.sql) give the pipeline

@@ -197,7 +197,7 @@ def produce(
     pending: Counter[str] = Counter()
     failures: list[str] = []
 
-    def on_delivery(err, _msg) -> None:  # noqa: ANN001 - confluent-kafka callback signature
+    def on_delivery(err, _msg) -> None:  # confluent-kafka callback signature
         if err is not None:
             failures.append(str(err))
 

@@ -72,7 +72,7 @@ def connection_secrets(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str
     for conn_id in (postgres_conn_id, kafka_conn_id):
         try:
             conn = BaseHook.get_connection(conn_id)
-        except Exception:  # noqa: BLE001 - missing or unreadable: nothing to redact from it
+        except Exception:  # missing or unreadable: nothing to redact from it
             continue
         found += [conn.password] if conn.password else []
         found += option_secrets(conn.extra_dejson)

@@ -104,7 +104,7 @@ class AlertNotifier(BaseNotifier):
             response = requests.post(url, json={"text": text}, timeout=10)
             response.raise_for_status()
             self.log.info("alert posted to the %s webhook", self.webhook_conn_id)
-        except Exception:  # noqa: BLE001 - one broken channel must not hide the alert on the others
+        except Exception:  # one broken channel must not hide the alert on the others
             self.log.exception("could not post the alert to the %s webhook", self.webhook_conn_id)
 
     def _send_email(self, text: str) -> None:
@@ -118,5 +118,5 @@ class AlertNotifier(BaseNotifier):
             with SmtpHook(smtp_conn_id=self.smtp_conn_id) as smtp:
                 smtp.send_email_smtp(to=recipients, subject=subject, html_content=f"<pre>{html.escape(body)}</pre>")
             self.log.info("alert emailed to %s", ", ".join(recipients))
-        except Exception:  # noqa: BLE001 - see above
+        except Exception:  # see above
             self.log.exception("could not email the alert")

@@ -89,7 +89,7 @@ def producer_alert(extra: dict, threshold: int) -> str | None:
     )
 
 
-def committed_since(settings, started: datetime) -> dict[str, object]:  # noqa: ANN001 - Settings
+def committed_since(settings, started: datetime) -> dict[str, object]:  # Settings
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
     from spark_jobs.ledger import connect
 
@@ -126,7 +126,7 @@ def committed_since(settings, started: datetime) -> dict[str, object]:  # noqa: 
     }
 
 
-def reconcile_without_spark(run_id: str, log) -> bool:  # noqa: ANN001 - a logger
+def reconcile_without_spark(run_id: str, log) -> bool:  # a logger
     """Reconcile without Spark when there is nothing new to check; say whether the Spark job must run.
 
     Runs :func:`spark_jobs.reconcile.run` without a Spark session: when no range is new or due and

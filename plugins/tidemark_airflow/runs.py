@@ -91,7 +91,7 @@ def _timestamp(value: object, name: str) -> datetime | None:
     return parsed
 
 
-def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # noqa: ANN001 - a logger
+def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # a logger
     """Check the trigger form and resolve it against the broker; log the plan with record counts.
 
     Returns the ingest job's arguments for exactly the plan logged, or None when there is nothing to
@@ -127,7 +127,7 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
     return request.arguments(offsets_argument(plan.ranges))
 
 
-def processed_before(settings, plan) -> tuple[str, int] | None:  # noqa: ANN001 - Settings, BackfillPlan
+def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, BackfillPlan
     """(pipeline, batch_id) of an earlier backfill of exactly ``plan``, if any."""
     from spark_jobs.ingest import BACKFILL, pipeline_name, recorded_plan
     from spark_jobs.ledger import connect
@@ -141,7 +141,7 @@ def processed_before(settings, plan) -> tuple[str, int] | None:  # noqa: ANN001 
     return None if batch_id is None else (pipeline_name(BACKFILL, plan.topic), batch_id)
 
 
-def plan_repair(params: Mapping[str, object], repair_id: str, log) -> list[str]:  # noqa: ANN001 - a logger
+def plan_repair(params: Mapping[str, object], repair_id: str, log) -> list[str]:  # a logger
     """Check the ``tidemark_repair`` form and log the repair plan; the repair job's arguments.
 
     An unknown run, or one that found nothing, is a BadRequest (no alert): the form must be fixed.

@@ -77,7 +77,7 @@ class Overview:
     mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
 
 
-def read_overview(cur, limit: int = 100) -> Overview:  # noqa: ANN001 - psycopg2 cursor
+def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
     cur.execute(
         """SELECT r.run_id, r.counted_at, r.status, r.ranges_checked, r.ranges_mismatched, r.used_spark,
                   r.entities_checked, r.repair_of,
@@ -230,7 +230,7 @@ def create_app():  # -> fastapi.FastAPI
 
     @app.get("/runs/{run_id:path}", response_class=HTMLResponse)
     def run(run_id: str) -> str:
-        def read(cur) -> tuple:  # noqa: ANN001
+        def read(cur) -> tuple:
             cur.execute("SELECT run_id, status, report FROM reconcile_runs WHERE run_id = %s", (run_id,))
             found = cur.fetchone()
             cur.execute(
@@ -246,7 +246,7 @@ def create_app():  # -> fastapi.FastAPI
     return app
 
 
-def _query(read):  # noqa: ANN001, ANN202
+def _query(read):
     from spark_jobs.ledger import connect
     from tidemark_airflow.connections import tidemark_settings
 

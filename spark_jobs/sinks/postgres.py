@@ -79,7 +79,7 @@ class _CsvStream:
         return chunk
 
 
-def copy_rows(cur, table: str, columns: tuple[str, ...], rows: Iterable[tuple]) -> int:  # noqa: ANN001
+def copy_rows(cur, table: str, columns: tuple[str, ...], rows: Iterable[tuple]) -> int:
     """COPY ``rows`` into ``table`` in CSV, which round-trips any text; returns how many.
 
     ``rows`` are encoded as COPY reads them, so an iterator is never held whole. Strings are quoted
@@ -91,7 +91,7 @@ def copy_rows(cur, table: str, columns: tuple[str, ...], rows: Iterable[tuple]) 
     return stream.count
 
 
-def upsert_sessions(cur, rows: Iterable[tuple], anchors: Iterable[tuple]) -> tuple[int, int]:  # noqa: ANN001
+def upsert_sessions(cur, rows: Iterable[tuple], anchors: Iterable[tuple]) -> tuple[int, int]:
     """Make the sessions of the ``anchors`` entities, from each anchor on, equal ``rows``.
 
     ``rows`` (SESSION_COLUMNS order) are COPYed to staging and upserted; sessions of those entities
@@ -112,7 +112,7 @@ def upsert_sessions(cur, rows: Iterable[tuple], anchors: Iterable[tuple]) -> tup
     return written, cur.rowcount
 
 
-def replaced_sessions_delete(cur, anchors: int) -> str:  # noqa: ANN001
+def replaced_sessions_delete(cur, anchors: int) -> str:
     """The statement that deletes the sessions a batch of ``anchors`` anchors replaced.
 
     A lookup per anchor through ``sessions_by_entity`` costs about what reading
@@ -129,7 +129,7 @@ def replaced_sessions_delete(cur, anchors: int) -> str:  # noqa: ANN001
     return (QUERIES / f"delete_replaced_sessions_by_{by}.sql").read_text()
 
 
-def sessions_summary(cur) -> tuple[int, int]:  # noqa: ANN001
+def sessions_summary(cur) -> tuple[int, int]:
     """Row count and checksum of PostgreSQL ``sessions`` (comparable with sinks.delta.sessions_summary)."""
     cur.execute(f"SELECT count(*), {SESSIONS_CHECKSUM} FROM sessions")
     n, checksum = cur.fetchone()

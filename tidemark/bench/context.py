@@ -47,11 +47,11 @@ class CpuMeter:
         self._me = psutil.Process()
         self._service_pids = service_pids
 
-    def _times(self, proc) -> float:  # noqa: ANN001 - psutil.Process
+    def _times(self, proc) -> float:  # psutil.Process
         t = proc.cpu_times()
         return t.user + t.system + t.children_user + t.children_system
 
-    def _tree(self, root, skip: set[int]) -> float:  # noqa: ANN001
+    def _tree(self, root, skip: set[int]) -> float:
         psutil = self._psutil
         try:
             procs = [root, *root.children(recursive=True)]

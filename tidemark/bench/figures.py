@@ -411,7 +411,7 @@ def versions(settings: Settings, spark: SparkSession | None, postgresql: str | N
         from tidemark.embedded.process import java_major_version
 
         found["java_major"] = java_major_version()
-    except Exception:  # noqa: BLE001
+    except Exception:
         found["java_major"] = None
     found["postgresql"] = postgresql
     return found

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def _get(spark: SparkSession, what: str) -> list[dict[str, Any]]:
     sc = spark.sparkContext
     url = f"{sc.uiWebUrl}/api/v1/applications/{sc.applicationId}/{what}"
-    with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 - the local Spark UI
+    with urllib.request.urlopen(url, timeout=30) as response:  # the local Spark UI
         return json.load(response)
 
 

@@ -97,7 +97,7 @@ def clean_up(ctx: BenchContext) -> None:
     if ctx.spark is not None:
         try:
             ctx.spark.stop()
-        except Exception as exc:  # noqa: BLE001 - clean-up continues whatever failed
+        except Exception as exc:  # clean-up continues whatever failed
             ctx.record.progress(f"stopping Spark failed: {exc}")
     if not ctx.options.keep:
         ctx.services.remove_run_data(ctx.record.progress)

@@ -104,7 +104,7 @@ class BenchServices:
         if self.topics and self.kafka.is_running():
             try:
                 delete_topics(self.settings, self.topics)
-            except Exception as exc:  # noqa: BLE001 - clean-up continues whatever failed
+            except Exception as exc:  # clean-up continues whatever failed
                 progress(f"deleting the bench topics failed: {exc}")
         if self.databases and self.postgres.is_running():
             try:
@@ -113,7 +113,7 @@ class BenchServices:
                     for database in reversed(self.databases):
                         cur.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
                 conn.close()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 progress(f"dropping the bench databases failed: {exc}")
 
     def stop_started(self, progress: Progress) -> None:
@@ -121,7 +121,7 @@ class BenchServices:
         for service in reversed(self._started):
             try:
                 progress(service.stop())
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 progress(f"stopping a service failed: {exc}")
 
 
@@ -134,6 +134,6 @@ def delete_topics(settings: Settings, topics: list[str]) -> None:
     for future in futures.values():
         try:
             future.result(timeout=60)
-        except Exception as exc:  # noqa: BLE001 - an already missing topic is fine
+        except Exception as exc:  # an already missing topic is fine
             if "UNKNOWN_TOPIC" not in str(exc):
                 raise

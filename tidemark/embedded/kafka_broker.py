@@ -127,7 +127,7 @@ class KafkaBroker:
         admin = AdminClient(self.settings.kafka_client_config())
         try:
             admin.list_topics(timeout=2)
-        except Exception:  # noqa: BLE001 - any failure here means "not ready yet"; we poll again
+        except Exception:  # any failure here means "not ready yet"; we poll again
             return False
         return True
 

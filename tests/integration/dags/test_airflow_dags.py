@@ -67,14 +67,14 @@ def webhook(monkeypatch):
     received: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        def do_POST(self) -> None:  # http.server's naming
             body = self.rfile.read(int(self.headers["Content-Length"]))
             received.append({"path": self.path, "json": json.loads(body)})
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"ok")
 
-        def log_message(self, *args) -> None:  # noqa: ANN002 - keep the test output quiet
+        def log_message(self, *args) -> None:  # keep the test output quiet
             pass
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
@@ -94,11 +94,11 @@ def load_dag(dag_id: str):
     return bag.get_dag(dag_id)
 
 
-def state(run) -> str:  # noqa: ANN001 - DagRun
+def state(run) -> str:  # DagRun
     return str(getattr(run.state, "value", run.state))
 
 
-def task_states(run) -> dict[str, str]:  # noqa: ANN001 - DagRun
+def task_states(run) -> dict[str, str]:  # DagRun
     return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in run.get_task_instances()}
 
 

@@ -228,7 +228,7 @@ def test_delta_is_searched_for_held_records_only_where_postgresql_says_a_batch_m
     scanned: list[list[tuple[int, int]]] = []
     held_counts = delta.held_counts
 
-    def watched(spark_, settings_, ranges):  # noqa: ANN001, ANN202
+    def watched(spark_, settings_, ranges):
         scanned.append([(r.start, r.end) for r in ranges])
         return held_counts(spark_, settings_, ranges)
 

@@ -69,7 +69,7 @@ def test_the_pipeline_matches_the_model_after_every_run(spark, database, seed) -
             continue
         ends = {p: high for p, (_, high) in watermarks(settings, topic).items()}
         if isinstance(step, Backfill):
-            step = replace(step, offsets=choose_ranges(seed, index, ends))  # noqa: PLW2901
+            step = replace(step, offsets=choose_ranges(seed, index, ends))
             plan = plan_backfill(settings, topic, offsets=step.offsets)
             run = lambda fault, plan=plan: ingest.run_backfill(spark, settings, plan, fault=fault)  # noqa: E731
             covered = {(p, o) for p, (start, end) in step.offsets.items() for o in range(start, end)}
@@ -97,8 +97,8 @@ def _produce(settings, records: list[Record]) -> list[Record]:
     producer = Producer({**settings.kafka_client_config(), "enable.idempotence": True})
     offsets: dict[int, int] = {}
 
-    def delivered(i: int):  # noqa: ANN202
-        def record(err, msg) -> None:  # noqa: ANN001
+    def delivered(i: int):
+        def record(err, msg) -> None:
             assert err is None, err
             offsets[i] = msg.offset()
 
@@ -113,7 +113,7 @@ def _produce(settings, records: list[Record]) -> list[Record]:
     return [replace(r, offset=offsets[i]) for i, r in enumerate(records)]
 
 
-def _check(spark, settings, records, processed, scenario, done) -> None:  # noqa: ANN001
+def _check(spark, settings, records, processed, scenario, done) -> None:
     want = expected(records, processed)
     got = {}
     for table in ("events", "duplicates", "quarantine"):

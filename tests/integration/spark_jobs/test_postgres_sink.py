@@ -101,7 +101,7 @@ def test_a_batch_of_every_entity_replaces_their_sessions_in_one_pass(database) -
         conn.close()
 
 
-def sessions_reads(cur, anchors: int) -> list[str]:  # noqa: ANN001 - a psycopg2 cursor
+def sessions_reads(cur, anchors: int) -> list[str]:  # a psycopg2 cursor
     """How the delete that ``upsert_sessions`` runs for ``anchors`` anchors reads ``sessions`` (its
     plan's node types), with the staged rows the cursor's transaction holds."""
     cur.execute("EXPLAIN (FORMAT JSON) " + postgres.replaced_sessions_delete(cur, anchors))

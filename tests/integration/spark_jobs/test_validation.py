@@ -11,7 +11,7 @@ from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
 ARRIVAL = datetime(2026, 3, 1, tzinfo=UTC)
 
 
-def kafka_rows(spark, records: dict[int, tuple[bytes | None, bytes]]):  # noqa: ANN201 - a DataFrame
+def kafka_rows(spark, records: dict[int, tuple[bytes | None, bytes]]):  # a DataFrame
     """Rows as Spark's Kafka source gives them: offset -> (key, value), one partition, one arrival."""
     return spark.createDataFrame(
         [("events", 0, offset, ARRIVAL, key, value) for offset, (key, value) in records.items()],

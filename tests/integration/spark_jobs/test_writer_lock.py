@@ -35,14 +35,14 @@ HOLDER = """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
 WAITING = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
 
 
-def until(condition, what: str, timeout: float = 120) -> None:  # noqa: ANN001
+def until(condition, what: str, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         time.sleep(0.2)
 
 
-def terminate_lock_holder(settings) -> None:  # noqa: ANN001
+def terminate_lock_holder(settings) -> None:
     (pid,) = query(settings, HOLDER, WRITER_KEY)[0]
     query(settings, "SELECT pg_terminate_backend(%s)", pid)
 
@@ -88,7 +88,7 @@ def test_a_writer_that_lost_its_lock_cannot_commit_and_the_waiting_run_takes_ove
     def second_run() -> None:
         try:
             waiting.append(ingest.run_scheduled(spark, other, wait=True))
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertions below
+        except BaseException as exc:  # reported by the assertions below
             waiting.append(exc)
 
     thread = threading.Thread(target=second_run)

@@ -37,7 +37,7 @@ def tidemark(args: list[str], env: dict[str, str], tmp_path: Path, path: str | N
     return subprocess.run([TIDEMARK, *args], env=environment, capture_output=True, text=True, timeout=180)
 
 
-def one_line(result, errors_only: bool = False) -> str:  # noqa: ANN001 - CompletedProcess
+def one_line(result, errors_only: bool = False) -> str:  # CompletedProcess
     """The one line a failed command printed (with ``errors_only``: on stderr; stdout may say what it started)."""
     output = result.stdout + result.stderr
     assert CANARY not in output, output

@@ -59,7 +59,7 @@ def test_a_bug_keeps_its_traceback_with_secrets_masked(monkeypatch: pytest.Monke
 
     monkeypatch.setenv("TIDEMARK_POSTGRES_DSN", "host=db dbname=tidemark user=t password=canary-Pw-5f3a9e")
 
-    def broken(settings, args) -> int:  # noqa: ANN001
+    def broken(settings, args) -> int:
         raise KeyError(f"not a user error: {settings.postgres_dsn}")
 
     monkeypatch.setitem(tidemark.cli.COMMANDS, "status", broken)
