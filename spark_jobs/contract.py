@@ -9,6 +9,11 @@ tables (``events``, ``duplicates``, ``quarantine``). See docs/design.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
+
+from spark_jobs.errors import ConfigError
+
 # The largest value accepted; larger ones are quarantined as "oversized".
 MAX_VALUE_BYTES = 64 * 1024
 # The longest entity_id accepted, in UTF-8 bytes: PostgreSQL indexes it (a btree row must stay
@@ -50,3 +55,17 @@ TABLE_SCHEMAS = {
 }
 # Where each committed record lands: exactly one of these, once.
 RECORD_TABLES = ("events", "duplicates", "quarantine")
+
+
+@dataclass(frozen=True)
+class SessionRules:
+    """How sessions are cut: a new one after ``gap`` of inactivity or once one is ``max_length`` long."""
+
+    gap: timedelta = timedelta(minutes=30)
+    max_length: timedelta = timedelta(hours=24)
+
+    def __post_init__(self) -> None:
+        if self.gap <= timedelta(0):
+            raise ConfigError(f"session gap must be positive, got {self.gap}")
+        if self.max_length < self.gap:
+            raise ConfigError(f"maximum session length {self.max_length} is shorter than the gap {self.gap}")

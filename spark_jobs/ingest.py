@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs import ledger, retention
+from spark_jobs import db, ledger, retention
 from spark_jobs.checkpoint import OffsetLog
+from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
 from spark_jobs.kafka_source import read_range, stream_reader
 from spark_jobs.lock import WriterLease, single_writer
 from spark_jobs.offsets import PartitionRange, check_reachable, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
-from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
 from spark_jobs.writer import BatchResult, BatchWriter, Fault
 from spark_jobs.writer import rebuild_sessions as recompute_sessions
@@ -50,7 +50,7 @@ def pipeline_name(kind: str, topic: str) -> str:
 
 def _check_session_rules(spark: SparkSession, settings: Settings, lease: WriterLease, rebuild: bool) -> None:
     """Before any batch: the run's session rules must be the stored ones, or it rebuilds every session."""
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             stored = ledger.stored_session_rules(cur)
@@ -76,7 +76,7 @@ def streaming_ranges(
         raise RuntimeError(f"no offset log entry for batch {batch_id} in {log.location}")
     starts = log.ends(batch_id - 1, topic) if batch_id > 0 else None
     if starts is None:
-        conn = ledger.connect(settings.postgres_dsn)
+        conn = db.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
                 previous = (
@@ -102,7 +102,7 @@ def check_retention(settings: Settings, topic: str, allow_data_loss: bool) -> re
     """
     pipeline = pipeline_name(SCHEDULED, topic)
     held = watermarks(settings, topic)
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             read_to, recorded = retention.positions(cur, pipeline, topic)
@@ -201,7 +201,7 @@ def unfreeze_batch(settings: Settings, log: OffsetLog, pipeline: str) -> int:
     batch_id = log.frozen_uncommitted()
     if batch_id is None:
         raise ConfigError(f"{log.location} has no frozen, uncommitted batch: run without --split-frozen-batch")
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             if ledger.batch_exists(cur, pipeline, batch_id):
@@ -240,7 +240,7 @@ def run_backfill(
     pipeline = pipeline_name(BACKFILL, plan.topic)
     with single_writer(settings, pipeline, wait) as lease:
         _check_session_rules(spark, settings, lease, rebuild_sessions)
-        conn = ledger.connect(settings.postgres_dsn)
+        conn = db.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
                 batch_id = recorded_plan(cur, plan)
@@ -324,7 +324,7 @@ def settings_for(settings: Settings, args: argparse.Namespace) -> Settings:
 
 def check_services(settings: Settings, topic: str) -> None:
     """PostgreSQL answers, Kafka answers and has ``topic``: checked before Spark starts, one line if not."""
-    ledger.connect(settings.postgres_dsn).close()
+    db.connect(settings.postgres_dsn).close()
     check_reachable(settings)
     watermarks(settings, topic)  # TopicError for an unknown topic
 

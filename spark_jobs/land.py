@@ -14,7 +14,7 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs import ledger
+from spark_jobs import db, ledger
 from spark_jobs.kafka_source import read_range
 from spark_jobs.offsets import PartitionRange, latest_ranges
 from spark_jobs.settings import Settings
@@ -42,7 +42,7 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
     from delta.tables import DeltaTable
 
     path = settings.table_path(TABLE)
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PIPELINE,))

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from spark_jobs.errors import ServiceUnavailable, SessionRulesChanged
+from spark_jobs.contract import SessionRules
+from spark_jobs.errors import SessionRulesChanged
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.producers import ProducerChecks
-from spark_jobs.sessionize import SessionRules
 
 
 @dataclass(frozen=True)
@@ -23,34 +23,6 @@ class BatchCounts:
     duplicates: int = 0
     quarantined: int = 0
     producer: ProducerChecks = field(default_factory=ProducerChecks)  # what broke the producer requirements
-
-
-def connect(dsn: str, **options: object):  # -> psycopg2 connection
-    """A psycopg2 connection (libpq ``options`` added); an unreachable server is one line (never with
-    the password), not a traceback."""
-    import psycopg2
-
-    try:
-        return psycopg2.connect(dsn, connect_timeout=10, **options)
-    except psycopg2.OperationalError as exc:
-        reason = " ".join(str(exc).split())  # libpq's message spans lines
-        reason += "" if reason.endswith((".", "?")) else "."
-        raise ServiceUnavailable(
-            f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {reason} Start it with `tidemark up` "
-            "or fix TIDEMARK_POSTGRES_DSN (the Airflow connection tidemark_postgres)."
-        ) from None
-
-
-def describe_dsn(dsn: str) -> str:
-    """``host:port/dbname as user``: where a DSN points, without its password or other options."""
-    from psycopg2.extensions import parse_dsn
-
-    try:
-        params = parse_dsn(dsn)
-    except Exception:  # a DSN libpq cannot parse: say so, and show none of it
-        return "(a DSN that cannot be parsed)"
-    where = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}/{params.get('dbname', '?')}"
-    return f"{where} as {params['user']}" if params.get("user") else where
 
 
 def batch_exists(cur, pipeline: str, batch_id: int) -> bool:  # psycopg2 cursor

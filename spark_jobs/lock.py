@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from spark_jobs import ledger
+from spark_jobs import db
 from spark_jobs.errors import WriterBusy, WriterFenced
 from spark_jobs.settings import Settings
 
@@ -83,7 +83,7 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
     ``settings.writer_heartbeat_seconds``). The lock is released before this returns, so a retry
     started at once gets it; a run that dies releases it with its connection.
     """
-    conn = ledger.connect(settings.postgres_dsn, **KEEPALIVES)
+    conn = db.connect(settings.postgres_dsn, **KEEPALIVES)
     conn.autocommit = True
     holder = describe_holder(what)
     try:
@@ -172,7 +172,7 @@ def batch_commit(settings: Settings, lease: WriterLease) -> Iterator:
     cursor; the transaction commits when the block ends without an error.
     """
     with _advisory(settings, LAKE_KEY, shared=True):
-        conn = ledger.connect(settings.postgres_dsn)
+        conn = db.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
                 cur.execute("SET LOCAL idle_in_transaction_session_timeout = 0")  # open while Delta writes
@@ -192,7 +192,7 @@ def lake_snapshot(settings: Settings) -> Iterator[None]:
 @contextmanager
 def _advisory(settings: Settings, key: str, shared: bool) -> Iterator[None]:
     kind = "_shared" if shared else ""
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     conn.autocommit = True
     try:
         with conn.cursor() as cur:

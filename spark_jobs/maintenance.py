@@ -35,7 +35,7 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs import ledger
+from spark_jobs import db
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.lock import single_writer
 from spark_jobs.settings import Settings
@@ -168,7 +168,7 @@ def set_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -> No
 def prune_history(settings: Settings) -> int:
     """Delete reconcile runs older than ``settings.history_days`` (their ranges, lags and repairs go
     with them), keeping the latest run, which the next reconcile compares itself with."""
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             cur.execute(

@@ -44,8 +44,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs import ledger
-from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
+from spark_jobs import db, ledger
+from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS, SessionRules
 from spark_jobs.findings import (
     CHANGED,
     NEW,
@@ -62,7 +62,6 @@ from spark_jobs.findings import (
 from spark_jobs.lock import lake_snapshot
 from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, first_arrival, watermarks
 from spark_jobs.retention import Loss, recorded_losses
-from spark_jobs.sessionize import SessionRules
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
 from spark_jobs.spark import FrozenFrames
@@ -151,7 +150,7 @@ def run(
     """
     if not run_id:
         raise ValueError("a reconcile run needs a run id (Airflow passes its run_id)")
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         check_reachable(settings)
         spark = None
@@ -837,7 +836,7 @@ def _record(
 
 def stored_report(settings: Settings, run_id: str | None = None) -> tuple[str, str, str] | None:
     """(run_id, status, report) of ``run_id``, or of the latest run."""
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             if run_id:

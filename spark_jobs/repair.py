@@ -29,7 +29,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs import ledger, reconcile
+from spark_jobs import db, ledger, reconcile
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError
 from spark_jobs.findings import Report
@@ -106,7 +106,7 @@ class RepairOutcome:
 
 def load_plan(settings: Settings, run_id: str | None) -> RepairPlan:
     """The repair plan of ``run_id`` (default: the latest run that found a mismatch); checks before any work."""
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             if run_id:
@@ -193,7 +193,7 @@ def _reprocess(
         actions.append(f"cleared {', '.join(str(r) for r in clear)} from the record tables to rewrite them")
     pipeline = f"{REPAIR}:{topic}"
     for batch in _batches(readable):
-        conn = ledger.connect(settings.postgres_dsn)
+        conn = db.connect(settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
                 batch_id = ledger.next_batch_id(cur, pipeline)
@@ -225,7 +225,7 @@ def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:
 def _record(
     settings: Settings, repair_id: str, run_id: str, actions: list[str], recheck: str | None, status: str
 ) -> None:
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             cur.execute(

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import COORDINATES, SESSION_COLUMNS
+from spark_jobs.contract import COORDINATES, SESSION_COLUMNS, SessionRules
 from spark_jobs.dedupe import TOUCHES
-from spark_jobs.sessionize import SessionRules
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -15,19 +15,17 @@ milliseconds, written in decimal. See :func:`session_id`, :data:`SESSION_ID_SPAR
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import SESSION_COLUMNS
-from spark_jobs.errors import ConfigError
+from spark_jobs.contract import SESSION_COLUMNS, SessionRules
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_jobs.spark import FrozenFrames
 
-__all__ = ["SESSION_COLUMNS", "SessionRules", "session_id", "sessionize", "split_sessions"]
+__all__ = ["SESSION_COLUMNS", "session_id", "sessionize", "split_sessions"]
 
 # Arrival order within an entity (the Kafka timestamp, then the record's place in its partition).
 _ORDER = ("arrival_time", "partition", "offset")
@@ -42,18 +40,6 @@ SESSION_ID_POSTGRES_SQL = (
 def session_id(entity_id: str, started_at_ms: int) -> str:
     """The stable ID of the session of ``entity_id`` whose first record arrived at ``started_at_ms``."""
     return hashlib.sha256(f"{entity_id}|{started_at_ms}".encode()).hexdigest()[:32]
-
-
-@dataclass(frozen=True)
-class SessionRules:
-    gap: timedelta = timedelta(minutes=30)
-    max_length: timedelta = timedelta(hours=24)
-
-    def __post_init__(self) -> None:
-        if self.gap <= timedelta(0):
-            raise ConfigError(f"session gap must be positive, got {self.gap}")
-        if self.max_length < self.gap:
-            raise ConfigError(f"maximum session length {self.max_length} is shorter than the gap {self.gap}")
 
 
 def split_sessions(arrivals: list[datetime], rules: SessionRules) -> list[int]:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
+from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
-from spark_jobs.sessionize import SessionRules
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

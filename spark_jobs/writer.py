@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_jobs import dedupe, ledger, producers, session_changes
+from spark_jobs import db, dedupe, ledger, producers, session_changes
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.errors import LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
@@ -302,7 +302,7 @@ class BatchWriter:
 
     def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
         """``work`` in one PostgreSQL transaction of its own."""
-        conn = ledger.connect(self.settings.postgres_dsn)
+        conn = db.connect(self.settings.postgres_dsn)
         try:
             with conn, conn.cursor() as cur:
                 return work(cur)

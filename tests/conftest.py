@@ -92,7 +92,7 @@ def topic(stack: Settings) -> str:
 @pytest.fixture
 def pg(stack: Settings):
     """A psycopg2 connection to the tidemark database, closed after the test."""
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
 
     conn = connect(stack.postgres_dsn)
     yield conn
@@ -113,7 +113,7 @@ def database(stack: Settings):
     """A fresh, migrated PostgreSQL database for one test; yields settings pointing at it."""
     from dataclasses import replace
 
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
     from tidemark.migrations import migrate
 
     name = f"tidemark_{uuid.uuid4().hex[:10]}"

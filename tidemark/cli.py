@@ -97,10 +97,10 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import check_reachable
     from tidemark.migrations import migrate
 
-    connect(settings.postgres_dsn).close()  # a clear error if the server is down
+    check_reachable(settings.postgres_dsn)  # a clear error if the server is down
     applied = migrate(settings.postgres_dsn)
     print(f"applied {', '.join(applied)}" if applied else "database is up to date")
     return 0
@@ -189,11 +189,11 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     """Compact, checkpoint and vacuum the Delta tables; prune old reconcile history."""
-    from spark_jobs import ledger
+    from spark_jobs import db
     from spark_jobs.maintenance import maintain
     from spark_jobs.spark import build_session
 
-    ledger.connect(settings.postgres_dsn).close()  # PostgreSQL down: one line, before Spark starts
+    db.check_reachable(settings.postgres_dsn)  # PostgreSQL down: one line, before Spark starts
     print(maintain(build_session(settings, "tidemark-maintenance"), settings, wait=args.wait).describe())
     return 0
 
@@ -212,7 +212,7 @@ def cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
 
     conn = connect(settings.postgres_dsn)
     try:

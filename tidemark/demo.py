@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from spark_jobs import ingest, ledger
+from spark_jobs import db, ingest
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.planning import plan_backfill
 from spark_jobs.settings import Settings
@@ -18,7 +18,7 @@ def sink_fingerprint(spark, settings: Settings) -> dict[str, tuple]:  # SparkSes
     fingerprint: dict[str, tuple] = {
         f"delta {name}": delta.fingerprint(spark, settings, name) for name in TABLE_SCHEMAS
     }
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             fingerprint["postgres sessions"] = postgres.sessions_summary(cur)

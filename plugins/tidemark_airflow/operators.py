@@ -91,7 +91,7 @@ def producer_alert(extra: dict, threshold: int) -> str | None:
 
 def committed_since(settings, started: datetime) -> dict[str, object]:  # Settings
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
 
     conn = connect(settings.postgres_dsn)
     try:
@@ -179,7 +179,7 @@ class VerdictOperator(BaseOperator):
         self.postgres_conn_id = postgres_conn_id
 
     def execute(self, context: Context) -> dict[str, object]:
-        from spark_jobs.ledger import connect
+        from spark_jobs.db import connect
 
         settings = tidemark_settings(postgres_conn_id=self.postgres_conn_id)
         conn = connect(settings.postgres_dsn)

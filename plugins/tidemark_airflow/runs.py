@@ -129,8 +129,8 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
 
 def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, BackfillPlan
     """(pipeline, batch_id) of an earlier backfill of exactly ``plan``, if any."""
+    from spark_jobs.db import connect
     from spark_jobs.ingest import BACKFILL, pipeline_name, recorded_plan
-    from spark_jobs.ledger import connect
 
     conn = connect(settings.postgres_dsn)
     try:

@@ -247,7 +247,7 @@ def create_app():  # -> fastapi.FastAPI
 
 
 def _query(read):
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
     from tidemark_airflow.connections import tidemark_settings
 
     conn = connect(tidemark_settings().postgres_dsn)

@@ -195,7 +195,7 @@ def ingested_sink(ctx: BenchContext) -> Sink:
 
 def stage_replay(ctx: BenchContext) -> None:
     """R: P1's range again as a backfill; Delta files rewritten and PostgreSQL rows changed must be 0."""
-    from spark_jobs import ingest, ledger
+    from spark_jobs import db, ingest
     from spark_jobs.planning import plan_backfill
     from spark_jobs.sinks.delta import files_rewritten_since, table_versions
 
@@ -208,7 +208,7 @@ def stage_replay(ctx: BenchContext) -> None:
     for rep in range(ctx.options.replay_repeat):
         if rep:
             # Forget the previous replay so this one is a replay too, not a ledger no-op.
-            conn = ledger.connect(s.postgres_dsn)
+            conn = db.connect(s.postgres_dsn)
             with conn, conn.cursor() as cur:
                 cur.execute(
                     "DELETE FROM ledger_batches WHERE pipeline = %s",
@@ -237,10 +237,10 @@ def stage_replay(ctx: BenchContext) -> None:
 
 def _postgres_sessions(settings: Settings) -> tuple[int, int]:
     """(rows, checksum) of the sink's PostgreSQL ``sessions``."""
-    from spark_jobs import ledger
+    from spark_jobs import db
     from spark_jobs.sinks.postgres import sessions_summary
 
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             return sessions_summary(cur)
@@ -269,7 +269,7 @@ def stage_empty(ctx: BenchContext) -> None:
 def stage_pg(ctx: BenchContext) -> None:
     """B3 against P2: COPY of the main sink's sessions into an empty sessions-like table, then the upsert
     path with the same rows: cold insert, a replay where nothing changes, and 10% of rows changed."""
-    from spark_jobs import ledger
+    from spark_jobs import db
     from spark_jobs.contract import SESSION_COLUMNS
     from spark_jobs.sinks.postgres import copy_rows, rows_as_text, upsert_sessions
 
@@ -291,7 +291,7 @@ def stage_pg(ctx: BenchContext) -> None:
     for m in (b3, p2c, p2r, p2u):
         m.details = {"anchors": len(anchors)}
     p2u.details["rows_changed"] = n_changed
-    conn = ledger.connect(ctx.services.dsn(ctx.services.create_database("pg")))
+    conn = db.connect(ctx.services.dsn(ctx.services.create_database("pg")))
 
     def execute(sql: str) -> None:
         with conn, conn.cursor() as cur:
@@ -439,9 +439,8 @@ def stage_soak(ctx: BenchContext) -> None:
     runs (not timed). The last runs' median must be within 1.2x of the first's, and each table's file
     count bounded (the targets in ``figures``)."""
     from spark_jobs import ingest
-    from spark_jobs.contract import TABLE_SCHEMAS
+    from spark_jobs.contract import TABLE_SCHEMAS, SessionRules
     from spark_jobs.maintenance import live_files, maintain
-    from spark_jobs.sessionize import SessionRules
 
     o = ctx.options
     topic = f"bench-{ctx.run_id}-soak"

@@ -174,7 +174,7 @@ def prepopulate(
     """
     from pyspark.sql import functions as F
 
-    from spark_jobs import ledger
+    from spark_jobs import db
     from spark_jobs.contract import EVENT_COLUMNS, SESSION_COLUMNS
     from spark_jobs.sessionize import SESSION_ID_SPARK_SQL, sessionize
     from spark_jobs.sinks.delta import ensure_tables
@@ -241,7 +241,7 @@ def prepopulate(
     actual = {tuple(r) for r in stored.where(F.col("entity_id").isin(sample)).select(*SESSION_COLUMNS).collect()}
     ensure(expected == actual, "the pre-populated sessions differ from what sessionize computes")
     rows = rows_as_text(stored, SESSION_COLUMNS)
-    conn = ledger.connect(settings.postgres_dsn)
+    conn = db.connect(settings.postgres_dsn)
     try:
         with conn, conn.cursor() as cur:
             copy_rows(cur, "sessions", SESSION_COLUMNS, rows)

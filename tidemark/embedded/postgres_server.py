@@ -149,7 +149,7 @@ class PostgresServer:
         """Create the login role ``owner`` and the database ``name`` it owns, if they are missing."""
         from psycopg2 import sql
 
-        from spark_jobs.ledger import connect
+        from spark_jobs.db import connect
 
         conn = connect(self.superuser_dsn())  # a server that is down is one line that says what to do
         conn.autocommit = True

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs.ledger import connect
+from spark_jobs.db import connect
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.settings import Settings
 from tests.integration.spark_jobs.checks import query

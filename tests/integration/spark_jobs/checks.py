@@ -18,7 +18,7 @@ T = TypeVar("T")
 
 def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
     """Run ``sql`` on the settings' tidemark database; the rows it returns, if any."""
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
 
     conn = connect(settings.postgres_dsn)
     try:

@@ -20,7 +20,8 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from spark_jobs.sessionize import SessionRules, session_id, split_sessions
+from spark_jobs.contract import SessionRules
+from spark_jobs.sessionize import session_id, split_sessions
 from tests.integration.spark_jobs.checks import InjectedCrash
 
 # Short rules, so that a few hundred records reach both the gap and the maximum length.

@@ -17,10 +17,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spark_jobs import ingest, validation
+from spark_jobs.contract import SessionRules
 from spark_jobs.errors import SessionRulesChanged
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.planning import plan_backfill
-from spark_jobs.sessionize import SessionRules
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sessions_follow_events,
@@ -109,7 +109,7 @@ def test_a_driver_in_a_daylight_saving_time_zone_recomputes_across_the_clock_cha
 
 def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, database, topic) -> None:
     """The rules are recorded with the sessions; a run with others fails first, or rebuilds on request."""
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
 
     home = database.home / "runs" / f"rules-{uuid.uuid4().hex[:8]}"
     settings = replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)

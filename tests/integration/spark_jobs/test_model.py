@@ -120,7 +120,7 @@ def _check(spark, settings, records, processed, scenario, done) -> None:
         rows = [tuple(r) for r in delta_rows(spark, settings, table, "partition", "offset")]
         got[table] = rows
     delta_sessions = [r[0] for r in delta_rows(spark, settings, "sessions", delta.SESSION_ROW_TEXT)]
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
 
     conn = connect(settings.postgres_dsn)
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.contract import SESSION_COLUMNS
-from spark_jobs.ledger import connect
+from spark_jobs.db import connect
 from spark_jobs.sinks import postgres
 
 ENTITIES = 1_000

@@ -76,7 +76,7 @@ def test_records_removed_before_the_first_run_fail_it_until_acknowledged_then_re
     ]  # fmt: skip
 
     # The tidemark page's coverage table shows the lost offsets next to the ledger's.
-    from spark_jobs.ledger import connect
+    from spark_jobs.db import connect
     from tidemark_airflow.view import read_overview
 
     conn = connect(settings.postgres_dsn)

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs.sessionize import SESSION_COLUMNS, SessionRules, session_id, sessionize, split_sessions
+from spark_jobs.contract import SessionRules
+from spark_jobs.sessionize import SESSION_COLUMNS, session_id, sessionize, split_sessions
 from spark_jobs.spark import FrozenFrames
 from tests.integration.spark_jobs.checks import stages_run
 

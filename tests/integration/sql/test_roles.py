@@ -20,8 +20,8 @@ from psycopg2 import errors
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from spark_jobs import reconcile
+from spark_jobs.db import connect
 from spark_jobs.ingest import run_scheduled
-from spark_jobs.ledger import connect
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.migrations import discover, migrate
 from tidemark.producer import ProduceSpec, produce

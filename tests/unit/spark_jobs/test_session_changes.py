@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs import dedupe, session_changes
-from spark_jobs.contract import TABLE_SCHEMAS
-from spark_jobs.sessionize import SessionRules, session_id, sessionize
+from spark_jobs.contract import TABLE_SCHEMAS, SessionRules
+from spark_jobs.sessionize import session_id, sessionize
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 RULES = SessionRules()  # gap 30 min

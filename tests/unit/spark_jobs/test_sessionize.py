@@ -3,8 +3,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from spark_jobs.contract import SessionRules
 from spark_jobs.planning import parse_offsets, parse_partitions
-from spark_jobs.sessionize import SessionRules, session_id, split_sessions
+from spark_jobs.sessionize import session_id, split_sessions
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,0 +1,60 @@
+"""PostgreSQL connections: the one way tidemark opens a connection and a transaction.
+
+Each table group has one module that owns its SQL and takes a cursor (``ledger``, ``lock``,
+``retention``, ``reconcile.history``, ``sinks.postgres``); callers open the transaction here and
+pass the cursor down, so a batch's writes and its ledger rows share one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from spark_jobs.errors import ServiceUnavailable
+
+
+def connect(dsn: str, **options: object):  # -> psycopg2 connection
+    """A psycopg2 connection (libpq ``options`` added); an unreachable server is one line (never with
+    the password), not a traceback."""
+    import psycopg2
+
+    try:
+        return psycopg2.connect(dsn, connect_timeout=10, **options)
+    except psycopg2.OperationalError as exc:
+        reason = " ".join(str(exc).split())  # libpq's message spans lines
+        reason += "" if reason.endswith((".", "?")) else "."
+        raise ServiceUnavailable(
+            f"cannot connect to PostgreSQL at {describe_dsn(dsn)}: {reason} Start it with `tidemark up` "
+            "or fix TIDEMARK_POSTGRES_DSN (the Airflow connection tidemark_postgres)."
+        ) from None
+
+
+def check_reachable(dsn: str) -> None:
+    """Fail with :class:`ServiceUnavailable`'s one line unless PostgreSQL at ``dsn`` accepts a connection."""
+    connect(dsn).close()
+
+
+@contextmanager
+def transaction(dsn: str, isolation_level: str | None = None, **options: object) -> Iterator:
+    """A cursor inside one transaction: committed when the block ends, rolled back when it raises,
+    the connection closed either way. ``isolation_level`` e.g. ``"REPEATABLE READ"``."""
+    conn = connect(dsn, **options)
+    try:
+        if isolation_level:
+            conn.set_session(isolation_level=isolation_level)
+        with conn, conn.cursor() as cur:
+            yield cur
+    finally:
+        conn.close()
+
+
+def describe_dsn(dsn: str) -> str:
+    """``host:port/dbname as user``: where a DSN points, without its password or other options."""
+    from psycopg2.extensions import parse_dsn
+
+    try:
+        params = parse_dsn(dsn)
+    except Exception:  # a DSN libpq cannot parse: say so, and show none of it
+        return "(a DSN that cannot be parsed)"
+    where = f"{params.get('host', 'localhost')}:{params.get('port', 5432)}/{params.get('dbname', '?')}"
+    return f"{where} as {params['user']}" if params.get("user") else where
