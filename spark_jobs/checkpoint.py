@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from spark_jobs import jvm
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -24,23 +26,14 @@ class OffsetLog:
     """The ``offsets`` and ``commits`` logs under one query's checkpoint location."""
 
     def __init__(self, spark: SparkSession, location: str) -> None:
-        self._jvm = spark.sparkContext._jvm
+        self._spark = spark
         self.location = location.rstrip("/")
-        root = self._jvm.org.apache.hadoop.fs.Path(self.location)
-        self._fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
-    def _path(self, log: str, batch_id: int):  # -> org.apache.hadoop.fs.Path
-        return self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{log}/{batch_id}")
+    def _path(self, log: str, batch_id: int) -> str:
+        return f"{self.location}/{log}/{batch_id}"
 
     def _read(self, log: str, batch_id: int) -> str | None:
-        path = self._path(log, batch_id)
-        if not self._fs.exists(path):
-            return None
-        stream = self._fs.open(path)
-        try:
-            return self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
+        return jvm.read_text(self._spark, self._path(log, batch_id))
 
     def ends(self, batch_id: int, topic: str) -> dict[int, int] | None:
         """End offsets Spark froze for ``batch_id`` (None when there is no such entry)."""
@@ -52,11 +45,7 @@ class OffsetLog:
         return {int(p): int(o) for p, o in source[topic].items()}
 
     def _batch_ids(self, log: str) -> list[int]:
-        directory = self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/{log}")
-        if not self._fs.exists(directory):
-            return []
-        names = [status.getPath().getName() for status in self._fs.listStatus(directory)]
-        return sorted(int(name) for name in names if name.isdigit())
+        return sorted(int(name) for name in jvm.list_names(self._spark, f"{self.location}/{log}") if name.isdigit())
 
     def frozen_uncommitted(self) -> int | None:
         """The id of the batch Spark froze but never committed, if any (the one a restart replays)."""
@@ -69,8 +58,6 @@ class OffsetLog:
         """Remove ``offsets/<batch_id>`` of an uncommitted batch: the next run plans that batch again."""
         if self.frozen_uncommitted() != batch_id:
             raise ValueError(f"batch {batch_id} of {self.location} is not the last frozen, uncommitted batch")
-        self._fs.delete(self._path("offsets", batch_id), False)
+        jvm.delete(self._spark, self._path("offsets", batch_id))
         # The checksum file Hadoop's local filesystem writes next to it would outlive it.
-        crc = self._jvm.org.apache.hadoop.fs.Path(f"{self.location}/offsets/.{batch_id}.crc")
-        if self._fs.exists(crc):
-            self._fs.delete(crc, False)
+        jvm.delete(self._spark, f"{self.location}/offsets/.{batch_id}.crc")

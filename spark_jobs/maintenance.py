@@ -35,7 +35,7 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs import db
+from spark_jobs import db, jvm
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.lock import single_writer
 from spark_jobs.settings import Settings
@@ -80,11 +80,7 @@ def stored_files(spark: SparkSession, path: str) -> int:
     vectors, change data), counted by Hadoop's FileSystem in the JVM in one call per folder tree.
     Walking them from Python cost a few milliseconds a file: with a month of commits in the log,
     minutes a maintenance."""
-    jvm = spark.sparkContext._jvm
-    root = jvm.org.apache.hadoop.fs.Path(path)
-    log = jvm.org.apache.hadoop.fs.Path(root, "_delta_log")
-    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    return int(fs.getContentSummary(root).getFileCount()) - int(fs.getContentSummary(log).getFileCount())
+    return jvm.file_count(spark, path) - jvm.file_count(spark, f"{path.rstrip('/')}/_delta_log")
 
 
 # Delta's OPTIMIZE: files smaller than the first are compacted into files of up to the second
@@ -113,8 +109,7 @@ def compact(spark: SparkSession, path: str, target_bytes: int) -> None:
 
 def checkpoint(spark: SparkSession, path: str) -> None:
     """Write a Delta log checkpoint of the table's latest version."""
-    jvm = spark.sparkContext._jvm
-    jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path).checkpoint()
+    jvm.checkpoint_delta_log(spark, path)
 
 
 def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> MaintenanceReport:

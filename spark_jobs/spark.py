@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spark_jobs import jvm
 from spark_jobs.errors import ConfigError
 from spark_jobs.settings import Settings
 
@@ -48,7 +49,7 @@ def broadcastable(spark: SparkSession, rows: int, row_bytes: int) -> bool:
     join (``spark.sql.autoBroadcastJoinThreshold``; -1 never). Spark decides this itself from its
     size estimate, but a frame read from Kafka has none, so it shuffles both sides of the join: for
     a frame whose size the caller knows, this is the decision Spark would make if it knew."""
-    threshold = spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold()
+    threshold = jvm.broadcast_threshold(spark)
     return 0 <= rows * row_bytes <= threshold
 
 
@@ -121,13 +122,13 @@ class FrozenFrames:
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        self._context = spark.sparkContext._jsc.sc()
+        self._spark = spark
         self._rdd_ids: list[int] = []
 
     def freeze(self, df: DataFrame) -> DataFrame:
         """``df`` computed now and kept as it is, whatever its sources become."""
         frozen = df.localCheckpoint(eager=True)
-        self._rdd_ids.append(frozen._jdf.queryExecution().logical().rdd().id())
+        self._rdd_ids.append(jvm.checkpoint_rdd_id(frozen))
         return frozen
 
     def __enter__(self) -> FrozenFrames:
@@ -140,4 +141,4 @@ class FrozenFrames:
         # SparkContext.unpersistRDD is what RDD.unpersist calls after warning that a local
         # checkpoint cannot be recomputed: frames are released on purpose, so without the warning.
         while self._rdd_ids:
-            self._context.unpersistRDD(self._rdd_ids.pop(), False)
+            jvm.unpersist_rdd(self._spark, self._rdd_ids.pop())

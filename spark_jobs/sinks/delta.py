@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
@@ -52,13 +53,9 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> list[str]:
     run calls this, and loading four snapshots costs more than an empty run's work. Missing
     tables (a first run) are created concurrently.
     """
-    hadoop_path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
 
     def missing(name: str) -> bool:
-        log = hadoop_path(f"{settings.table_path(name).rstrip('/')}/_delta_log")
-        fs = log.getFileSystem(conf)
-        return not (fs.exists(log) and len(fs.listStatus(log)) > 0)
+        return not jvm.list_names(spark, f"{settings.table_path(name).rstrip('/')}/_delta_log")
 
     def create(name: str) -> Callable[[], None]:
         return lambda: create_table(spark, settings.table_path(name), TABLE_SCHEMAS[name], TABLE_PROPERTIES.get(name))

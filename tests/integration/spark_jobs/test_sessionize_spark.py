@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from spark_jobs import jvm
 from spark_jobs.contract import SessionRules
 from spark_jobs.sessionize import SESSION_COLUMNS, session_id, sessionize, split_sessions
 from spark_jobs.spark import FrozenFrames
@@ -63,7 +64,7 @@ def spark_sessions(spark, rows: list[tuple], rules: SessionRules, frozen: Frozen
         tuple(r[c].astimezone(UTC) if isinstance(r[c], datetime) else r[c] for c in SESSION_COLUMNS)
         for r in result.collect()
     }
-    return sessions, result._jdf.queryExecution().optimizedPlan().toString()
+    return sessions, jvm.plan(result, "optimized")
 
 
 @pytest.mark.parametrize("freeze", [False, True], ids=["lazy", "frozen"])

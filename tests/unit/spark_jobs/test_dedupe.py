@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs import dedupe
+from spark_jobs import dedupe, jvm
 from spark_jobs.contract import TABLE_SCHEMAS
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -135,7 +135,7 @@ def test_the_lookup_reads_only_the_stored_columns_the_ranking_uses(spark_session
     events(spark_session, [(0, 10, "e1", "a")]).write.parquet(str(tmp_path / "events"))
     stored = spark_session.read.parquet(str(tmp_path / "events"))
     ranked = dedupe.rank(events(spark_session, [(1, 0, "e1", "b")]), stored)
-    plan = ranked._jdf.queryExecution().executedPlan().toString()
+    plan = jvm.plan(ranked)
     scans = [line.split("FileScan parquet [")[1].split("]")[0] for line in plan.splitlines() if "FileScan" in line]
     assert len(scans) == 1, plan
     assert sorted(column.split("#")[0] for column in scans[0].split(",")) == [
@@ -149,7 +149,7 @@ def test_the_ranking_sorts_its_rows_once(spark_session) -> None:
     # Every window of the ranking partitions by event_id; the copies of one record are found as
     # peers in arrival order, so no second sort by coordinates is planned.
     ranked = dedupe.rank(events(spark_session, [(1, 0, "e1", "b")]), events(spark_session, [(0, 10, "e1", "a")]))
-    plan = ranked._jdf.queryExecution().executedPlan().toString()
+    plan = jvm.plan(ranked)
     window_sorts = [line for line in plan.splitlines() if " Sort [" in line and "offset" in line]
     assert len(window_sorts) == 1, plan  # the lookup's semi-join sorts by event_id alone
     assert offsets(dedupe.takeovers(ranked)) == [1]

@@ -1,0 +1,85 @@
+"""What tidemark needs from Spark's JVM that PySpark has no Python API for, in one place.
+
+Files go through Hadoop's ``FileSystem`` (so a local path, ``file://`` or ``s3a://`` is read the way
+Spark writes it, never with ``pathlib``); the rest are a Delta log checkpoint, a SQL setting's
+parsed value, a frame's plan and the local checkpoints a batch releases. Everything else in the
+pipeline stays on PySpark's public API; ``_jvm``, ``_jsc``, ``_jdf`` and ``_jsparkSession`` are
+reached from here only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def _path(spark: SparkSession, path: str):  # -> (org.apache.hadoop.fs.FileSystem, org.apache.hadoop.fs.Path)
+    jpath = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path)
+    return jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), jpath
+
+
+def exists(spark: SparkSession, path: str) -> bool:
+    fs, jpath = _path(spark, path)
+    return bool(fs.exists(jpath))
+
+
+def list_names(spark: SparkSession, folder: str) -> list[str]:
+    """The names of the entries of ``folder`` ([] when it does not exist)."""
+    fs, jpath = _path(spark, folder)
+    if not fs.exists(jpath):
+        return []
+    return [status.getPath().getName() for status in fs.listStatus(jpath)]
+
+
+def read_text(spark: SparkSession, path: str) -> str | None:
+    """The UTF-8 text of the file at ``path``, None when there is none."""
+    fs, jpath = _path(spark, path)
+    if not fs.exists(jpath):
+        return None
+    stream = fs.open(jpath)
+    try:
+        return spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+def delete(spark: SparkSession, path: str) -> None:
+    """Delete the file at ``path`` if there is one."""
+    fs, jpath = _path(spark, path)
+    if fs.exists(jpath):
+        fs.delete(jpath, False)
+
+
+def file_count(spark: SparkSession, folder: str) -> int:
+    """Files under ``folder``, its subfolders included, in one call (Hadoop's content summary)."""
+    fs, jpath = _path(spark, folder)
+    return int(fs.getContentSummary(jpath).getFileCount())
+
+
+def checkpoint_delta_log(spark: SparkSession, table_path: str) -> None:
+    """Write a Delta log checkpoint of the table's latest version."""
+    log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog
+    log.forTable(spark._jsparkSession, table_path).checkpoint()
+
+
+def broadcast_threshold(spark: SparkSession) -> int:
+    """``spark.sql.autoBroadcastJoinThreshold`` in bytes, as Spark parsed it (-1: never)."""
+    return int(spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold())
+
+
+def plan(df: DataFrame, stage: str = "executed") -> str:
+    """The text of ``df``'s ``optimized`` or ``executed`` plan (what a test checks a rewrite by)."""
+    execution = df._jdf.queryExecution()
+    return (execution.optimizedPlan() if stage == "optimized" else execution.executedPlan()).toString()
+
+
+def checkpoint_rdd_id(frozen: DataFrame) -> int:
+    """The id of the RDD that holds a locally checkpointed frame's rows."""
+    return int(frozen._jdf.queryExecution().logical().rdd().id())
+
+
+def unpersist_rdd(spark: SparkSession, rdd_id: int) -> None:
+    """Drop an RDD's blocks without the warning ``RDD.unpersist`` gives for a local checkpoint."""
+    spark.sparkContext._jsc.sc().unpersistRDD(rdd_id, False)
