@@ -48,6 +48,18 @@ def transaction(dsn: str, isolation_level: str | None = None, **options: object)
         conn.close()
 
 
+@contextmanager
+def session(dsn: str, **options: object) -> Iterator:
+    """A connection in autocommit mode, closed when the block ends: for what lives with a session,
+    not a transaction (advisory locks, ``CREATE DATABASE``)."""
+    conn = connect(dsn, **options)
+    try:
+        conn.autocommit = True
+        yield conn
+    finally:
+        conn.close()
+
+
 def describe_dsn(dsn: str) -> str:
     """``host:port/dbname as user``: where a DSN points, without its password or other options."""
     from psycopg2.extensions import parse_dsn

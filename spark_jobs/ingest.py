@@ -33,8 +33,7 @@ from spark_jobs.lock import WriterLease, single_writer
 from spark_jobs.offsets import PartitionRange, check_reachable, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.settings import Settings
-from spark_jobs.writer import BatchResult, BatchWriter, Fault
-from spark_jobs.writer import rebuild_sessions as recompute_sessions
+from spark_jobs.writer import BatchResult, BatchWriter, Fault, recompute_sessions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -50,16 +49,12 @@ def pipeline_name(kind: str, topic: str) -> str:
 
 def _check_session_rules(spark: SparkSession, settings: Settings, lease: WriterLease, rebuild: bool) -> None:
     """Before any batch: the run's session rules must be the stored ones, or it rebuilds every session."""
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            stored = ledger.stored_session_rules(cur)
-            if stored is None or stored == settings.session_rules:
-                return
-            if not rebuild:
-                raise ledger.rules_changed(stored, settings.session_rules)
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        stored = ledger.stored_session_rules(cur)
+        if stored is None or stored == settings.session_rules:
+            return
+        if not rebuild:
+            raise ledger.rules_changed(stored, settings.session_rules)
     recompute_sessions(spark, settings, lease)
 
 
@@ -76,14 +71,8 @@ def streaming_ranges(
         raise RuntimeError(f"no offset log entry for batch {batch_id} in {log.location}")
     starts = log.ends(batch_id - 1, topic) if batch_id > 0 else None
     if starts is None:
-        conn = db.connect(settings.postgres_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                previous = (
-                    ledger.batch_ranges(cur, pipeline_name(SCHEDULED, topic), batch_id - 1) if batch_id > 0 else []
-                )
-        finally:
-            conn.close()
+        with db.transaction(settings.postgres_dsn) as cur:
+            previous = ledger.batch_ranges(cur, pipeline_name(SCHEDULED, topic), batch_id - 1) if batch_id > 0 else []
         starts = {r.partition: r.end for r in previous if r.topic == topic}
     starts = start.first_offsets | starts
     low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()} if set(ends) - set(starts) else {}
@@ -102,16 +91,12 @@ def check_retention(settings: Settings, topic: str, allow_data_loss: bool) -> re
     """
     pipeline = pipeline_name(SCHEDULED, topic)
     held = watermarks(settings, topic)
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            read_to, recorded = retention.positions(cur, pipeline, topic)
-            check = retention.check_start(pipeline, topic, held, read_to, recorded)
-            if check.losses and not allow_data_loss:
-                raise retention.loss_error(check.losses)
-            retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        read_to, recorded = retention.positions(cur, pipeline, topic)
+        check = retention.check_start(pipeline, topic, held, read_to, recorded)
+        if check.losses and not allow_data_loss:
+            raise retention.loss_error(check.losses)
+        retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
     return check
 
 
@@ -201,16 +186,12 @@ def unfreeze_batch(settings: Settings, log: OffsetLog, pipeline: str) -> int:
     batch_id = log.frozen_uncommitted()
     if batch_id is None:
         raise ConfigError(f"{log.location} has no frozen, uncommitted batch: run without --split-frozen-batch")
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            if ledger.batch_exists(cur, pipeline, batch_id):
-                raise ConfigError(
-                    f"batch {batch_id} of {pipeline} is in the ledger already (it committed; Spark did not record "
-                    "that yet): run without --split-frozen-batch and it completes at once"
-                )
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        if ledger.batch_exists(cur, pipeline, batch_id):
+            raise ConfigError(
+                f"batch {batch_id} of {pipeline} is in the ledger already (it committed; Spark did not record "
+                "that yet): run without --split-frozen-batch and it completes at once"
+            )
     log.unfreeze(batch_id)
     return batch_id
 
@@ -240,14 +221,10 @@ def run_backfill(
     pipeline = pipeline_name(BACKFILL, plan.topic)
     with single_writer(settings, pipeline, wait) as lease:
         _check_session_rules(spark, settings, lease, rebuild_sessions)
-        conn = db.connect(settings.postgres_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                batch_id = recorded_plan(cur, plan)
-                if batch_id is None:
-                    batch_id = ledger.next_batch_id(cur, pipeline)
-        finally:
-            conn.close()
+        with db.transaction(settings.postgres_dsn) as cur:
+            batch_id = recorded_plan(cur, plan)
+            if batch_id is None:
+                batch_id = ledger.next_batch_id(cur, pipeline)
         writer = BatchWriter(spark, settings, lease, pipeline, lambda _: plan.ranges, fault)
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
     return writer.results[-1]

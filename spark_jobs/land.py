@@ -42,29 +42,25 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
     from delta.tables import DeltaTable
 
     path = settings.table_path(TABLE)
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PIPELINE,))
-            batch_id = _landed_batch(cur, ranges)
-            if batch_id is not None:
-                return LandReport(batch_id, ranges, 0, 0, path, already_landed=True)
-            batch_id = ledger.next_batch_id(cur, PIPELINE)
+    with db.transaction(settings.postgres_dsn) as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PIPELINE,))
+        batch_id = _landed_batch(cur, ranges)
+        if batch_id is not None:
+            return LandReport(batch_id, ranges, 0, 0, path, already_landed=True)
+        batch_id = ledger.next_batch_id(cur, PIPELINE)
 
-            rows = read_range(spark, settings, ranges).select(
-                "topic", "partition", "offset", "timestamp", "timestampType", "key", "value"
-            )
-            rows = rows.persist()
-            records = rows.count()
-            if not DeltaTable.isDeltaTable(spark, path):
-                rows.limit(0).write.format("delta").partitionBy("partition").save(path)
-            delta.insert_new(spark, path, rows)
-            metrics = delta.table(spark, path).history(1).select("operationMetrics").first()[0]
-            inserted = int(metrics.get("numTargetRowsInserted", 0))
-            rows.unpersist()
-            ledger.record_batch(cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records))
-    finally:
-        conn.close()
+        rows = read_range(spark, settings, ranges).select(
+            "topic", "partition", "offset", "timestamp", "timestampType", "key", "value"
+        )
+        rows = rows.persist()
+        records = rows.count()
+        if not DeltaTable.isDeltaTable(spark, path):
+            rows.limit(0).write.format("delta").partitionBy("partition").save(path)
+        delta.insert_new(spark, path, rows)
+        metrics = delta.table(spark, path).history(1).select("operationMetrics").first()[0]
+        inserted = int(metrics.get("numTargetRowsInserted", 0))
+        rows.unpersist()
+        ledger.record_batch(cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records))
     return LandReport(batch_id, ranges, records, inserted, path, already_landed=False)
 
 

@@ -83,10 +83,8 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
     ``settings.writer_heartbeat_seconds``). The lock is released before this returns, so a retry
     started at once gets it; a run that dies releases it with its connection.
     """
-    conn = db.connect(settings.postgres_dsn, **KEEPALIVES)
-    conn.autocommit = True
     holder = describe_holder(what)
-    try:
+    with db.session(settings.postgres_dsn, **KEEPALIVES) as conn:
         with conn.cursor() as cur:
             cur.execute("SET idle_session_timeout = 0")
             cur.execute("SET idle_in_transaction_session_timeout = 0")
@@ -112,8 +110,6 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
         finally:
             heartbeat.stop()
             _unlock(conn, WRITER_KEY)
-    finally:
-        conn.close()
 
 
 def _current_holder(cur) -> str:
@@ -171,15 +167,10 @@ def batch_commit(settings: Settings, lease: WriterLease) -> Iterator:
     first (:meth:`WriterLease.prove`). The Delta writes run inside, the PostgreSQL writes go on the
     cursor; the transaction commits when the block ends without an error.
     """
-    with _advisory(settings, LAKE_KEY, shared=True):
-        conn = db.connect(settings.postgres_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                cur.execute("SET LOCAL idle_in_transaction_session_timeout = 0")  # open while Delta writes
-                lease.prove(cur)
-                yield cur
-        finally:
-            conn.close()
+    with _advisory(settings, LAKE_KEY, shared=True), db.transaction(settings.postgres_dsn) as cur:
+        cur.execute("SET LOCAL idle_in_transaction_session_timeout = 0")  # open while Delta writes
+        lease.prove(cur)
+        yield cur
 
 
 @contextmanager
@@ -192,14 +183,10 @@ def lake_snapshot(settings: Settings) -> Iterator[None]:
 @contextmanager
 def _advisory(settings: Settings, key: str, shared: bool) -> Iterator[None]:
     kind = "_shared" if shared else ""
-    conn = db.connect(settings.postgres_dsn)
-    conn.autocommit = True
-    try:
+    with db.session(settings.postgres_dsn) as conn:
         with conn.cursor() as cur:
             cur.execute(f"SELECT pg_advisory_lock{kind}(hashtext(%s))", (key,))
         try:
             yield
         finally:
             _unlock(conn, key, kind)
-    finally:
-        conn.close()

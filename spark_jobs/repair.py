@@ -38,7 +38,7 @@ from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
-from spark_jobs.writer import BatchWriter, rebuild_sessions
+from spark_jobs.writer import BatchWriter, recompute_sessions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -152,7 +152,7 @@ def repair(
                 clear = [r for r in plan.clear if r.topic == topic]
                 actions += _reprocess(spark, settings, lease, topic, ranges, clear)
             if plan.entities is None or plan.entities:
-                written, removed = rebuild_sessions(spark, settings, lease, plan.entities)
+                written, removed = recompute_sessions(spark, settings, lease, plan.entities)
                 who = "every entity" if plan.entities is None else f"{len(plan.entities):,} entities"
                 actions.append(
                     f"sessions of {who} recomputed from events: "

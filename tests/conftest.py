@@ -113,19 +113,17 @@ def database(stack: Settings):
     """A fresh, migrated PostgreSQL database for one test; yields settings pointing at it."""
     from dataclasses import replace
 
-    from spark_jobs.db import connect
+    from spark_jobs import db
     from tidemark.migrations import migrate
 
     name = f"tidemark_{uuid.uuid4().hex[:10]}"
-    admin = connect(stack.postgres_dsn.replace("user=tidemark", "user=postgres"))  # the embedded superuser
-    admin.autocommit = True
-    with admin.cursor() as cur:
+    admin_dsn = stack.postgres_dsn.replace("user=tidemark", "user=postgres")  # the embedded superuser
+    with db.session(admin_dsn) as admin, admin.cursor() as cur:
         cur.execute(f'CREATE DATABASE "{name}" OWNER tidemark')
     dsn = stack.postgres_dsn.replace("dbname=tidemark", f"dbname={name}")
     migrate(dsn)
     try:
         yield replace(stack, postgres_dsn=dsn)
     finally:
-        with admin.cursor() as cur:
+        with db.session(admin_dsn) as admin, admin.cursor() as cur:
             cur.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-        admin.close()

@@ -18,12 +18,8 @@ def sink_fingerprint(spark, settings: Settings) -> dict[str, tuple]:  # SparkSes
     fingerprint: dict[str, tuple] = {
         f"delta {name}": delta.fingerprint(spark, settings, name) for name in TABLE_SCHEMAS
     }
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            fingerprint["postgres sessions"] = postgres.sessions_summary(cur)
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        fingerprint["postgres sessions"] = postgres.sessions_summary(cur)
     return fingerprint
 
 

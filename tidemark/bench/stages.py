@@ -208,13 +208,11 @@ def stage_replay(ctx: BenchContext) -> None:
     for rep in range(ctx.options.replay_repeat):
         if rep:
             # Forget the previous replay so this one is a replay too, not a ledger no-op.
-            conn = db.connect(s.postgres_dsn)
-            with conn, conn.cursor() as cur:
+            with db.transaction(s.postgres_dsn) as cur:
                 cur.execute(
                     "DELETE FROM ledger_batches WHERE pipeline = %s",
                     (ingest.pipeline_name(ingest.BACKFILL, main.name),),
                 )
-            conn.close()
         versions = table_versions(ctx.spark, s)
         before = _postgres_sessions(s)
         result = ctx.record.measure(m, lambda: ingest.run_backfill(ctx.spark, s, plan))
@@ -240,12 +238,8 @@ def _postgres_sessions(settings: Settings) -> tuple[int, int]:
     from spark_jobs import db
     from spark_jobs.sinks.postgres import sessions_summary
 
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            return sessions_summary(cur)
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        return sessions_summary(cur)
 
 
 def stage_empty(ctx: BenchContext) -> None:

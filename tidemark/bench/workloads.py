@@ -241,13 +241,9 @@ def prepopulate(
     actual = {tuple(r) for r in stored.where(F.col("entity_id").isin(sample)).select(*SESSION_COLUMNS).collect()}
     ensure(expected == actual, "the pre-populated sessions differ from what sessionize computes")
     rows = rows_as_text(stored, SESSION_COLUMNS)
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            copy_rows(cur, "sessions", SESSION_COLUMNS, rows)
-            cur.execute("ANALYZE sessions")
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        copy_rows(cur, "sessions", SESSION_COLUMNS, rows)
+        cur.execute("ANALYZE sessions")
     return len(rows)
 
 

@@ -149,22 +149,16 @@ class PostgresServer:
         """Create the login role ``owner`` and the database ``name`` it owns, if they are missing."""
         from psycopg2 import sql
 
-        from spark_jobs.db import connect
+        from spark_jobs import db
 
-        conn = connect(self.superuser_dsn())  # a server that is down is one line that says what to do
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (owner,))
-                if cur.fetchone() is None:
-                    cur.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(owner)))
-                cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-                if cur.fetchone() is None:
-                    cur.execute(
-                        sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(owner))
-                    )
-        finally:
-            conn.close()
+        # A server that is down is one line that says what to do.
+        with db.session(self.superuser_dsn()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (owner,))
+            if cur.fetchone() is None:
+                cur.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(owner)))
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(name), sql.Identifier(owner)))
 
     def stop(self) -> str:
         if not self.is_running():

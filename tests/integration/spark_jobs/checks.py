@@ -18,15 +18,11 @@ T = TypeVar("T")
 
 def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
     """Run ``sql`` on the settings' tidemark database; the rows it returns, if any."""
-    from spark_jobs.db import connect
+    from spark_jobs.db import transaction
 
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
+    with transaction(settings.postgres_dsn) as cur:
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description else []
 
 
 def delta_rows(spark, settings: Settings, table: str, *expressions: str) -> list:

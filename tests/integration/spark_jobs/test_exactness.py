@@ -109,7 +109,7 @@ def test_a_driver_in_a_daylight_saving_time_zone_recomputes_across_the_clock_cha
 
 def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, database, topic) -> None:
     """The rules are recorded with the sessions; a run with others fails first, or rebuilds on request."""
-    from spark_jobs.db import connect
+    from spark_jobs.db import transaction
 
     home = database.home / "runs" / f"rules-{uuid.uuid4().hex[:8]}"
     settings = replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
@@ -130,17 +130,13 @@ def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, d
     ingest.run_scheduled(spark, narrow, rebuild_sessions=True)
     assert sorted(r["event_count"] for r in delta_rows(spark, settings, "sessions")) == [1, 1, 2]
     assert_sessions_follow_events(spark, narrow)
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute("SELECT count(*) FROM sessions")
-            assert cur.fetchone()[0] == 3
-            cur.execute("SELECT DISTINCT session_gap_seconds FROM ledger_batches ORDER BY 1")
-            assert [r[0] for r in cur.fetchall()] == [600.0, 1800.0]
-            cur.execute("SELECT reason FROM session_rules ORDER BY changed_at")
-            assert [r[0] for r in cur.fetchall()] == ["first batch", "rebuild"]
-    finally:
-        conn.close()
+    with transaction(settings.postgres_dsn) as cur:
+        cur.execute("SELECT count(*) FROM sessions")
+        assert cur.fetchone()[0] == 3
+        cur.execute("SELECT DISTINCT session_gap_seconds FROM ledger_batches ORDER BY 1")
+        assert [r[0] for r in cur.fetchall()] == [600.0, 1800.0]
+        cur.execute("SELECT reason FROM session_rules ORDER BY changed_at")
+        assert [r[0] for r in cur.fetchall()] == ["first batch", "rebuild"]
 
 
 def test_hostile_entity_ids_round_trip_into_postgresql_or_are_quarantined(spark, run, pg) -> None:
@@ -313,7 +309,7 @@ def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spar
     ranges = [PartitionRange(settings.topic, 0, 2, 6)]
     with single_writer(settings, "blind-retry") as lease:
         writer = BatchWriter(spark, settings, lease, "blind-retry", lambda _: ranges)
-        plan = writer.plan(read_range(spark, settings, ranges), 0, ranges)
+        plan = writer.planner.plan(read_range(spark, settings, ranges), 0, ranges)
         assert plan.first_arrivals is not None and plan.takeovers is not None and plan.quarantine is not None
         writer.write_delta(plan)
         once = {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS}

@@ -120,15 +120,11 @@ def _check(spark, settings, records, processed, scenario, done) -> None:
         rows = [tuple(r) for r in delta_rows(spark, settings, table, "partition", "offset")]
         got[table] = rows
     delta_sessions = [r[0] for r in delta_rows(spark, settings, "sessions", delta.SESSION_ROW_TEXT)]
-    from spark_jobs.db import connect
+    from spark_jobs.db import transaction
 
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(f"SELECT {postgres.SESSION_ROW_TEXT} FROM sessions")
-            postgres_sessions = [r[0] for r in cur.fetchall()]
-    finally:
-        conn.close()
+    with transaction(settings.postgres_dsn) as cur:
+        cur.execute(f"SELECT {postgres.SESSION_ROW_TEXT} FROM sessions")
+        postgres_sessions = [r[0] for r in cur.fetchall()]
     problems = []
     for table, rows in got.items():
         if len(rows) != len(set(rows)):

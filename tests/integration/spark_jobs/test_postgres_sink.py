@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.contract import SESSION_COLUMNS
-from spark_jobs.db import connect
+from spark_jobs.db import connect, transaction
 from spark_jobs.sinks import postgres
 
 ENTITIES = 1_000
@@ -36,40 +36,36 @@ def plan_nodes(plan: dict) -> list[dict]:
 
 
 def test_a_batch_replaces_its_entities_sessions_without_reading_all_stored_sessions(database) -> None:
-    conn = connect(database.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            # Entity e's sessions start every 30 s from START (ids s-e-k), one a run of the soak.
-            cur.execute(
-                """INSERT INTO sessions
-                   SELECT 's-' || e || '-' || k, 'entity-' || e, t, t + interval '20 seconds',
-                          t, t + interval '20 seconds', 3, 20
-                   FROM generate_series(0, %s - 1) AS e, generate_series(0, %s - 1) AS k,
-                        LATERAL (SELECT %s::timestamptz + k * interval '30 seconds' AS t) AS at""",
-                (ENTITIES, STORED_PER_ENTITY, START),
-            )
-            cur.execute("ANALYZE sessions")
-            last = START + (STORED_PER_ENTITY - 1) * timedelta(seconds=30)
-            touched = range(0, ENTITIES, 3)
-            # Every touched entity's last stored session is recomputed: entity 0's is replaced by
-            # one that starts later (the stored one must go), the others' are kept as they are.
-            rows = [session(0, last + timedelta(seconds=5))]
-            rows += [session(e, last, f"s-{e}-{STORED_PER_ENTITY - 1}") for e in touched if e != 0]
-            anchors = [(f"entity-{e}", last) for e in touched]
-            written, deleted = postgres.upsert_sessions(cur, rows, anchors)
+    with transaction(database.postgres_dsn) as cur:
+        # Entity e's sessions start every 30 s from START (ids s-e-k), one a run of the soak.
+        cur.execute(
+            """INSERT INTO sessions
+               SELECT 's-' || e || '-' || k, 'entity-' || e, t, t + interval '20 seconds',
+                      t, t + interval '20 seconds', 3, 20
+               FROM generate_series(0, %s - 1) AS e, generate_series(0, %s - 1) AS k,
+                    LATERAL (SELECT %s::timestamptz + k * interval '30 seconds' AS t) AS at""",
+            (ENTITIES, STORED_PER_ENTITY, START),
+        )
+        cur.execute("ANALYZE sessions")
+        last = START + (STORED_PER_ENTITY - 1) * timedelta(seconds=30)
+        touched = range(0, ENTITIES, 3)
+        # Every touched entity's last stored session is recomputed: entity 0's is replaced by
+        # one that starts later (the stored one must go), the others' are kept as they are.
+        rows = [session(0, last + timedelta(seconds=5))]
+        rows += [session(e, last, f"s-{e}-{STORED_PER_ENTITY - 1}") for e in touched if e != 0]
+        anchors = [(f"entity-{e}", last) for e in touched]
+        written, deleted = postgres.upsert_sessions(cur, rows, anchors)
 
-            assert (written, deleted) == (1, 1)  # the others' sessions are unchanged: not written
-            cur.execute("SELECT session_id FROM sessions WHERE entity_id = 'entity-0' AND started_at >= %s", (last,))
-            assert [r[0] for r in cur.fetchall()] == [rows[0][0]]
-            cur.execute("SELECT count(*) FROM sessions")
-            assert cur.fetchone()[0] == ENTITIES * STORED_PER_ENTITY  # one replaced, nothing else lost
+        assert (written, deleted) == (1, 1)  # the others' sessions are unchanged: not written
+        cur.execute("SELECT session_id FROM sessions WHERE entity_id = 'entity-0' AND started_at >= %s", (last,))
+        assert [r[0] for r in cur.fetchall()] == [rows[0][0]]
+        cur.execute("SELECT count(*) FROM sessions")
+        assert cur.fetchone()[0] == ENTITIES * STORED_PER_ENTITY  # one replaced, nothing else lost
 
-            # The same statement, planned with the same staged rows: each anchor's entity is looked up.
-            reads = sessions_reads(cur, len(anchors))
-            assert reads, "sessions is not read in the plan"
-            assert all(kind != "Seq Scan" for kind in reads), f"the delete reads every stored session: {reads}"
-    finally:
-        conn.close()
+        # The same statement, planned with the same staged rows: each anchor's entity is looked up.
+        reads = sessions_reads(cur, len(anchors))
+        assert reads, "sessions is not read in the plan"
+        assert all(kind != "Seq Scan" for kind in reads), f"the delete reads every stored session: {reads}"
 
 
 def test_a_batch_of_every_entity_replaces_their_sessions_in_one_pass(database) -> None:
@@ -112,29 +108,23 @@ def sessions_reads(cur, anchors: int) -> list[str]:  # a psycopg2 cursor
 def test_both_ways_of_finding_replaced_sessions_delete_the_same_rows(database) -> None:
     """Entities with sessions before and after their anchors, some recomputed away: each statement
     deletes exactly the stored sessions from an anchor on that the recompute no longer produced."""
-    conn = connect(database.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            stored = [session(e, START + k * timedelta(minutes=30)) for e in range(20) for k in range(6)]
-            postgres.copy_rows(cur, "sessions", SESSION_COLUMNS, stored)
-            anchor = START + 3 * timedelta(minutes=30)
-            anchors = [(f"entity-{e}", anchor) for e in range(0, 20, 2)]  # the odd entities are not touched
-            # Recomputed from the anchor on: entity 0 keeps its sessions, the others keep every other one.
-            kept = [r for r in stored if r[1] == "entity-0" and r[2] >= anchor]
-            kept += [r for r in stored if r[1] in {a for a, _ in anchors[1:]} and r[2] >= anchor][::2]
-            expected = {r[0] for r in stored if (r[1], anchor) in anchors and r[2] >= anchor and r not in kept}
-            assert expected  # the scenario deletes something, and not everything from the anchors on
-            cur.execute("CREATE TEMP TABLE sessions_staging (LIKE sessions INCLUDING DEFAULTS) ON COMMIT DROP")
-            cur.execute(
-                "CREATE TEMP TABLE session_anchors (entity_id text PRIMARY KEY, anchor timestamptz) ON COMMIT DROP"
-            )
-            postgres.copy_rows(cur, "sessions_staging", SESSION_COLUMNS, kept)
-            postgres.copy_rows(cur, "session_anchors", ("entity_id", "anchor"), anchors)
-            for way in ("entity", "scan"):
-                statement = (postgres.QUERIES / f"delete_replaced_sessions_by_{way}.sql").read_text()
-                cur.execute("SAVEPOINT before_delete")
-                cur.execute(statement.rstrip().rstrip(";") + " RETURNING s.session_id")
-                assert {r[0] for r in cur.fetchall()} == expected, way
-                cur.execute("ROLLBACK TO SAVEPOINT before_delete")
-    finally:
-        conn.close()
+    with transaction(database.postgres_dsn) as cur:
+        stored = [session(e, START + k * timedelta(minutes=30)) for e in range(20) for k in range(6)]
+        postgres.copy_rows(cur, "sessions", SESSION_COLUMNS, stored)
+        anchor = START + 3 * timedelta(minutes=30)
+        anchors = [(f"entity-{e}", anchor) for e in range(0, 20, 2)]  # the odd entities are not touched
+        # Recomputed from the anchor on: entity 0 keeps its sessions, the others keep every other one.
+        kept = [r for r in stored if r[1] == "entity-0" and r[2] >= anchor]
+        kept += [r for r in stored if r[1] in {a for a, _ in anchors[1:]} and r[2] >= anchor][::2]
+        expected = {r[0] for r in stored if (r[1], anchor) in anchors and r[2] >= anchor and r not in kept}
+        assert expected  # the scenario deletes something, and not everything from the anchors on
+        cur.execute("CREATE TEMP TABLE sessions_staging (LIKE sessions INCLUDING DEFAULTS) ON COMMIT DROP")
+        cur.execute("CREATE TEMP TABLE session_anchors (entity_id text PRIMARY KEY, anchor timestamptz) ON COMMIT DROP")
+        postgres.copy_rows(cur, "sessions_staging", SESSION_COLUMNS, kept)
+        postgres.copy_rows(cur, "session_anchors", ("entity_id", "anchor"), anchors)
+        for way in ("entity", "scan"):
+            statement = (postgres.QUERIES / f"delete_replaced_sessions_by_{way}.sql").read_text()
+            cur.execute("SAVEPOINT before_delete")
+            cur.execute(statement.rstrip().rstrip(";") + " RETURNING s.session_id")
+            assert {r[0] for r in cur.fetchall()} == expected, way
+            cur.execute("ROLLBACK TO SAVEPOINT before_delete")

@@ -76,15 +76,11 @@ def test_records_removed_before_the_first_run_fail_it_until_acknowledged_then_re
     ]  # fmt: skip
 
     # The tidemark page's coverage table shows the lost offsets next to the ledger's.
-    from spark_jobs.db import connect
+    from spark_jobs.db import transaction
     from tidemark_airflow.view import read_overview
 
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            coverage = read_overview(cur).coverage
-    finally:
-        conn.close()
+    with transaction(settings.postgres_dsn) as cur:
+        coverage = read_overview(cur).coverage
     assert [(row[1], row[-1]) for row in coverage] == [(0, cut), (1, 0)]
 
     # Acknowledged once: the next run needs nothing, and reconcile still says it (not silence).

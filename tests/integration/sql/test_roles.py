@@ -20,7 +20,7 @@ from psycopg2 import errors
 from psycopg2.extensions import make_dsn, parse_dsn
 
 from spark_jobs import reconcile
-from spark_jobs.db import connect
+from spark_jobs.db import connect, transaction
 from spark_jobs.ingest import run_scheduled
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.migrations import discover, migrate
@@ -89,13 +89,9 @@ def roles(stack: Settings):
 
 
 def fetch(dsn: str, sql: str, *args: object) -> list[tuple]:
-    conn = connect(dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(sql, args[0] if len(args) == 1 and isinstance(args[0], dict) else args)
-            return cur.fetchall() if cur.description else []
-    finally:
-        conn.close()
+    with transaction(dsn) as cur:
+        cur.execute(sql, args[0] if len(args) == 1 and isinstance(args[0], dict) else args)
+        return cur.fetchall() if cur.description else []
 
 
 def refused(dsn: str, sql: str) -> str:

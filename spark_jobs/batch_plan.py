@@ -1,0 +1,274 @@
+"""A batch's plan: everything it will write, computed from the batch and the tables before any write.
+
+:class:`BatchPlanner` makes the plan that :class:`spark_jobs.writer.BatchWriter` then writes: the
+records parsed and validated, records a record table holds already left where they are, the rest
+ranked by ``event_id`` against the stored events (``dedupe``), and the touched entities' sessions
+recomputed from their anchors on and compared with the stored ones (``session_changes``). A plan's
+frames are frozen, so the writes cannot change what it says.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_jobs import dedupe, ledger, producers, session_changes
+from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, TABLE_SCHEMAS, SessionRules
+from spark_jobs.offsets import PartitionRange
+from spark_jobs.sessionize import sessionize
+from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
+from spark_jobs.spark import FrozenFrames, broadcastable
+from spark_jobs.validation import parse_records
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+Cursor = Any  # a psycopg2 cursor
+
+
+class Stopwatch:
+    """Seconds per step of a batch, for its profile."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 3)
+        self._last = now
+
+
+@dataclass(frozen=True)
+class SessionChanges:
+    anchors: DataFrame  # (entity_id, anchor): each touched entity's sessions from here on were recomputed
+    compared: DataFrame  # recomputed and stored sessions with op: insert, update, delete or same
+    changed: int  # rows to update or delete
+    inserted: int  # new session IDs
+    entities_in_many_partitions: int = 0  # a producer check, counted with the anchors
+    earliest_us: int | None = None  # the earliest anchor: no session before it is compared or written
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One batch's writes, computed before any of them (:meth:`BatchPlanner.plan`); the frames are frozen."""
+
+    pipeline: str
+    batch_id: int
+    ranges: list[PartitionRange]
+    plan_id: str  # unique per plan: the writer knows a plan it writes again
+    counts: ledger.BatchCounts  # where the batch's records are after it
+    quarantine: DataFrame | None  # records no table held that are invalid
+    duplicates: DataFrame | None  # later copies, from the batch and displaced stored rows
+    duplicates_span: str  # bounds the duplicates MERGE to the losers' offsets
+    first_arrivals: DataFrame | None  # new event_ids, appended to events
+    takeovers: DataFrame | None  # earlier copies of stored event_ids, inserted into events
+    displaced: DataFrame | None  # coordinates of the stored events rows the takeovers move to duplicates
+    takeovers_since_us: int | None  # earliest arrival of a takeover, bounds the takeover MERGE
+    sessions: SessionChanges
+    session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
+    anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)
+
+
+class BatchPlanner:
+    """Plans the batches of one writer.
+
+    ``scheduled``: the batches read offsets past what the pipeline read before (a scheduled run),
+    so PostgreSQL may tell that nothing in them is held yet (:meth:`held_counts`). A backfill or a
+    repair, which re-reads on purpose (and repairs what the ledger may have lost), always searches Delta.
+    ``created_lake``: the writer created the record tables, so they hold nothing written before
+    attempts were recorded (``ledger.write_floor``). ``on_ledger(work)`` runs ``work(cursor)`` in a
+    PostgreSQL transaction of its own.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        pipeline: str,
+        rules: SessionRules,
+        frozen: FrozenFrames,
+        on_ledger: Callable[[Callable[[Cursor], Any]], Any],
+        scheduled: bool,
+        created_lake: bool,
+    ) -> None:
+        self.spark, self.settings, self.pipeline, self.rules = spark, settings, pipeline, rules
+        self.frozen = frozen
+        self._may_hold = on_ledger
+        self.scheduled, self.created_lake = scheduled, created_lake
+
+    def _read(self, name: str) -> DataFrame:
+        return delta.table(self.spark, self.settings.table_path(name)).toDF()
+
+    def plan(
+        self, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange], clock: Stopwatch | None = None
+    ) -> BatchPlan:
+        """Everything the batch writes, from the batch and the tables as they are now; nothing is written.
+
+        A record of the batch that a record table holds already (a replay, or an earlier attempt of
+        this batch) stays where it is: only records no table holds are validated, quarantined or
+        ranked as new. Those ``events`` holds take part in the ranking as the stored copies they are.
+
+        The Spark jobs, in order (a replay adds two: the held coordinates, and the fresh records' totals):
+        the records parsed and validated (materialised, the only read of Kafka); which ranges the
+        tables hold already (counts only, and only when PostgreSQL says a batch may have written
+        there: :meth:`held_counts`); the batch's
+        totals and producer checks (one aggregate); the ranking against stored events within the
+        dedupe horizon (materialised) and its counts; the touched entities with their anchors
+        (materialised) and their summary; the recomputed sessions compared with the stored ones
+        (materialised) and their counts.
+        """
+        from pyspark.sql import functions as F
+
+        clock = clock or Stopwatch()
+        # Read and validated once. Only quarantined records keep their raw key and value.
+        quarantined_flag = F.col("quarantine_reason").isNotNull()
+        parsed = parse_records(batch_df)
+        parsed = self.frozen.freeze(
+            parsed.select(
+                *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
+            )
+        )
+        held_in = self.held_counts(ranges)
+        # Over every record, held ones too: the producer checks and the earliest valid arrival (the
+        # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
+        summary = (
+            producers.with_previous_arrival(parsed.drop("key", "value"))
+            .agg(
+                F.count(F.lit(1)).alias("fresh"),
+                F.count("quarantine_reason").alias("invalid"),
+                F.unix_micros(F.min(F.when(~quarantined_flag, F.col("arrival_time")))).alias("earliest_us"),
+                *producers.aggregates(),
+            )
+            .first()
+        )
+        totals = summary
+        if held_in:
+            held = self.frozen.freeze(delta.held(self.spark, self.settings, ranges).select(*COORDINATES))
+            parsed = parsed.join(held, list(COORDINATES), "left_anti")
+            totals = parsed.agg(F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")).first()
+        clock.lap("parse")
+
+        events = self._read("events")
+        replayed = delta.within(events, ranges) if held_in.get("events") else None
+        candidates = parsed.where("quarantine_reason IS NULL").select(*EVENT_COLUMNS)
+        if replayed is not None:
+            candidates = candidates.unionByName(replayed)
+        horizon = self.settings.dedupe_horizon_us
+        since = None if horizon is None or summary["earliest_us"] is None else summary["earliest_us"] - horizon
+        # The batch has at most as many candidates as records: few enough, its ids are broadcast.
+        broadcast_ids = broadcastable(self.spark, summary["fresh"], dedupe.ID_ROW_BYTES)
+        # Frozen before the writes change the tables it read.
+        ranked = self.frozen.freeze(dedupe.rank(candidates, events, since, broadcast_ids))
+        counts = dedupe.count(ranked)
+        clock.lap("dedupe")
+
+        # A takeover an earlier attempt of this batch committed moved the displaced row to
+        # duplicates; its entity still needs its sessions in PostgreSQL.
+        displaced = None if replayed is None else dedupe.copies_in(self._read("duplicates"), replayed)
+        changes = self._session_changes(ranked, displaced, counts)
+        checks = producers.ProducerChecks(
+            changes.entities_in_many_partitions, summary["not_log_append_time"], summary["time_went_back"]
+        )
+        if checks.broken:
+            log.warning(
+                "%s batch %s breaks the producer requirements: %s (README, Producer requirements)",
+                self.pipeline, batch_id, checks.describe(),
+            )  # fmt: skip
+        plan = BatchPlan(
+            pipeline=self.pipeline,
+            batch_id=batch_id,
+            ranges=ranges,
+            plan_id=f"{self.pipeline}:{batch_id}:{uuid.uuid4().hex}",
+            counts=ledger.BatchCounts(
+                read=totals["fresh"] + sum(held_in.values()),
+                accepted=counts.accepted,
+                duplicates=counts.duplicates + held_in.get("duplicates", 0),
+                quarantined=totals["invalid"] + held_in.get("quarantine", 0),
+                producer=checks,
+            ),
+            quarantine=delta.in_files(
+                parsed.where("quarantine_reason IS NOT NULL").select(
+                    *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
+                ),
+                totals["invalid"],
+            )
+            if totals["invalid"]
+            else None,
+            duplicates=delta.in_files(dedupe.losers(ranked), counts.losers) if counts.losers else None,
+            duplicates_span=f"t.offset >= {counts.losers_from} AND t.offset <= {counts.losers_to}",
+            first_arrivals=delta.in_files(dedupe.first_arrivals(ranked), counts.first_arrivals)
+            if counts.first_arrivals
+            else None,
+            takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
+            displaced=dedupe.displaced(ranked) if counts.takeovers else None,
+            takeovers_since_us=counts.takeovers_since_us,
+            sessions=changes,
+            session_rows=session_changes.surviving(changes.compared),
+            anchor_rows=changes.anchors,
+        )
+        clock.lap("sessions")
+        return plan
+
+    def held_counts(self, ranges: list[PartitionRange]) -> dict[str, int]:
+        """How many records in ``ranges`` each record table holds already (tables holding none left out).
+
+        For a scheduled batch the Delta scan (``delta.held_counts``) runs only when PostgreSQL says a
+        table may hold some: a range overlaps an attempt or ledger range, or starts below its topic's
+        write floor. Records reach the tables only from batches that record their attempt first, so a
+        batch that overlaps none of these (the usual scheduled batch) holds nothing and reads no
+        Delta table. Backfills and repairs always scan.
+        """
+        if not any(r.end > r.start for r in ranges):
+            return {}
+        if not self.scheduled:
+            return delta.held_counts(self.spark, self.settings, ranges)
+        topic, lake = ranges[0].topic, self.settings.lake_root
+
+        def may_hold(cur: Cursor) -> bool:
+            floor = ledger.write_floor(cur, lake, topic)
+            if floor is None:  # the first batch of this topic in this lake since attempts are recorded
+                floor = 0 if self.created_lake else delta.offset_floor(self.spark, self.settings, topic)
+                ledger.set_write_floor(cur, lake, topic, floor)
+            return ledger.may_hold(cur, ranges, floor)
+
+        return delta.held_counts(self.spark, self.settings, ranges) if self._may_hold(may_hold) else {}
+
+    def _session_changes(
+        self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
+    ) -> SessionChanges:
+        from pyspark.sql import functions as F
+
+        sessions = self._read("sessions")
+        since = counts.touched_since_us if displaced is None else None
+        entities = self.frozen.freeze(session_changes.entities(ranked, sessions, self.rules, displaced, since))
+        summary = entities.agg(
+            F.unix_micros(F.min("anchor")).alias("earliest"),  # UTC micros, never a local time
+            F.count_if(F.col("partitions") > 1).alias("many_partitions"),
+        ).first()
+        anchors = session_changes.touched(entities)
+        earliest = summary["earliest"]
+        if earliest is None:  # no valid record in the batch changes an entity's events
+            none = self.spark.createDataFrame([], f"{TABLE_SCHEMAS['sessions']}, op string")
+            return SessionChanges(anchors, none, 0, 0, summary["many_partitions"])
+        events = session_changes.events_since_anchors(
+            self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
+        )
+        compared = self.frozen.freeze(
+            session_changes.compare(sessionize(events, self.rules, self.frozen), sessions, anchors, earliest)
+        )
+        ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
+        return SessionChanges(
+            anchors,
+            compared,
+            ops.get("update", 0) + ops.get("delete", 0),
+            ops.get("insert", 0),
+            summary["many_partitions"],
+            earliest,
+        )
