@@ -68,11 +68,11 @@ def spark_sessions(spark, rows: list[tuple], rules: SessionRules, frozen: Frozen
 
 
 @pytest.mark.parametrize("freeze", [False, True], ids=["lazy", "frozen"])
-def test_spark_sessions_equal_the_python_reference(spark, freeze: bool) -> None:
+def test_spark_sessions_equal_the_python_reference(spark_session, freeze: bool) -> None:
     rules = SessionRules(gap=timedelta(minutes=30), max_length=timedelta(hours=2))
     rows = random_rows(7)
-    with FrozenFrames(spark) as frozen:
-        actual, plan = spark_sessions(spark, rows, rules, frozen if freeze else None)
+    with FrozenFrames(spark_session) as frozen:
+        actual, plan = spark_sessions(spark_session, rows, rules, frozen if freeze else None)
     expected = reference_sessions(rows, rules)
     assert any(n > 1 for *_, n, _ in expected), "the data should have multi-record sessions"
     unlimited = SessionRules(gap=rules.gap, max_length=timedelta(days=1000))
@@ -81,7 +81,7 @@ def test_spark_sessions_equal_the_python_reference(spark, freeze: bool) -> None:
     assert "Generate" in plan, "long bursts are cut by the fold's starts, exploded"
 
 
-def test_frozen_sessions_plan_no_cut_of_long_bursts_when_there_is_none(spark) -> None:
+def test_frozen_sessions_plan_no_cut_of_long_bursts_when_there_is_none(spark_session) -> None:
     """The usual batch has no burst as long as the maximum length: with its burst summaries frozen,
     sessionize leaves the cut out of the plan (it would read every record again), and its sessions
     are still the reference's."""
@@ -89,15 +89,15 @@ def test_frozen_sessions_plan_no_cut_of_long_bursts_when_there_is_none(spark) ->
     rows = random_rows(11)
     expected = reference_sessions(rows, rules)
     assert any(n > 1 for *_, n, _ in expected), "the data should have multi-record sessions"
-    with FrozenFrames(spark) as frozen:
-        actual, plan = spark_sessions(spark, rows, rules, frozen)
-        _, lazy_plan = spark_sessions(spark, rows, rules, None)
+    with FrozenFrames(spark_session) as frozen:
+        actual, plan = spark_sessions(spark_session, rows, rules, frozen)
+        _, lazy_plan = spark_sessions(spark_session, rows, rules, None)
     assert actual == expected
     assert "Generate" not in plan
     assert "Generate" in lazy_plan, "without frozen summaries the cut is planned whatever the data"
 
 
-def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark, tmp_path) -> None:
+def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark_session, tmp_path) -> None:
     """The sessions table holds all of history; the comparison must not read it all every batch.
 
     Delta skips a file when its statistics say no session in it started at or after the batch's
@@ -108,7 +108,7 @@ def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark, 
     from spark_jobs.sinks import delta
 
     path = str(tmp_path / "sessions")
-    delta.create_table(spark, path, TABLE_SCHEMAS["sessions"])
+    delta.create_table(spark_session, path, TABLE_SCHEMAS["sessions"])
 
     def sessions(start: datetime, entities: int) -> list[tuple]:
         ms = int(start.timestamp() * 1000)
@@ -116,16 +116,18 @@ def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark, 
 
     old, recent = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 3, 1, tzinfo=UTC)
     for rows in (sessions(old, 1000), sessions(recent, 10)):  # months apart, one file each
-        spark.createDataFrame(rows, TABLE_SCHEMAS["sessions"]).coalesce(1).write.format("delta").mode("append").save(
-            path
-        )
-    stored = delta.table(spark, path).toDF()  # the snapshot is loaded before the count starts
-    recomputed = spark.createDataFrame(sessions(recent, 10), TABLE_SCHEMAS["sessions"])
-    anchors = spark.createDataFrame([(f"e{i}", recent) for i in range(10)], "entity_id string, anchor timestamp")
+        spark_session.createDataFrame(rows, TABLE_SCHEMAS["sessions"]).coalesce(1).write.format("delta").mode(
+            "append"
+        ).save(path)
+    stored = delta.table(spark_session, path).toDF()  # the snapshot is loaded before the count starts
+    recomputed = spark_session.createDataFrame(sessions(recent, 10), TABLE_SCHEMAS["sessions"])
+    anchors = spark_session.createDataFrame(
+        [(f"e{i}", recent) for i in range(10)], "entity_id string, anchor timestamp"
+    )
     earliest_us = int(recent.timestamp() * 1_000_000)
 
     compared, ran = stages_run(
-        spark, "compare-reads", lambda: compare(recomputed, stored, anchors, earliest_us).collect()
+        spark_session, "compare-reads", lambda: compare(recomputed, stored, anchors, earliest_us).collect()
     )
     assert [row["op"] for row in compared] == ["same"] * 10
     read = sum(stage.inputRecords() for stage in ran)
