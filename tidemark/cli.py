@@ -61,12 +61,6 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
         print(f"stopping Airflow: {', '.join(airflow.stop()) or 'nothing was running'}")
 
 
-def cmd_bench(settings: Settings, args: argparse.Namespace) -> int:
-    from tidemark.bench import run_from_arguments
-
-    return run_from_arguments(args)  # the bench builds its own settings: own ports and state
-
-
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     errors = []
     from tidemark.embedded.airflow import AirflowServices
@@ -305,11 +299,6 @@ def build_parser() -> argparse.ArgumentParser:
     sessions = sub.add_parser("sessions", help="show an entity's sessions (from PostgreSQL)")
     sessions.add_argument("entity_id")
 
-    from tidemark.bench import add_arguments as add_bench_arguments
-
-    add_bench_arguments(
-        sub.add_parser("bench", help="benchmark the pipeline against baselines measured in the same run")
-    )
     demo = sub.add_parser("demo", help="produce demo events and run the Spark job; prints a summary")
     demo.add_argument("--count", type=positive, default=5_000)
     return parser
@@ -329,7 +318,6 @@ COMMANDS = {
     "maintain": cmd_maintain,
     "sessions": cmd_sessions,
     "airflow": cmd_airflow,
-    "bench": cmd_bench,
     "demo": demo.run,
 }
 

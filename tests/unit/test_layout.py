@@ -1,5 +1,6 @@
 """The tree's one rule: the harness (``tidemark``) and the Airflow side (``plugins``) import the
-pipeline (``spark_jobs``), never the other way round; DAG files import neither the harness nor Spark."""
+pipeline (``spark_jobs``), never the other way round; DAG files import neither the harness nor Spark;
+nothing of the product imports the benchmarks (``benchmarks``, run from the checkout only)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def imported_packages(folder: str) -> dict[str, set[str]]:
 @pytest.mark.parametrize(
     ("folder", "forbidden"),
     [
-        ("spark_jobs", {"tidemark", "tidemark_airflow", "airflow"}),
-        ("plugins", {"tidemark"}),
-        ("dags", {"tidemark", "pyspark", "spark_jobs"}),
+        ("spark_jobs", {"tidemark", "tidemark_airflow", "airflow", "benchmarks"}),
+        ("plugins", {"tidemark", "benchmarks"}),
+        ("dags", {"tidemark", "pyspark", "spark_jobs", "benchmarks"}),
+        ("tidemark", {"benchmarks"}),
     ],
 )
 def test_imports_run_one_way(folder: str, forbidden: set[str]) -> None:

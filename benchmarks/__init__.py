@@ -36,7 +36,8 @@ The package: ``options`` (flags and the bench's settings), ``figures`` (ratios, 
 JSON), ``services`` (its Kafka and PostgreSQL), ``context`` (what the stages share, and timing),
 ``workloads`` (baselines and set-up), ``stages`` (the stages), ``run`` (a run from start to end).
 
-Run: ``tidemark bench`` (or ``python -m tidemark.bench``); ``--help`` lists the options.
+Run: ``make bench``, or ``python -m benchmarks`` from the checkout (the benchmarks are not part of
+the installed product); ``--help`` lists the options.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from benchmarks.options import add_arguments, bench_settings, options_from_arguments
+from benchmarks.run import run_bench
 from spark_jobs.errors import TidemarkError
-from tidemark.bench.options import add_arguments, bench_settings, options_from_arguments
-from tidemark.bench.run import run_bench
 
 __all__ = ["add_arguments", "main", "run_bench", "run_from_arguments"]
 
@@ -59,14 +60,14 @@ def run_from_arguments(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tidemark.bench``: errors a user can fix print one line and exit with status 2."""
-    parser = argparse.ArgumentParser(prog="tidemark bench", description=__doc__.splitlines()[0])
+    """``python -m benchmarks``: errors a user can fix print one line and exit with status 2."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         return run_from_arguments(args)
     except (TidemarkError, ConnectionError, FileNotFoundError, ValueError) as exc:
-        print(f"tidemark bench: {exc}", file=sys.stderr)
+        print(f"benchmarks: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

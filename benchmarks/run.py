@@ -16,12 +16,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.context import BenchContext, CpuMeter, Recorder
+from benchmarks.figures import build_checks, format_table, machine_info, results_document, versions
+from benchmarks.options import BenchOptions
+from benchmarks.services import BenchServices
+from benchmarks.stages import run_stages
 from spark_jobs.settings import Settings
-from tidemark.bench.context import BenchContext, CpuMeter, Recorder
-from tidemark.bench.figures import build_checks, format_table, machine_info, results_document, versions
-from tidemark.bench.options import BenchOptions
-from tidemark.bench.services import BenchServices
-from tidemark.bench.stages import run_stages
 
 
 def run_bench(settings: Settings, options: BenchOptions) -> dict[str, Any]:

@@ -16,8 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from benchmarks.context import ensure
 from spark_jobs.settings import Settings
-from tidemark.bench.context import ensure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from spark_jobs.offsets import PartitionRange
 
 EVENTS_PER_PREPOP_SESSION = 10
-TRIVIAL_APP = '''"""A trivial Spark job: the floor any spark-submit pays (tidemark bench, empty-run baseline)."""
+TRIVIAL_APP = '''"""A trivial Spark job: the floor any spark-submit pays (the bench's empty-run baseline)."""
 from pyspark.sql import SparkSession
 
 spark = SparkSession.builder.appName("tidemark-bench-trivial").getOrCreate()

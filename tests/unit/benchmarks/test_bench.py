@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from spark_jobs.settings import Settings
-from tidemark.bench.figures import (
+from benchmarks.figures import (
     Check,
     Measurement,
     Target,
@@ -19,7 +18,7 @@ from tidemark.bench.figures import (
     results_document,
     throughput_ratio,
 )
-from tidemark.bench.options import (
+from benchmarks.options import (
     STAGES,
     BenchOptions,
     add_arguments,
@@ -27,7 +26,8 @@ from tidemark.bench.options import (
     options_from_arguments,
     parse_stages,
 )
-from tidemark.bench.workloads import changed_rows, submit_env
+from benchmarks.workloads import changed_rows, submit_env
+from spark_jobs.settings import Settings
 
 
 def measured(key: str, count: int, *seconds: float, unit: str = "events", **details) -> Measurement:

@@ -1,6 +1,6 @@
 """The stages: each produces or reads its workload, times it in its measurements and checks its counts.
 
-Every stage is a function of the run's :class:`~tidemark.bench.context.BenchContext`;
+Every stage is a function of the run's :class:`~benchmarks.context.BenchContext`;
 :func:`run_stages` runs the selected ones in order. The main topic is produced once (K0) and read
 by B1, B2, B2L, P1 and the replay; the replay, empty-run and PostgreSQL stages use a sink that
 ingested it (P1's last, or one ingested unmeasured).
@@ -15,11 +15,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_jobs.settings import Settings
-from tidemark.bench import profile
-from tidemark.bench.context import BenchContext, MainTopic, Sink, ensure
-from tidemark.bench.figures import Measurement, median
-from tidemark.bench.workloads import (
+from benchmarks import profile
+from benchmarks.context import BenchContext, MainTopic, Sink, ensure
+from benchmarks.figures import Measurement, median
+from benchmarks.workloads import (
     EVENTS_PER_PREPOP_SESSION,
     HOTKEY_SPREAD_ENTITIES,
     TRIVIAL_APP,
@@ -30,6 +29,7 @@ from tidemark.bench.workloads import (
     spark_submit,
     steady_events,
 )
+from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
@@ -39,7 +39,7 @@ NEEDS_MAIN_TOPIC = {"b1", "b2", "b2l", "peer", "p1", "replay", "empty", "pg"}
 
 
 def run_stages(ctx: BenchContext) -> None:
-    """Run the selected stages, in :data:`~tidemark.bench.options.STAGES` order."""
+    """Run the selected stages, in :data:`~benchmarks.options.STAGES` order."""
     stages = set(ctx.options.stages)
     if stages & NEEDS_MAIN_TOPIC:
         produce_main(ctx)
@@ -131,7 +131,7 @@ def _append_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
 
 def _peer_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     """One PEER repetition: the peer pipeline over the main topic into a fresh sink."""
-    from tidemark.bench.peer import PEER_EVENTS, run_peer
+    from benchmarks.peer import PEER_EVENTS, run_peer
 
     main, n = ctx.main, ctx.main.committed
     sink = ctx.new_sink(f"peer_{rep}", main.name)

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+from benchmarks.figures import Measurement, per_second
+from benchmarks.options import BenchOptions
+from benchmarks.services import BenchServices
 from spark_jobs.settings import Settings
-from tidemark.bench.figures import Measurement, per_second
-from tidemark.bench.options import BenchOptions
-from tidemark.bench.services import BenchServices
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,4 +1,4 @@
-"""What a bench run is asked to do: its options, its ``tidemark bench`` flags, and its own settings.
+"""What a bench run is asked to do: its options, its command-line flags, and its own settings.
 
 The bench never shares services or state with the demo or test stacks: :func:`bench_settings`
 gives it its own ports and home, and takes only the jar cache and the Spark tuning from the
@@ -108,7 +108,7 @@ class BenchOptions:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``tidemark bench`` flags."""
+    """The bench's command-line flags."""
     d = BenchOptions()
     stages = "; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items())
     parser.add_argument(

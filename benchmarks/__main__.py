@@ -1,0 +1,7 @@
+"""``python -m benchmarks``: the bench run (``make bench``)."""
+
+import sys
+
+from benchmarks import main
+
+sys.exit(main())
