@@ -13,12 +13,12 @@ log says so. Otherwise `backfill` processes exactly that plan. (To repair sinks,
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
 
 from tidemark_airflow.assets import SINKS
-from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 
 OFFSETS_PATTERN = r"^\s*[0-9]+:[0-9]+-[0-9]+(\s*,\s*[0-9]+:[0-9]+-[0-9]+)*\s*$"
@@ -26,10 +26,6 @@ OFFSETS_PATTERN = r"^\s*[0-9]+:[0-9]+-[0-9]+(\s*,\s*[0-9]+:[0-9]+-[0-9]+)*\s*$"
 
 @dag(
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1), "on_failure_callback": AlertNotifier()},
     params={
         "topic": Param(
             os.environ.get("TIDEMARK_TOPIC", "events"),
@@ -62,8 +58,7 @@ OFFSETS_PATTERN = r"^\s*[0-9]+:[0-9]+-[0-9]+(\s*,\s*[0-9]+:[0-9]+-[0-9]+)*\s*$"
         ),
         "dry_run": Param(False, type="boolean", title="Dry run", description="Only print the resolved plan."),
     },
-    tags=["tidemark"],
-    doc_md=__doc__,
+    **tidemark_dag(__doc__),
 )
 def tidemark_backfill():
     @task(retries=0)

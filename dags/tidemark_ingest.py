@@ -24,12 +24,12 @@ trigger the DAG with ``split_frozen_batch`` on and that batch is planned again w
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
 from tidemark_airflow.assets import SINKS
-from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 
 SCHEDULE = os.environ.get("TIDEMARK_INGEST_SCHEDULE", "*/15 * * * *")
@@ -38,10 +38,6 @@ TOPIC = os.environ.get("TIDEMARK_TOPIC", "events")
 
 @dag(
     schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=1), "on_failure_callback": AlertNotifier()},
     params={
         "partitions": Param(
             "",
@@ -66,8 +62,7 @@ TOPIC = os.environ.get("TIDEMARK_TOPIC", "events")
             "frozen, uncommitted batch again within TIDEMARK_MAX_OFFSETS_PER_TRIGGER records.",
         ),
     },
-    tags=["tidemark"],
-    doc_md=__doc__,
+    **tidemark_dag(__doc__, retries=2),
 )
 def tidemark_ingest():
     @task

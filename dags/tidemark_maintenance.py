@@ -14,11 +14,11 @@ compaction rewrites files, not data, and reconcile passes after it as before.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import CronDataIntervalTimetable, dag
 
-from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 
 SCHEDULE = os.environ.get("TIDEMARK_MAINTENANCE_SCHEDULE", "30 3 * * *")
@@ -26,12 +26,7 @@ SCHEDULE = os.environ.get("TIDEMARK_MAINTENANCE_SCHEDULE", "30 3 * * *")
 
 @dag(
     schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=5), "on_failure_callback": AlertNotifier()},
-    tags=["tidemark"],
-    doc_md=__doc__,
+    **tidemark_dag(__doc__, retry_delay=timedelta(minutes=5)),
 )
 def tidemark_maintenance():
     TidemarkSparkSubmitOperator(task_id="maintain", job="maintenance", execution_timeout=timedelta(hours=4))

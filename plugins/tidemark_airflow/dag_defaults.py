@@ -8,7 +8,9 @@ from typing import Any
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def tidemark_dag(doc_md: str | None, *, retries: int = 1, retry_delay: timedelta = timedelta(minutes=1)) -> dict[str, Any]:
+def tidemark_dag(
+    doc_md: str | None, *, retries: int = 1, retry_delay: timedelta = timedelta(minutes=1)
+) -> dict[str, Any]:
     """The ``@dag(...)`` arguments of a tidemark DAG, to which each adds its schedule and params.
 
     One run at a time (every run takes the same writer lock or reads the same history), no
