@@ -2,7 +2,7 @@
 ### tidemark_reconcile
 
 After every successful ingest or backfill (the ``tidemark_sinks`` Asset) and daily at 03:00 UTC,
-prove that nothing was lost or duplicated (``spark_jobs/reconcile.py`` has the details):
+prove that nothing was lost or duplicated (``spark_jobs/reconcile/`` has the details):
 
 * every ledger range never verified: Kafka's committed records == rows of ``events`` +
   ``duplicates`` + ``quarantine`` in it (a range whose start retention removed is *expired*);

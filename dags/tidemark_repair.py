@@ -45,9 +45,9 @@ def tidemark_repair():
         """Check the run id and log what the repair will rewrite."""
         import logging
 
-        from tidemark_airflow.runs import plan_repair
+        from tidemark_airflow.runs import repair_arguments
 
-        return plan_repair(params, run_id, logging.getLogger("airflow.task"))
+        return repair_arguments(params, run_id, logging.getLogger("airflow.task"))
 
     repair = TidemarkSparkSubmitOperator(
         task_id="repair",

@@ -172,3 +172,48 @@ def record_session_rules(cur, rules: SessionRules, reason: str) -> None:
         "INSERT INTO session_rules (gap_seconds, max_length_seconds, reason) VALUES (%s, %s, %s)",
         (rules.gap.total_seconds(), rules.max_length.total_seconds(), reason),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# What reconcile and the Airflow operators read
+
+
+def checked_ranges(cur, excluded: tuple[str, ...]) -> list[tuple[str, int, PartitionRange]]:
+    """(pipeline, batch_id, range) of every ledger range but those of the ``excluded`` pipelines, by
+    topic, partition and start offset."""
+    cur.execute(
+        """SELECT l.pipeline, l.batch_id, l.topic, l.kafka_partition, l.start_offset, l.end_offset
+           FROM ledger_ranges AS l WHERE l.pipeline <> ALL(%s)
+           ORDER BY l.topic, l.kafka_partition, l.start_offset, l.pipeline, l.batch_id""",
+        (list(excluded),),
+    )
+    return [(p, b, PartitionRange(t, k, s, e)) for p, b, t, k, s, e in cur.fetchall()]
+
+
+def range_rows(cur, excluded: tuple[str, ...]) -> list[tuple[str, int, str, int, int, int]]:
+    """(pipeline, batch_id, topic, kafka_partition, start_offset, end_offset) of every ledger range
+    but those of the ``excluded`` pipelines, in no particular order."""
+    cur.execute(
+        "SELECT pipeline, batch_id, topic, kafka_partition, start_offset, end_offset FROM ledger_ranges "
+        "WHERE pipeline <> ALL(%s)",
+        (list(excluded),),
+    )
+    return cur.fetchall()
+
+
+def committed_batches(cur, topic: str, since) -> list[tuple]:  # since: a datetime
+    """The batches of ``topic`` committed at or after ``since``, by pipeline and batch id: (pipeline,
+    batch_id, records_read, accepted, duplicates, quarantined, ranges as ``partition:start-end,...``,
+    entities_in_many_partitions, not_log_append_time, time_went_back)."""
+    cur.execute(
+        """SELECT b.pipeline, b.batch_id, b.records_read, b.accepted, b.duplicates, b.quarantined,
+                  coalesce(string_agg(r.kafka_partition || ':' || r.start_offset || '-' || r.end_offset, ','
+                                      ORDER BY r.kafka_partition), ''),
+                  coalesce(b.entities_in_many_partitions, 0), coalesce(b.not_log_append_time, 0),
+                  coalesce(b.time_went_back, 0)
+           FROM ledger_batches AS b JOIN ledger_ranges AS r USING (pipeline, batch_id)
+           WHERE b.topic = %s AND b.committed_at >= %s
+           GROUP BY 1, 2, 3, 4, 5, 6, 8, 9, 10 ORDER BY 1, 2""",
+        (topic, since),
+    )
+    return cur.fetchall()

@@ -163,18 +163,10 @@ def set_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -> No
 def prune_history(settings: Settings) -> int:
     """Delete reconcile runs older than ``settings.history_days`` (their ranges, lags and repairs go
     with them), keeping the latest run, which the next reconcile compares itself with."""
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                """DELETE FROM reconcile_runs
-                   WHERE counted_at < now() - %s * interval '1 day'
-                     AND run_id <> (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)""",
-                (settings.history_days,),
-            )
-            return cur.rowcount
-    finally:
-        conn.close()
+    from spark_jobs.reconcile import history
+
+    with db.transaction(settings.postgres_dsn) as cur:
+        return history.prune(cur, settings.history_days)
 
 
 def main(argv: list[str] | None = None) -> None:

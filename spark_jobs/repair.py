@@ -24,7 +24,6 @@ outcome goes to the ``repairs`` table.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,10 +31,12 @@ from typing import TYPE_CHECKING
 from spark_jobs import db, ledger, reconcile
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError
-from spark_jobs.findings import Report
 from spark_jobs.kafka_source import read_range
 from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.reconcile import history
+from spark_jobs.reconcile.findings import Report
+from spark_jobs.reconcile.ranges import LedgerRange, merged_spans, range_counts
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.writer import BatchWriter, recompute_sessions
@@ -83,8 +84,8 @@ def plan_repair(run_id: str, findings: list[dict]) -> RepairPlan:
             every_entity = True
     return RepairPlan(
         run_id,
-        reconcile.merged_spans(reread),
-        reconcile.merged_spans(clear),
+        merged_spans(reread),
+        merged_spans(clear),
         None if every_entity else sorted(entities),
         expired,
     )
@@ -106,19 +107,8 @@ class RepairOutcome:
 
 def load_plan(settings: Settings, run_id: str | None) -> RepairPlan:
     """The repair plan of ``run_id`` (default: the latest run that found a mismatch); checks before any work."""
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            if run_id:
-                cur.execute("SELECT run_id, status, findings FROM reconcile_runs WHERE run_id = %s", (run_id,))
-            else:
-                cur.execute(
-                    "SELECT run_id, status, findings FROM reconcile_runs WHERE status = 'mismatch' "
-                    "ORDER BY counted_at DESC LIMIT 1"
-                )
-            row = cur.fetchone()
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        row = history.run_findings(cur, run_id)
     if row is None:
         raise ConfigError(
             f"no reconcile run {run_id!r}: give the run id from the alert (tidemark reconcile --show lists the latest)"
@@ -193,12 +183,8 @@ def _reprocess(
         actions.append(f"cleared {', '.join(str(r) for r in clear)} from the record tables to rewrite them")
     pipeline = f"{REPAIR}:{topic}"
     for batch in _batches(readable):
-        conn = db.connect(settings.postgres_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                batch_id = ledger.next_batch_id(cur, pipeline)
-        finally:
-            conn.close()
+        with db.transaction(settings.postgres_dsn) as cur:
+            batch_id = ledger.next_batch_id(cur, pipeline)
         writer = BatchWriter(spark, settings, lease, pipeline, lambda _, b=batch: b)
         writer.write(read_range(spark, settings, batch), batch_id)
     after = _held(spark, settings, readable)
@@ -209,8 +195,8 @@ def _reprocess(
 
 def _held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> list[int]:
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
-    entries = [reconcile.LedgerRange(REPAIR, 0, r) for r in ranges]
-    return [n for n, _ in reconcile.range_counts(spark, tables, entries)]
+    entries = [LedgerRange(REPAIR, 0, r) for r in ranges]
+    return [n for n, _ in range_counts(spark, tables, entries)]
 
 
 def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:
@@ -225,19 +211,8 @@ def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:
 def _record(
     settings: Settings, repair_id: str, run_id: str, actions: list[str], recheck: str | None, status: str
 ) -> None:
-    conn = db.connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                """INSERT INTO repairs (repair_id, reconcile_run, actions, recheck_run, status)
-                   VALUES (%s, %s, %s, %s, %s)
-                   ON CONFLICT (repair_id) DO UPDATE SET actions = EXCLUDED.actions,
-                       recheck_run = EXCLUDED.recheck_run, status = EXCLUDED.status,
-                       finished_at = CASE WHEN EXCLUDED.status = 'running' THEN NULL ELSE now() END""",
-                (repair_id, run_id, json.dumps(actions), recheck, status),
-            )
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        history.record_repair(cur, repair_id, run_id, actions, recheck, status)
 
 
 def main(argv: list[str] | None = None) -> None:

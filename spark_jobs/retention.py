@@ -167,3 +167,12 @@ def recorded_losses(cur, pipeline: str | None = None) -> list[Loss]:
         (pipeline, pipeline),
     )
     return [Loss(*row) for row in cur.fetchall()]
+
+
+def lost_per_partition(cur) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> offsets lost to retention, over every acknowledged loss."""
+    cur.execute(
+        """SELECT topic, kafka_partition, sum(end_offset - start_offset) FROM retention_losses
+           GROUP BY 1, 2 ORDER BY 1, 2"""
+    )
+    return {(topic, partition): n for topic, partition, n in cur.fetchall()}

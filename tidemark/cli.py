@@ -166,11 +166,13 @@ def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
     """Reconcile (Spark only if there is something new to check); exit 1 on a finding."""
-    from spark_jobs import reconcile
+    from spark_jobs import db, reconcile
+    from spark_jobs.reconcile import history
     from spark_jobs.spark import build_session
 
     if args.show is not None:
-        stored = reconcile.stored_report(settings, args.show or None)
+        with db.transaction(settings.postgres_dsn) as cur:
+            stored = history.stored_report(cur, args.show or None)
         if stored is None:
             raise TidemarkError(f"no reconcile run {args.show!r}" if args.show else "no reconcile run yet")
         print(stored[2])

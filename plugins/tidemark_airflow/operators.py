@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -22,7 +23,7 @@ JOBS = ("ingest", "reconcile", "repair", "maintenance")
 
 
 class TidemarkSparkSubmitOperator(SparkSubmitOperator):
-    """spark-submit a tidemark job (``spark_jobs/<job>.py``) through the ``spark_default`` connection.
+    """spark-submit a tidemark job (:func:`job_application`) through the ``spark_default`` connection.
 
     The master (``local[2]``, ``spark://…``, ``k8s://…``, ``yarn``) is whatever the Spark
     connection says. At run time the job gets the ``TIDEMARK_*`` environment built from the Kafka
@@ -53,7 +54,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         from spark_jobs.spark import spark_jars
 
         settings = tidemark_settings(self.kafka_conn_id, self.postgres_conn_id)
-        self.application = self.application or find_spec(f"spark_jobs.{self.job}").origin
+        self.application = self.application or job_application(self.job)
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
         # Python workers and the driver run this interpreter's environment unless told otherwise.
         python = os.environ.get("PYSPARK_PYTHON", sys.executable)
@@ -75,6 +76,17 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                 AlertNotifier().send(f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}")
 
 
+def job_application(job: str) -> str:
+    """The file spark-submit runs for ``job``: ``spark_jobs/<job>.py``, or for a package job
+    (``spark_jobs/<job>/``) its ``__main__.py``. Found without importing the job."""
+    spec = find_spec(f"spark_jobs.{job}")
+    if spec is None or spec.origin is None:
+        raise ValueError(f"no tidemark job {job!r} in spark_jobs")
+    if spec.submodule_search_locations is not None:  # a package: its origin is __init__.py
+        return str(Path(spec.origin).with_name("__main__.py"))
+    return spec.origin
+
+
 def producer_alert(extra: dict, threshold: int) -> str | None:
     """The alert text when the run's batches broke the producer requirements more than ``threshold`` times."""
     broken = extra["producer"]
@@ -91,25 +103,10 @@ def producer_alert(extra: dict, threshold: int) -> str | None:
 
 def committed_since(settings, started: datetime) -> dict[str, object]:  # Settings
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
-    from spark_jobs.db import connect
+    from spark_jobs import db, ledger
 
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                """SELECT b.pipeline, b.batch_id, b.records_read, b.accepted, b.duplicates, b.quarantined,
-                          coalesce(string_agg(r.kafka_partition || ':' || r.start_offset || '-' || r.end_offset, ','
-                                              ORDER BY r.kafka_partition), ''),
-                          coalesce(b.entities_in_many_partitions, 0), coalesce(b.not_log_append_time, 0),
-                          coalesce(b.time_went_back, 0)
-                   FROM ledger_batches AS b JOIN ledger_ranges AS r USING (pipeline, batch_id)
-                   WHERE b.topic = %s AND b.committed_at >= %s
-                   GROUP BY 1, 2, 3, 4, 5, 6, 8, 9, 10 ORDER BY 1, 2""",
-                (settings.topic, started),
-            )
-            batches = cur.fetchall()
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        batches = ledger.committed_batches(cur, settings.topic, started)
     return {
         "topic": settings.topic,
         "batches": len(batches),
@@ -129,7 +126,7 @@ def committed_since(settings, started: datetime) -> dict[str, object]:  # Settin
 def reconcile_without_spark(run_id: str, log) -> bool:  # a logger
     """Reconcile without Spark when there is nothing new to check; say whether the Spark job must run.
 
-    Runs :func:`spark_jobs.reconcile.run` without a Spark session: when no range is new or due and
+    Runs :func:`spark_jobs.reconcile.run.run` without a Spark session: when no range is new or due and
     the sinks are as the previous run left them, it checks PostgreSQL's sessions against the Delta
     summary of that run, records the outcome and returns False (the Spark task is skipped).
     Otherwise it records nothing and returns True: the ``reconcile`` Spark job runs the check.
@@ -179,27 +176,19 @@ class VerdictOperator(BaseOperator):
         self.postgres_conn_id = postgres_conn_id
 
     def execute(self, context: Context) -> dict[str, object]:
-        from spark_jobs.db import connect
+        from spark_jobs import db
+        from spark_jobs.reconcile import history
 
         settings = tidemark_settings(postgres_conn_id=self.postgres_conn_id)
-        conn = connect(settings.postgres_dsn)
-        try:
-            with conn, conn.cursor() as cur:
-                run_id = self.reconcile_run_id
-                if self.repair:
-                    cur.execute("SELECT recheck_run, actions FROM repairs WHERE repair_id = %s", (run_id,))
-                    row = cur.fetchone()
-                    if row is None or row[0] is None:
-                        raise AirflowFailException(f"repair {run_id} recorded no re-check: see the repair task's log")
-                    run_id = row[0]
-                    self.log.info("repair actions:\n%s", "\n".join(f"- {a}" for a in row[1]))
-                cur.execute(
-                    "SELECT status, report, alert, ranges_checked, used_spark FROM reconcile_runs WHERE run_id = %s",
-                    (run_id,),
-                )
-                row = cur.fetchone()
-        finally:
-            conn.close()
+        with db.transaction(settings.postgres_dsn) as cur:
+            run_id = self.reconcile_run_id
+            if self.repair:
+                row = history.repair_recheck(cur, run_id)
+                if row is None or row[0] is None:
+                    raise AirflowFailException(f"repair {run_id} recorded no re-check: see the repair task's log")
+                run_id = row[0]
+                self.log.info("repair actions:\n%s", "\n".join(f"- {a}" for a in row[1]))
+            row = history.run_verdict(cur, run_id)
         if row is None:
             raise AirflowFailException(f"reconcile run {run_id} recorded nothing: see the reconcile task's log")
         status, report, alert, checked, used_spark = row

@@ -129,19 +129,15 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
 
 def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, BackfillPlan
     """(pipeline, batch_id) of an earlier backfill of exactly ``plan``, if any."""
-    from spark_jobs.db import connect
+    from spark_jobs import db
     from spark_jobs.ingest import BACKFILL, pipeline_name, recorded_plan
 
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            batch_id = recorded_plan(cur, plan)
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        batch_id = recorded_plan(cur, plan)
     return None if batch_id is None else (pipeline_name(BACKFILL, plan.topic), batch_id)
 
 
-def plan_repair(params: Mapping[str, object], repair_id: str, log) -> list[str]:  # a logger
+def repair_arguments(params: Mapping[str, object], repair_id: str, log) -> list[str]:  # a logger
     """Check the ``tidemark_repair`` form and log the repair plan; the repair job's arguments.
 
     An unknown run, or one that found nothing, is a BadRequest (no alert): the form must be fixed.

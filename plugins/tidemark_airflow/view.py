@@ -78,46 +78,18 @@ class Overview:
 
 
 def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
-    cur.execute(
-        """SELECT r.run_id, r.counted_at, r.status, r.ranges_checked, r.ranges_mismatched, r.used_spark,
-                  r.entities_checked, r.repair_of,
-                  (SELECT max(l.behind_seconds) FROM reconcile_lag AS l WHERE l.run_id = r.run_id)
-           FROM reconcile_runs AS r ORDER BY r.counted_at DESC LIMIT %s""",
-        (limit,),
-    )
-    runs = cur.fetchall()
-    cur.execute(
-        """SELECT r.counted_at, l.topic, l.kafka_partition, l.behind_records, l.behind_seconds, l.processed_to,
-                  l.high_watermark
-           FROM reconcile_lag AS l JOIN reconcile_runs AS r USING (run_id)
-           WHERE r.run_id IN (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT %s)
-           ORDER BY r.counted_at""",
-        (limit,),
-    )
-    lag = cur.fetchall()
-    cur.execute(
-        """SELECT l.topic, l.kafka_partition, sum(l.end_offset - l.start_offset),
-                  coalesce(sum(v.end_offset - v.start_offset), 0), count(*), count(v.pipeline)
-           FROM ledger_ranges AS l
-           LEFT JOIN verified_ranges AS v USING (pipeline, batch_id, topic, kafka_partition)
-           WHERE l.pipeline <> 'land'
-           GROUP BY 1, 2 ORDER BY 1, 2"""
-    )
-    coverage = cur.fetchall()
-    # Offsets Kafka's retention removed before they were read, acknowledged (spark_jobs/retention.py).
-    cur.execute(
-        """SELECT topic, kafka_partition, sum(end_offset - start_offset) FROM retention_losses
-           GROUP BY 1, 2 ORDER BY 1, 2"""
-    )
-    lost = {(topic, partition): n for topic, partition, n in cur.fetchall()}
+    """The overview's rows from the reconcile history (the latest ``limit`` runs), the ledger's
+    coverage and the offsets lost to retention (spark_jobs/retention.py), per partition."""
+    from spark_jobs import retention
+    from spark_jobs.reconcile import history
+
+    runs = history.recent_runs(cur, limit)
+    lag = history.recent_lag(cur, limit)
+    coverage = history.coverage(cur)
+    lost = retention.lost_per_partition(cur)
     coverage = [(*row, lost.pop((row[0], row[1]), 0)) for row in coverage]
     coverage = sorted(coverage + [(topic, partition, 0, 0, 0, 0, n) for (topic, partition), n in lost.items()])
-    cur.execute(
-        """SELECT r.run_id, r.counted_at, r.status, r.alert, p.repair_id, p.status, p.recheck_run
-           FROM reconcile_runs AS r LEFT JOIN repairs AS p ON p.reconcile_run = r.run_id
-           WHERE r.status <> 'ok' ORDER BY r.counted_at DESC LIMIT 10"""
-    )
-    return Overview(runs, lag, coverage, cur.fetchall())
+    return Overview(runs, lag, coverage, history.latest_findings(cur))
 
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
@@ -230,16 +202,10 @@ def create_app():  # -> fastapi.FastAPI
 
     @app.get("/runs/{run_id:path}", response_class=HTMLResponse)
     def run(run_id: str) -> str:
+        from spark_jobs.reconcile import history
+
         def read(cur) -> tuple:
-            cur.execute("SELECT run_id, status, report FROM reconcile_runs WHERE run_id = %s", (run_id,))
-            found = cur.fetchone()
-            cur.execute(
-                """SELECT topic, kafka_partition, start_offset, end_offset, pipeline, batch_id, reason, sink_records,
-                          kafka_records, outcome
-                   FROM reconcile_ranges WHERE run_id = %s ORDER BY topic, kafka_partition, start_offset""",
-                (run_id,),
-            )
-            return found, cur.fetchall()
+            return history.run_report(cur, run_id), history.run_ranges(cur, run_id)
 
         return render_run(*_query(read))
 
@@ -247,12 +213,8 @@ def create_app():  # -> fastapi.FastAPI
 
 
 def _query(read):
-    from spark_jobs.db import connect
+    from spark_jobs import db
     from tidemark_airflow.connections import tidemark_settings
 
-    conn = connect(tidemark_settings().postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            return read(cur)
-    finally:
-        conn.close()
+    with db.transaction(tidemark_settings().postgres_dsn) as cur:
+        return read(cur)

@@ -134,3 +134,25 @@ def sessions_summary(cur) -> tuple[int, int]:
     cur.execute(f"SELECT count(*), {SESSIONS_CHECKSUM} FROM sessions")
     n, checksum = cur.fetchone()
     return int(n), int(checksum)
+
+
+# 256 buckets of entities: the same text in Spark SQL (reconcile.sessions reads Delta's by it).
+SESSION_BUCKET = "substr(md5(entity_id), 1, 2)"
+
+
+def session_buckets(cur) -> dict[str, tuple[int, int]]:
+    """Per bucket of entities (:data:`SESSION_BUCKET`): (rows, checksum) of PostgreSQL ``sessions``."""
+    cur.execute(f"SELECT {SESSION_BUCKET}, count(*), {SESSIONS_CHECKSUM} FROM sessions GROUP BY 1")
+    return {b: (int(n), int(c)) for b, n, c in cur.fetchall()}
+
+
+def session_row_hashes(cur, buckets: list[str]) -> dict[str, tuple[str, str]]:
+    """session_id -> (entity_id, the first 15 hex digits of the SHA-256 of :data:`SESSION_ROW_TEXT`) of
+    the sessions in ``buckets`` (what Spark computes from sinks.delta.SESSION_ROW_TEXT, to compare rows)."""
+    cur.execute(
+        f"""SELECT session_id, entity_id,
+                   substr(encode(sha256(convert_to({SESSION_ROW_TEXT}, 'UTF8')), 'hex'), 1, 15)
+            FROM sessions WHERE {SESSION_BUCKET} = ANY(%s)""",
+        (buckets,),
+    )
+    return {session_id: (entity, h) for session_id, entity, h in cur.fetchall()}

@@ -13,7 +13,7 @@ import pytest
 
 from spark_jobs import ingest, reconcile, repair
 from spark_jobs.errors import ConfigError
-from spark_jobs.findings import SessionsSummary
+from spark_jobs.reconcile.findings import SessionsSummary
 from spark_jobs.sinks import delta
 from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows, query
 from tidemark.producer import ProduceSpec, produce

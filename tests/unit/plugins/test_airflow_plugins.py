@@ -131,3 +131,13 @@ def test_a_run_alerts_on_broken_producer_requirements_only_above_the_threshold()
     assert "murmur2" in text and "LogAppendTime" in text
     assert producer_alert(extra, threshold=3) is None
     assert producer_alert(extra | {"producer": dict.fromkeys(extra["producer"], 0)}, threshold=0) is None
+
+
+def test_spark_submit_runs_a_module_job_itself_and_a_package_job_through_its_main() -> None:
+    from pathlib import Path
+
+    from tidemark_airflow.operators import JOBS, job_application
+
+    assert Path(job_application("ingest")).parts[-2:] == ("spark_jobs", "ingest.py")
+    assert Path(job_application("reconcile")).parts[-3:] == ("spark_jobs", "reconcile", "__main__.py")
+    assert all(Path(job_application(job)).is_file() for job in JOBS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.findings import Gap, LedgerEntry, Report, SessionsSummary, find_gaps
+from spark_jobs.reconcile.findings import Gap, LedgerEntry, Report, SessionsSummary, find_gaps
 from spark_jobs.retention import Loss, check_start, loss_error
 
 PIPELINE = "ingest:events"

@@ -1,6 +1,6 @@
 """What a reconcile run found, as values: range checks, gaps, session differences, and the report.
 
-Pure logic, no I/O. :mod:`spark_jobs.reconcile` measures (Kafka, Delta, PostgreSQL) and builds a
+Pure logic, no I/O. :mod:`spark_jobs.reconcile.run` measures (Kafka, Delta, PostgreSQL) and builds a
 :class:`Report`; the report names every problem by partition and offsets, or by entity and
 session id, stores as JSON (``reconcile_runs.findings``), and tells the operator the repair.
 :mod:`spark_jobs.repair` reads the stored findings back to repair exactly what they name.

@@ -1,10 +1,10 @@
-"""Reconciliation's pure logic: findings, gaps, the report, the rotation, the repair plan."""
+"""Reconciliation's findings, pure: range checks, gaps, session differences, lag and the report."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from spark_jobs.findings import (
+from spark_jobs.reconcile.findings import (
     CHANGED,
     Gap,
     LedgerEntry,
@@ -14,10 +14,6 @@ from spark_jobs.findings import (
     SessionsSummary,
     find_gaps,
 )
-from spark_jobs.offsets import PartitionRange
-from spark_jobs.reconcile import LedgerRange, Verified, log_version, merged_spans, rotation_share
-from spark_jobs.repair import _batches, plan_repair
-from spark_jobs.settings import Settings
 
 
 def entry(pipeline: str, batch: int, start: int, end: int, partition: int = 0) -> LedgerEntry:
@@ -106,62 +102,8 @@ def test_a_long_list_of_differing_sessions_is_bounded_in_the_text_but_counted() 
     assert "entity 'entity-009'" in text and "entity 'entity-010'" not in text and "and 30 more entities" in text
 
 
-def test_the_repair_plan_rereads_named_ranges_clears_extra_ones_and_recomputes_named_entities() -> None:
-    findings = [
-        {"kind": "range", "outcome": "missing", "topic": "t", "partition": 0, "start": 0, "end": 10},
-        {"kind": "range", "outcome": "missing", "topic": "t", "partition": 0, "start": 10, "end": 20},
-        {"kind": "range", "outcome": "extra", "topic": "t", "partition": 1, "start": 5, "end": 9},
-        {"kind": "range", "outcome": "expired", "topic": "t", "partition": 2, "start": 0, "end": 9},
-        {"kind": "gap", "topic": "t", "partition": 2, "start": 50, "end": 60},
-        {"kind": "sessions_events", "entity_count": 2, "session_count": 3, "sessions": {"a": ["1"], "b": ["2", "3"]}},
-    ]
-    plan = plan_repair("r1", findings)
-    assert plan.reread == [PartitionRange("t", 0, 0, 20), PartitionRange("t", 1, 5, 9), PartitionRange("t", 2, 50, 60)]
-    assert plan.clear == [PartitionRange("t", 1, 5, 9)]
-    assert plan.expired == [PartitionRange("t", 2, 0, 9)]
-    assert plan.entities == ["a", "b"]
-    truncated = {"kind": "sessions_sinks", "entity_count": 20_000, "session_count": 20_000, "sessions": {"a": ["1"]}}
-    assert plan_repair("r2", [truncated]).entities is None  # more than were named: recompute all
-    assert plan_repair("r3", [{"kind": "sessions_totals"}]).entities is None
-
-
-def test_a_repair_batch_holds_at_most_one_range_per_partition() -> None:
-    ranges = [PartitionRange("t", 0, 0, 5), PartitionRange("t", 0, 9, 12), PartitionRange("t", 1, 3, 4)]
-    assert _batches(ranges) == [[ranges[0], ranges[2]], [ranges[1]]]
-    assert merged_spans([PartitionRange("t", 0, 5, 9), PartitionRange("t", 0, 0, 5), PartitionRange("t", 1, 0, 1)]) == [
-        PartitionRange("t", 0, 0, 9),
-        PartitionRange("t", 1, 0, 1),
-    ]
-
-
-def test_the_rotation_rechecks_a_share_of_verified_ranges_and_everything_overdue(tmp_path) -> None:
-    now = datetime(2026, 11, 21, 12, tzinfo=UTC)
-    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_REVERIFY_DAYS": "7"})
-    ranges = [LedgerRange("ingest:t", i, PartitionRange("t", 0, i * 10, i * 10 + 10)) for i in range(14)]
-    checked = [now - timedelta(days=1, hours=i) for i in range(14)]
-    verified = {(r.pipeline, r.batch_id, "t", 0): Verified(10, 1, at) for r, at in zip(ranges, checked, strict=True)}
-    # Runs every hour: 14 ranges over 7 days is less than one per run, nothing is due yet.
-    assert rotation_share(ranges, verified, now - timedelta(hours=1), now, settings) == []
-    # A day since the last run: a seventh of them, the least recently checked first.
-    assert rotation_share(ranges, verified, now - timedelta(days=1), now, settings) == [ranges[13], ranges[12]]
-    # Whatever the share, a range not re-checked for a whole period is due.
-    stale = dict(verified) | {("ingest:t", 4, "t", 0): Verified(10, 1, now - timedelta(days=8))}
-    assert rotation_share(ranges, stale, now - timedelta(hours=1), now, settings) == [ranges[4]]
-
-
-def test_a_local_delta_log_gives_its_version_without_spark(tmp_path) -> None:
-    assert log_version(str(tmp_path / "missing")) == -1
-    log = tmp_path / "events" / "_delta_log"
-    log.mkdir(parents=True)
-    for name in ("00000000000000000000.json", "00000000000000000001.json", "00000000000000000001.checkpoint.parquet"):
-        (log / name).write_text("{}")
-    assert log_version(str(tmp_path / "events")) == 1
-    assert log_version(f"file://{tmp_path / 'events'}") == 1
-    assert log_version("s3a://bucket/lake/events") is None
-
-
 def test_a_run_too_far_behind_kafka_is_lagging_not_a_mismatch() -> None:
-    from spark_jobs.findings import Lag
+    from spark_jobs.reconcile.findings import Lag
 
     fresh = Lag("events", 0, high_watermark=100, processed_to=100, oldest_unprocessed=None, behind_seconds=0)
     late = Lag("events", 1, 500, 200, datetime(2026, 11, 21, 9, tzinfo=UTC), behind_seconds=2 * 3600)

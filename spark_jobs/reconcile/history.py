@@ -1,0 +1,325 @@
+"""The reconcile history store: every statement on ``reconcile_runs``, ``reconcile_ranges``,
+``reconcile_lag``, ``verified_ranges`` and ``repairs``.
+
+A run reads its predecessor and what was verified (:func:`read_snapshot`) and records itself
+(:func:`record_run`); a repair reads a run's findings and records what it did; the Airflow
+verdict, the tidemark page, ``tidemark reconcile --show`` and maintenance read or prune the same
+tables here. Every function takes a psycopg2 cursor: the caller opens the transaction
+(``spark_jobs.db.transaction``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from spark_jobs import ledger
+from spark_jobs.reconcile.findings import SessionsSummary
+from spark_jobs.reconcile.ranges import NOT_CHECKED, LedgerRange, Verified
+from spark_jobs.sinks import postgres
+
+if TYPE_CHECKING:
+    from spark_jobs.reconcile.findings import Report
+
+
+# ---------------------------------------------------------------------------------------------
+# A run: its snapshot and its record
+
+
+@dataclass
+class Snapshot:
+    """What one run checks: the Delta versions and the ledger as of the lake lock, and the previous run."""
+
+    versions: dict[str, int] | None  # None: not readable without Spark (a remote lake)
+    ranges: list[LedgerRange]
+    verified: dict[tuple[str, int, str, int], Verified]
+    previous_versions: dict[str, int] | None
+    previous_delta_sessions: SessionsSummary | None
+    previous_at: datetime | None
+    postgres_sessions: SessionsSummary
+    now: datetime
+    previous_buckets: dict[str, tuple[int, int]] | None = None  # Delta sessions per entity bucket, then
+    to_check: list[tuple[LedgerRange, str]] = field(default_factory=list)
+
+
+def snapshot_time(cur) -> datetime:
+    """The database's ``now()``: the transaction's first query, which fixes a ``REPEATABLE READ``
+    snapshot (so call it while the lake lock is held)."""
+    cur.execute("SELECT now()")
+    return cur.fetchone()[0]
+
+
+def read_snapshot(cur, versions: dict[str, int] | None, now: datetime) -> Snapshot:
+    """The ledger's ranges, what was verified, the previous run and PostgreSQL's sessions, as of the
+    transaction's snapshot; ``to_check`` is left for the run to decide."""
+    ranges = [LedgerRange(p, b, r) for p, b, r in ledger.checked_ranges(cur, NOT_CHECKED)]
+    cur.execute(
+        """SELECT pipeline, batch_id, topic, kafka_partition, sink_records, sink_checksum, checked_at
+           FROM verified_ranges"""
+    )
+    verified = {(p, b, t, k): Verified(int(n), int(c), at) for p, b, t, k, n, c, at in cur.fetchall()}
+    cur.execute(
+        """SELECT delta_versions, delta_sessions, delta_sessions_checksum, counted_at, delta_session_buckets
+           FROM reconcile_runs
+           WHERE status IN ('ok', 'mismatch') AND delta_versions IS NOT NULL
+           ORDER BY counted_at DESC LIMIT 1"""
+    )
+    row = cur.fetchone()
+    previous_versions, previous_sessions, previous_at, previous_buckets = None, None, None, None
+    if row is not None:
+        previous_versions, previous_at = row[0], row[3]
+        previous_sessions = SessionsSummary(int(row[1]), int(row[2]))
+        if row[4] is not None:
+            previous_buckets = {b: (int(n), int(c)) for b, (n, c) in row[4].items()}
+    return Snapshot(
+        versions=versions,
+        ranges=ranges,
+        verified=verified,
+        previous_versions=previous_versions,
+        previous_delta_sessions=previous_sessions,
+        previous_at=previous_at,
+        postgres_sessions=SessionsSummary(*postgres.sessions_summary(cur)),
+        now=now,
+        previous_buckets=previous_buckets,
+    )
+
+
+def record_run(
+    cur,
+    report: Report,
+    snapshot: Snapshot,
+    buckets: dict[str, tuple[int, int]] | None,
+    repair_of: str | None,
+) -> None:
+    """Write (or, for a retried task, rewrite) this run's rows, and what it verified."""
+    run_id = report.run_id
+    cur.execute("DELETE FROM reconcile_runs WHERE run_id = %s", (run_id,))
+    cur.execute(
+        """INSERT INTO reconcile_runs (run_id, counted_at, finished_at, status, delta_sessions,
+                                       delta_sessions_checksum, postgres_sessions, postgres_sessions_checksum,
+                                       ranges_checked, ranges_mismatched, gaps, report, delta_versions, used_spark,
+                                       entities_checked, findings, repair_of, alert, snapshot_seconds,
+                                       delta_session_buckets)
+           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        (
+            run_id,
+            snapshot.now,
+            report.status,
+            report.delta_sessions.count,
+            report.delta_sessions.checksum,
+            report.postgres_sessions.count,
+            report.postgres_sessions.checksum,
+            len(report.checks),
+            len(report.mismatched),
+            json.dumps([g.as_dict() for g in report.gaps]),
+            report.summary(),
+            json.dumps(snapshot.versions),
+            report.used_spark,
+            report.entities_checked,
+            json.dumps(report.findings()),
+            repair_of,
+            None if report.ok else report.alert(),
+            report.snapshot_seconds,
+            None if buckets is None else json.dumps({b: [n, str(c)] for b, (n, c) in sorted(buckets.items())}),
+        ),
+    )
+    cur.executemany(
+        """INSERT INTO reconcile_ranges (run_id, pipeline, batch_id, topic, kafka_partition, start_offset,
+                                         end_offset, sink_records, sink_checksum, kafka_records, matches, reason,
+                                         outcome)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        [
+            (
+                run_id,
+                c.pipeline,
+                c.batch_id,
+                c.topic,
+                c.partition,
+                c.start,
+                c.end,
+                c.sink_records,
+                c.sink_checksum,
+                c.kafka_records,
+                c.matches,
+                c.reason,
+                c.outcome,
+            )  # fmt: skip
+            for c in report.checks
+        ],
+    )
+    cur.executemany(
+        """INSERT INTO reconcile_lag (run_id, topic, kafka_partition, high_watermark, processed_to, behind_records,
+                                      oldest_unprocessed, behind_seconds)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""",
+        [
+            (
+                run_id,
+                g.topic,
+                g.partition,
+                g.high_watermark,
+                g.processed_to,
+                g.behind_records,
+                g.oldest_unprocessed,
+                g.behind_seconds,
+            )  # fmt: skip
+            for g in report.lags
+        ],
+    )
+    cur.executemany(
+        """INSERT INTO verified_ranges (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset,
+                                        sink_records, sink_checksum, verified_by)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+           ON CONFLICT (pipeline, batch_id, topic, kafka_partition) DO UPDATE SET checked_at = now()""",
+        [
+            (c.pipeline, c.batch_id, c.topic, c.partition, c.start, c.end, c.sink_records, c.sink_checksum, run_id)
+            for c in report.checks
+            if c.matches
+        ],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a run back
+
+
+def run_report(cur, run_id: str) -> tuple[str, str, str] | None:
+    """(run_id, status, report) of run ``run_id``, None when there is no such run."""
+    cur.execute("SELECT run_id, status, report FROM reconcile_runs WHERE run_id = %s", (run_id,))
+    return cur.fetchone()
+
+
+def stored_report(cur, run_id: str | None = None) -> tuple[str, str, str] | None:
+    """(run_id, status, report) of ``run_id``, or of the latest run."""
+    if run_id:
+        return run_report(cur, run_id)
+    cur.execute("SELECT run_id, status, report FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1")
+    return cur.fetchone()
+
+
+def run_ranges(cur, run_id: str) -> list[tuple]:
+    """The ranges run ``run_id`` checked, by partition and offset: (topic, kafka_partition,
+    start_offset, end_offset, pipeline, batch_id, reason, sink_records, kafka_records, outcome)."""
+    cur.execute(
+        """SELECT topic, kafka_partition, start_offset, end_offset, pipeline, batch_id, reason, sink_records,
+                  kafka_records, outcome
+           FROM reconcile_ranges WHERE run_id = %s ORDER BY topic, kafka_partition, start_offset""",
+        (run_id,),
+    )
+    return cur.fetchall()
+
+
+def run_verdict(cur, run_id: str) -> tuple | None:
+    """(status, report, alert, ranges_checked, used_spark) of run ``run_id``, None when there is no such run."""
+    cur.execute(
+        "SELECT status, report, alert, ranges_checked, used_spark FROM reconcile_runs WHERE run_id = %s",
+        (run_id,),
+    )
+    return cur.fetchone()
+
+
+def run_findings(cur, run_id: str | None) -> tuple[str, str, list[dict] | None] | None:
+    """(run_id, status, findings) of ``run_id``, or of the latest run that found a mismatch."""
+    if run_id:
+        cur.execute("SELECT run_id, status, findings FROM reconcile_runs WHERE run_id = %s", (run_id,))
+    else:
+        cur.execute(
+            "SELECT run_id, status, findings FROM reconcile_runs WHERE status = 'mismatch' "
+            "ORDER BY counted_at DESC LIMIT 1"
+        )
+    return cur.fetchone()
+
+
+# ---------------------------------------------------------------------------------------------
+# Repairs
+
+
+def record_repair(cur, repair_id: str, run_id: str, actions: list[str], recheck: str | None, status: str) -> None:
+    """Write (or update) repair ``repair_id`` of run ``run_id``: its actions so far, its re-check run and status."""
+    cur.execute(
+        """INSERT INTO repairs (repair_id, reconcile_run, actions, recheck_run, status)
+           VALUES (%s, %s, %s, %s, %s)
+           ON CONFLICT (repair_id) DO UPDATE SET actions = EXCLUDED.actions,
+               recheck_run = EXCLUDED.recheck_run, status = EXCLUDED.status,
+               finished_at = CASE WHEN EXCLUDED.status = 'running' THEN NULL ELSE now() END""",
+        (repair_id, run_id, json.dumps(actions), recheck, status),
+    )
+
+
+def repair_recheck(cur, repair_id: str) -> tuple[str | None, list[str]] | None:
+    """(recheck_run, actions) of repair ``repair_id``, None when there is no such repair."""
+    cur.execute("SELECT recheck_run, actions FROM repairs WHERE repair_id = %s", (repair_id,))
+    return cur.fetchone()
+
+
+# ---------------------------------------------------------------------------------------------
+# The tidemark page's history
+
+
+def recent_runs(cur, limit: int) -> list[tuple]:
+    """The latest ``limit`` runs, newest first: (run_id, counted_at, status, ranges_checked,
+    ranges_mismatched, used_spark, entities_checked, repair_of, the run's largest lag in seconds)."""
+    cur.execute(
+        """SELECT r.run_id, r.counted_at, r.status, r.ranges_checked, r.ranges_mismatched, r.used_spark,
+                  r.entities_checked, r.repair_of,
+                  (SELECT max(l.behind_seconds) FROM reconcile_lag AS l WHERE l.run_id = r.run_id)
+           FROM reconcile_runs AS r ORDER BY r.counted_at DESC LIMIT %s""",
+        (limit,),
+    )
+    return cur.fetchall()
+
+
+def recent_lag(cur, limit: int) -> list[tuple]:
+    """The lag the latest ``limit`` runs measured, oldest first: (counted_at, topic, kafka_partition,
+    behind_records, behind_seconds, processed_to, high_watermark)."""
+    cur.execute(
+        """SELECT r.counted_at, l.topic, l.kafka_partition, l.behind_records, l.behind_seconds, l.processed_to,
+                  l.high_watermark
+           FROM reconcile_lag AS l JOIN reconcile_runs AS r USING (run_id)
+           WHERE r.run_id IN (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT %s)
+           ORDER BY r.counted_at""",
+        (limit,),
+    )
+    return cur.fetchall()
+
+
+def coverage(cur) -> list[tuple]:
+    """Per partition of the checked ledger: (topic, kafka_partition, ledger offsets, verified offsets,
+    ranges, verified ranges)."""
+    cur.execute(
+        """SELECT l.topic, l.kafka_partition, sum(l.end_offset - l.start_offset),
+                  coalesce(sum(v.end_offset - v.start_offset), 0), count(*), count(v.pipeline)
+           FROM ledger_ranges AS l
+           LEFT JOIN verified_ranges AS v USING (pipeline, batch_id, topic, kafka_partition)
+           WHERE l.pipeline <> 'land'
+           GROUP BY 1, 2 ORDER BY 1, 2"""
+    )
+    return cur.fetchall()
+
+
+def latest_findings(cur) -> list[tuple]:
+    """The latest 10 runs that did not pass, with their repair: (run_id, counted_at, status, alert,
+    repair_id, repair status, recheck_run)."""
+    cur.execute(
+        """SELECT r.run_id, r.counted_at, r.status, r.alert, p.repair_id, p.status, p.recheck_run
+           FROM reconcile_runs AS r LEFT JOIN repairs AS p ON p.reconcile_run = r.run_id
+           WHERE r.status <> 'ok' ORDER BY r.counted_at DESC LIMIT 10"""
+    )
+    return cur.fetchall()
+
+
+# ---------------------------------------------------------------------------------------------
+# Pruning
+
+
+def prune(cur, history_days: float) -> int:
+    """Delete reconcile runs older than ``history_days`` (their ranges, lags and repairs go with
+    them), keeping the latest run, which the next reconcile compares itself with; how many."""
+    cur.execute(
+        """DELETE FROM reconcile_runs
+           WHERE counted_at < now() - %s * interval '1 day'
+             AND run_id <> (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)""",
+        (history_days,),
+    )
+    return cur.rowcount

@@ -1,0 +1,185 @@
+"""Reconcile's ledger ranges: which are due, what the record tables hold in each, and against what.
+
+A range never verified is compared with the committed records Kafka holds; a verified one with
+the count and checksum it was verified with (:func:`compare_ranges`). The counting reads each
+record table once with data skipping on offsets (:func:`range_counts`); a rotating share of the
+verified ranges is re-checked every run (:func:`rotation_share`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from spark_jobs.contract import COORDINATES, RECORD_TABLES
+from spark_jobs.offsets import PartitionRange, count_committed, first_arrival, watermarks
+from spark_jobs.reconcile.findings import NEW, Lag, RangeCheck
+from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
+from spark_jobs.sinks.delta_log import union
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+NOT_CHECKED = ("land",)  # pipelines whose ranges land in other tables
+
+
+@dataclass(frozen=True)
+class LedgerRange:
+    pipeline: str
+    batch_id: int
+    range: PartitionRange
+
+
+@dataclass(frozen=True)
+class Verified:
+    records: int
+    checksum: int
+    checked_at: datetime
+
+
+def key(r: LedgerRange) -> tuple[str, int, str, int]:
+    return (r.pipeline, r.batch_id, r.range.topic, r.range.partition)
+
+
+def rotation_share(
+    ranges: list[LedgerRange],
+    verified: dict[tuple[str, int, str, int], Verified],
+    previous_at: datetime | None,
+    now: datetime,
+    settings: Settings,
+) -> list[LedgerRange]:
+    """The verified ranges whose turn it is: all not re-checked for a whole period, and the oldest
+    ``n * elapsed / period`` others, so that the re-checks spread over the period."""
+    period = timedelta(days=settings.reverify_days)
+    candidates = sorted((r for r in ranges if key(r) in verified), key=lambda r: verified[key(r)].checked_at)
+    if not candidates:
+        return []
+    elapsed = (now - previous_at) if previous_at else timedelta(0)
+    share = math.floor(len(candidates) * min(1.0, elapsed / period))
+    overdue = sum(verified[key(r)].checked_at <= now - period for r in candidates)
+    return candidates[: max(share, overdue)]
+
+
+def measure_lag(settings: Settings, ranges: list[LedgerRange], now: datetime) -> list[Lag]:
+    """Per partition of every topic the ledger holds: Kafka's high watermark against the furthest
+    processed offset, and how long ago the oldest record not processed yet arrived."""
+    processed: dict[str, dict[int, int]] = {}
+    for r in ranges:
+        ends = processed.setdefault(r.range.topic, {})
+        ends[r.range.partition] = max(ends.get(r.range.partition, 0), r.range.end)
+    lags = []
+    for topic, ends in sorted(processed.items()):
+        for partition, (low, high) in sorted(watermarks(settings, topic).items()):
+            done = max(ends.get(partition, low), low)
+            oldest = first_arrival(settings, topic, partition, done) if done < high else None
+            behind = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
+            lags.append(Lag(topic, partition, high, done, oldest, behind))
+    return lags
+
+
+def ranges_holding(spark: SparkSession, coordinates: DataFrame, ranges: list[LedgerRange]) -> list[LedgerRange]:
+    """The ``ranges`` that hold at least one of ``coordinates``."""
+    from pyspark.sql import functions as F
+
+    if not ranges:
+        return []
+    keyed = _ranges_frame(spark, ranges)
+    hit = (
+        coordinates.join(
+            F.broadcast(keyed),
+            (F.col("topic") == F.col("r_topic"))
+            & (F.col("partition") == F.col("r_partition"))
+            & (F.col("offset") >= F.col("r_start"))
+            & (F.col("offset") < F.col("r_end")),
+        )
+        .select("i")
+        .distinct()
+        .collect()
+    )
+    return [ranges[row["i"]] for row in sorted(hit, key=lambda row: row["i"])]
+
+
+def _ranges_frame(spark: SparkSession, ranges: list[LedgerRange]) -> DataFrame:
+    return spark.createDataFrame(
+        [(i, r.range.topic, r.range.partition, r.range.start, r.range.end) for i, r in enumerate(ranges)],
+        "i int, r_topic string, r_partition int, r_start long, r_end long",
+    )
+
+
+def range_counts(spark: SparkSession, tables: dict[str, DataFrame], ranges: list[LedgerRange]) -> list[tuple[int, int]]:
+    """(rows, checksum) of events + duplicates + quarantine inside each range (order of ``ranges``).
+
+    The checksum sums a hash of each row with its table's name, so a row that changed, moved to
+    another table or appears twice changes it. Only files whose offset statistics overlap the
+    ranges are read (the filter is on the merged spans per partition).
+    """
+    from pyspark.sql import functions as F
+
+    if not ranges:
+        return []
+    spans = merged_spans([r.range for r in ranges])
+    hashed = [
+        tables[name]
+        .alias("t")
+        .where(delta.range_filter(spans, "t"))
+        .select(*COORDINATES, F.xxhash64(F.lit(name), *tables[name].columns).alias("h"))
+        for name in RECORD_TABLES
+    ]
+    rows = union(hashed[1:], hashed[0])
+    counted = (
+        rows.join(
+            F.broadcast(_ranges_frame(spark, ranges)),
+            (F.col("topic") == F.col("r_topic"))
+            & (F.col("partition") == F.col("r_partition"))
+            & (F.col("offset") >= F.col("r_start"))
+            & (F.col("offset") < F.col("r_end")),
+        )
+        .groupBy("i")
+        .agg(F.count("*").alias("n"), F.sum(F.col("h").cast("decimal(38,0)")).alias("checksum"))
+        .collect()
+    )
+    by_index = {row["i"]: (int(row["n"]), int(row["checksum"])) for row in counted}
+    return [by_index.get(i, (0, 0)) for i in range(len(ranges))]
+
+
+def merged_spans(ranges: list[PartitionRange]) -> list[PartitionRange]:
+    """``ranges`` merged per partition where they overlap or touch (a short filter for data skipping)."""
+    merged: list[PartitionRange] = []
+    for r in sorted(ranges, key=lambda r: (r.topic, r.partition, r.start)):
+        last = merged[-1] if merged else None
+        if last and (last.topic, last.partition) == (r.topic, r.partition) and r.start <= last.end:
+            merged[-1] = PartitionRange(r.topic, r.partition, last.start, max(last.end, r.end))
+        else:
+            merged.append(r)
+    return merged
+
+
+def compare_ranges(
+    settings: Settings,
+    to_check: list[tuple[LedgerRange, str]],
+    counts: list[tuple[int, int]],
+    verified: dict[tuple[str, int, str, int], Verified],
+) -> list[RangeCheck]:
+    """A :class:`RangeCheck` per range of ``to_check`` (with its reason) and its ``counts``: a new
+    range against Kafka's committed records, a verified one against its verification."""
+    lows: dict[str, dict[int, int]] = {}
+    checks = []
+    for (r, reason), (n, checksum) in zip(to_check, counts, strict=True):
+        p = r.range
+        base = dict(
+            pipeline=r.pipeline, batch_id=r.batch_id, topic=p.topic, partition=p.partition, start=p.start,
+            end=p.end, sink_records=n, sink_checksum=checksum, reason=reason,
+        )  # fmt: skip
+        if reason == NEW:
+            if p.topic not in lows:
+                lows[p.topic] = {k: lo for k, (lo, _) in watermarks(settings, p.topic).items()}
+            low = lows[p.topic].get(p.partition, 0)
+            kafka = count_committed(settings, p) if low <= p.start or p.size == 0 else None
+            checks.append(RangeCheck(**base, kafka_records=kafka, low_watermark=low))
+        else:
+            v = verified[key(r)]
+            checks.append(RangeCheck(**base, verified_records=v.records, verified_checksum=v.checksum))
+    return checks

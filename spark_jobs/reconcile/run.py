@@ -1,0 +1,202 @@
+"""One reconcile run: the snapshot, what to check, with or without Spark, and its record.
+
+See :mod:`spark_jobs.reconcile` for the steps; this module puts them in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from spark_jobs import db, ledger
+from spark_jobs.contract import TABLE_SCHEMAS
+from spark_jobs.lock import lake_snapshot
+from spark_jobs.offsets import check_reachable
+from spark_jobs.reconcile import history
+from spark_jobs.reconcile.findings import (
+    CHANGED,
+    NEW,
+    ROTATION,
+    Gap,
+    LedgerEntry,
+    Report,
+    SessionDifference,
+    SessionsSummary,
+    find_gaps,
+)
+from spark_jobs.reconcile.history import Snapshot
+from spark_jobs.reconcile.ranges import (
+    NOT_CHECKED,
+    LedgerRange,
+    compare_ranges,
+    key,
+    measure_lag,
+    range_counts,
+    ranges_holding,
+    rotation_share,
+)
+from spark_jobs.reconcile.sessions import (
+    anchors_to_recompute,
+    sessions_buckets,
+    sessions_differing_from_events,
+    sessions_differing_from_postgres,
+)
+from spark_jobs.retention import Loss, recorded_losses
+from spark_jobs.settings import Settings
+from spark_jobs.sinks.delta_log import local_versions, spark_versions, touched_since
+from spark_jobs.spark import FrozenFrames
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def run(
+    settings: Settings,
+    run_id: str,
+    spark_factory: Callable[[], SparkSession] | None,
+    repair_of: str | None = None,
+) -> Report | None:
+    """Reconcile once and record the outcome under ``run_id``.
+
+    With ``spark_factory`` None (the Airflow task that runs before Spark), returns None when the
+    run needs Spark, having recorded nothing: the Spark job then runs it in full.
+    """
+    if not run_id:
+        raise ValueError("a reconcile run needs a run id (Airflow passes its run_id)")
+    # One REPEATABLE READ transaction from the lake lock to the record: every read sees the snapshot.
+    with db.transaction(settings.postgres_dsn, isolation_level="REPEATABLE READ") as cur:
+        check_reachable(settings)
+        spark = None
+        if local_versions(settings) is None:  # a remote lake: only Spark reads its log
+            if spark_factory is None:
+                return None
+            spark = spark_factory()
+        with lake_snapshot(settings):
+            held_from = time.perf_counter()
+            versions = spark_versions(spark, settings) if spark is not None else local_versions(settings)
+            now = history.snapshot_time(cur)  # the PostgreSQL snapshot is fixed at the first query
+        held = time.perf_counter() - held_from
+        snapshot = history.read_snapshot(cur, versions, now)
+        snapshot.to_check = _due(snapshot, settings)
+        lags = measure_lag(settings, snapshot.ranges, now)
+        buckets = snapshot.previous_buckets  # Delta sessions per entity bucket, as of this run
+        if not snapshot.to_check and _nothing_changed(snapshot):
+            report = Report(
+                run_id, [], [], snapshot.previous_delta_sessions, snapshot.postgres_sessions, used_spark=False
+            )
+        else:
+            if spark is None:
+                if spark_factory is None:
+                    cur.connection.rollback()
+                    return None
+                spark = spark_factory()
+            with FrozenFrames(spark) as frozen:
+                report, buckets = _check_with_spark(spark, settings, cur, snapshot, run_id, frozen)
+        gaps, losses = _ledger_findings(cur)
+        report = replace(
+            report,
+            gaps=gaps,
+            losses=losses,
+            lags=lags,
+            lag_alert_seconds=settings.lag_alert_minutes * 60,
+            snapshot_seconds=held,
+        )
+        history.record_run(cur, report, snapshot, buckets, repair_of)
+        return report
+
+
+def _due(snapshot: Snapshot, settings: Settings) -> list[tuple[LedgerRange, str]]:
+    """The ranges to check before the Delta log is read: never verified, and the rotation's share."""
+    ranges, verified = snapshot.ranges, snapshot.verified
+    due = [(r, NEW) for r in ranges if key(r) not in verified]
+    due += [(r, ROTATION) for r in rotation_share(ranges, verified, snapshot.previous_at, snapshot.now, settings)]
+    return due
+
+
+def _nothing_changed(s: Snapshot) -> bool:
+    return (
+        s.previous_versions is not None
+        and s.previous_versions == s.versions
+        and s.previous_delta_sessions == s.postgres_sessions
+    )
+
+
+def _ledger_findings(cur) -> tuple[list[Gap], list[Loss]]:
+    """What the ledger alone shows: gaps between scheduled batches, and acknowledged retention losses."""
+    losses = recorded_losses(cur)
+    return find_gaps((LedgerEntry(*r) for r in ledger.range_rows(cur, NOT_CHECKED)), losses), losses
+
+
+# ---------------------------------------------------------------------------------------------
+# The Spark part
+
+
+def _at(spark: SparkSession, settings: Settings, name: str, version: int) -> DataFrame:
+    """Table ``name`` as of ``version`` (the run's snapshot); an empty frame before the table exists."""
+    if version < 0:
+        return spark.createDataFrame([], TABLE_SCHEMAS[name])
+    return spark.read.format("delta").option("versionAsOf", version).load(settings.table_path(name))
+
+
+def _check_with_spark(
+    spark: SparkSession,
+    settings: Settings,
+    cur,
+    snapshot: Snapshot,
+    run_id: str,
+    frozen: FrozenFrames,
+) -> tuple[Report, dict[str, tuple[int, int]]]:
+    """The full check at the snapshot's versions; the report and Delta sessions' buckets."""
+    versions = snapshot.versions
+    tables = {name: _at(spark, settings, name, versions[name]) for name in TABLE_SCHEMAS}
+    touched = touched_since(spark, settings, snapshot.previous_versions, versions, frozen)
+    to_check = list(snapshot.to_check)
+    listed = {key(r) for r, _ in to_check}
+    if touched.coordinates is not None:
+        changed = ranges_holding(spark, touched.coordinates, [r for r in snapshot.ranges if key(r) not in listed])
+        to_check += [(r, CHANGED) for r in changed]
+    elif snapshot.previous_versions is not None and snapshot.previous_versions != versions:
+        to_check += [(r, CHANGED) for r in snapshot.ranges if key(r) not in listed]  # the log is gone: all
+    counts = range_counts(spark, tables, [r for r, _ in to_check])
+    checks = compare_ranges(settings, to_check, counts, snapshot.verified)
+
+    buckets = sessions_buckets(tables["sessions"], snapshot.previous_buckets, touched)
+    delta_sessions = SessionsSummary(sum(n for n, _ in buckets.values()), sum(c for _, c in buckets.values()))
+    differences = []
+    if delta_sessions != snapshot.postgres_sessions:
+        pairs = sessions_differing_from_postgres(tables["sessions"], buckets, cur)
+        differences.append(SessionDifference.of("sinks", pairs))
+    rules = ledger.stored_session_rules(cur) or settings.session_rules
+    anchored = frozen.freeze(anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules))
+    checked = anchored.count()
+    if checked:
+        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules, frozen)
+        if pairs:
+            differences.append(SessionDifference.of("events", pairs))
+    report = Report(run_id, checks, [], delta_sessions, snapshot.postgres_sessions, differences, checked)
+    return report, buckets
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+
+def new_run_id(prefix: str = "cli") -> str:
+    return f"{prefix}__{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
+
+
+def main(argv: list[str] | None = None) -> None:
+    from spark_jobs.spark import build_session
+
+    parser = argparse.ArgumentParser(description="tidemark reconciliation")
+    parser.add_argument("--run-id", required=True, help="the reconcile run (Airflow's run_id)")
+    parser.add_argument("--repair-of", help="the run a repair re-checks")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    report = run(settings, args.run_id, lambda: build_session(settings, "tidemark-reconcile"), args.repair_of)
+    # The run is recorded; a finding is the verdict task's to report (and alert on), not a job failure.
+    print(report.summary())
