@@ -18,23 +18,18 @@ where, and the repair (the ``tidemark_repair`` DAG or ``tidemark repair --run-id
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
 from tidemark_airflow.assets import SINKS
-from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOperator
 
 
 @dag(
     schedule=AssetOrTimeSchedule(timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"), assets=[SINKS]),
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=2), "on_failure_callback": AlertNotifier()},
-    tags=["tidemark"],
-    doc_md=__doc__,
+    **tidemark_dag(__doc__, retry_delay=timedelta(minutes=2)),
 )
 def tidemark_reconcile():
     @task.branch

@@ -12,21 +12,17 @@ only reported.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
 
 from tidemark_airflow.assets import SINKS
-from tidemark_airflow.notifiers import AlertNotifier
+from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOperator
 
 
 @dag(
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1), "on_failure_callback": AlertNotifier()},
     params={
         "reconcile_run_id": Param(
             "",
@@ -36,8 +32,7 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOpera
             "Leave empty for the latest run that found a mismatch.",
         ),
     },
-    tags=["tidemark"],
-    doc_md=__doc__,
+    **tidemark_dag(__doc__),
 )
 def tidemark_repair():
     @task(retries=0)

@@ -232,15 +232,7 @@ def run_backfill(
 
 def recorded_plan(cur, plan: BackfillPlan) -> int | None:
     """The batch id of an earlier backfill with exactly these ranges, if any."""
-    cur.execute(
-        """SELECT batch_id FROM ledger_ranges WHERE pipeline = %s AND topic = %s
-           GROUP BY batch_id
-           HAVING array_agg(ARRAY[kafka_partition, start_offset, end_offset] ORDER BY kafka_partition)
-                  = %s::bigint[][]""",
-        (pipeline_name(BACKFILL, plan.topic), plan.topic, [[r.partition, r.start, r.end] for r in sorted(plan.ranges)]),
-    )
-    row = cur.fetchone()
-    return None if row is None else int(row[0])
+    return ledger.batch_with_ranges(cur, pipeline_name(BACKFILL, plan.topic), plan.ranges)
 
 
 def _add_common_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import db, ledger
 from spark_jobs.kafka_source import read_range
+from spark_jobs.lock import transaction_lock
 from spark_jobs.offsets import PartitionRange, latest_ranges
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
@@ -43,8 +44,8 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
 
     path = settings.table_path(TABLE)
     with db.transaction(settings.postgres_dsn) as cur:
-        cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (PIPELINE,))
-        batch_id = _landed_batch(cur, ranges)
+        transaction_lock(cur, PIPELINE)
+        batch_id = ledger.batch_with_ranges(cur, PIPELINE, ranges)
         if batch_id is not None:
             return LandReport(batch_id, ranges, 0, 0, path, already_landed=True)
         batch_id = ledger.next_batch_id(cur, PIPELINE)
@@ -62,14 +63,6 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
         rows.unpersist()
         ledger.record_batch(cur, PIPELINE, batch_id, ranges, ledger.BatchCounts(read=records, accepted=records))
     return LandReport(batch_id, ranges, records, inserted, path, already_landed=False)
-
-
-def _landed_batch(cur, ranges: list[PartitionRange]) -> int | None:
-    cur.execute("SELECT batch_id FROM ledger_batches WHERE pipeline = %s ORDER BY batch_id", (PIPELINE,))
-    for (batch_id,) in cur.fetchall():
-        if ledger.batch_ranges(cur, PIPELINE, batch_id) == sorted(ranges):
-            return batch_id
-    return None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,7 +8,7 @@ The ledger also records the session rules the stored sessions were built with.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import SessionRulesChanged
@@ -37,6 +37,26 @@ def batch_ranges(cur, pipeline: str, batch_id: int) -> list[PartitionRange]:
         (pipeline, batch_id),
     )
     return [PartitionRange(*row) for row in cur.fetchall()]
+
+
+def batch_with_ranges(cur, pipeline: str, ranges: list[PartitionRange]) -> int | None:
+    """The id of ``pipeline``'s batch that read exactly ``ranges`` (one topic), if there is one."""
+    topic = ranges[0].topic if ranges else None
+    cur.execute(
+        """SELECT batch_id FROM ledger_ranges WHERE pipeline = %s AND topic = %s
+           GROUP BY batch_id
+           HAVING array_agg(ARRAY[kafka_partition, start_offset, end_offset] ORDER BY kafka_partition)
+                  = %s::bigint[][]""",
+        (pipeline, topic, [[r.partition, r.start, r.end] for r in sorted(ranges)]),
+    )
+    row = cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+def lock_batches(cur) -> None:
+    """Hold new ledger batches back until this transaction ends (a batch's commit checks that its id
+    is still free, and nobody can take it in between)."""
+    cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
 
 
 def next_batch_id(cur, pipeline: str) -> int:
@@ -201,7 +221,7 @@ def range_rows(cur, excluded: tuple[str, ...]) -> list[tuple[str, int, str, int,
     return cur.fetchall()
 
 
-def committed_batches(cur, topic: str, since) -> list[tuple]:  # since: a datetime
+def committed_batches(cur, topic: str, since: datetime) -> list[tuple]:
     """The batches of ``topic`` committed at or after ``since``, by pipeline and batch id: (pipeline,
     batch_id, records_read, accepted, duplicates, quarantined, ranges as ``partition:start-end,...``,
     entities_in_many_partitions, not_log_append_time, time_went_back)."""

@@ -173,6 +173,12 @@ def batch_commit(settings: Settings, lease: WriterLease) -> Iterator:
         yield cur
 
 
+def transaction_lock(cur, key: str) -> None:
+    """Hold the advisory lock ``key`` until the transaction of ``cur`` ends (one landing of a range
+    at a time)."""
+    cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+
+
 @contextmanager
 def lake_snapshot(settings: Settings) -> Iterator[None]:
     """Hold the lake lock exclusive: no batch is between its first Delta write and its ledger commit."""

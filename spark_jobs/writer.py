@@ -156,7 +156,7 @@ class BatchWriter:
             self.write_delta(plan)
             clock.lap("delta")
             self.fault("after_delta")
-            cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
+            ledger.lock_batches(cur)
             if ledger.batch_exists(cur, self.pipeline, batch_id):
                 raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
             ledger.check_session_rules(cur, self.rules)

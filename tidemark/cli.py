@@ -208,19 +208,11 @@ def cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
-    from spark_jobs.db import connect
+    from spark_jobs import db
+    from spark_jobs.sinks.postgres import entity_sessions
 
-    conn = connect(settings.postgres_dsn)
-    try:
-        with conn, conn.cursor() as cur:
-            cur.execute(
-                """SELECT session_id, started_at, ended_at, event_count
-                   FROM sessions WHERE entity_id = %s ORDER BY started_at""",
-                (args.entity_id,),
-            )
-            rows = cur.fetchall()
-    finally:
-        conn.close()
+    with db.transaction(settings.postgres_dsn) as cur:
+        rows = entity_sessions(cur, args.entity_id)
     if not rows:
         print(f"no sessions for entity {args.entity_id!r}")
         return 1

@@ -156,3 +156,13 @@ def session_row_hashes(cur, buckets: list[str]) -> dict[str, tuple[str, str]]:
         (buckets,),
     )
     return {session_id: (entity, h) for session_id, entity, h in cur.fetchall()}
+
+
+def entity_sessions(cur, entity_id: str) -> list[tuple]:
+    """(session_id, started_at, ended_at, event_count) of ``entity_id``'s sessions, oldest first."""
+    cur.execute(
+        """SELECT session_id, started_at, ended_at, event_count
+           FROM sessions WHERE entity_id = %s ORDER BY started_at""",
+        (entity_id,),
+    )
+    return cur.fetchall()
