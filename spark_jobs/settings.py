@@ -2,16 +2,18 @@
 
 Nothing reads the environment at import time; entry points call :meth:`Settings.from_env` and pass
 the result down. Every value has an environment variable so the same code runs on the embedded
-default and on a cluster (see README, "Configuration").
+default and on a cluster. Each setting is declared once, as a :class:`Settings` field made by
+:func:`setting`; the declarations drive ``from_env``, ``to_env`` and README's table (:func:`settings_table`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
@@ -26,10 +28,32 @@ def _default_home() -> Path:
     return root / ".tidemark"
 
 
-def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
+class Parser(NamedTuple):
+    """How a setting's variables become its value and back. ``read(env, names)``: the value, None when they are
+    unset or empty (the field's default applies), or a one-line ConfigError naming the variable; ``write(value,
+    names)``: the variables ``read`` turns back into ``value``. ``code``: the README shows the default as code."""
+
+    read: Callable[[Mapping[str, str], tuple[str, ...]], Any]
+    write: Callable[[Any, tuple[str, ...]], dict[str, str]]
+    code: bool = False
+
+
+def _one(parse: Callable[[str, str], Any], format: Callable[[Any], str] = str, code: bool = False) -> Parser:
+    """A parser of one variable; ``parse(name, text)`` gets its text when it is set and not empty."""
+    return Parser(
+        lambda env, names: parse(names[0], env[names[0]]) if env.get(names[0]) else None,
+        lambda value, names: {names[0]: format(value)},
+        code,
+    )
+
+
+def _g(value: float) -> str:
+    # Short ("7", not "7.0") where that reads back the same, else exact (not 1234567.5 as 1.23457e+06).
+    text = f"{value:g}"
+    return text if float(text) == value else repr(value)
+
+
+def _port(name: str, raw: str) -> int:
     try:
         port = int(raw)
     except ValueError:
@@ -39,10 +63,7 @@ def _port(env: Mapping[str, str], name: str, default: int) -> int:
     return port
 
 
-def _number(env: Mapping[str, str], name: str, default: float, kind: type = float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
+def _positive(name: str, raw: str, kind: type = float) -> Any:
     try:
         value = kind(raw)
     except ValueError:
@@ -52,154 +73,167 @@ def _number(env: Mapping[str, str], name: str, default: float, kind: type = floa
     return value
 
 
-def _horizon(env: Mapping[str, str]) -> float:
-    """``TIDEMARK_DEDUPE_HORIZON_DAYS``: positive days, or ``unbounded`` (also 0); default 30."""
-    raw = (env.get("TIDEMARK_DEDUPE_HORIZON_DAYS") or "").strip()
-    if not raw:
-        return 30.0
-    if raw.lower() == "unbounded":
-        return 0.0
-    try:
-        days = float(raw)
-    except ValueError:
-        days = -1.0
-    if not days >= 0 or days == float("inf"):
-        raise ConfigError(
-            f"TIDEMARK_DEDUPE_HORIZON_DAYS={raw!r}: set a number of days (e.g. 30), or unbounded to compare with "
-            "every stored copy"
-        )
-    return days
-
-
-def _count(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    if not raw.strip().isdigit():
+def _count(name: str, raw: str) -> int:
+    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
+    if not raw.strip().isdecimal():
         raise ConfigError(f"{name}={raw!r} must be a whole number, 0 or more")
     return int(raw)
 
 
-def _rules(env: Mapping[str, str]) -> SessionRules:
-    gap = _number(env, "TIDEMARK_SESSION_GAP_MINUTES", SessionRules().gap.total_seconds() / 60)
-    longest = _number(env, "TIDEMARK_SESSION_MAX_HOURS", SessionRules().max_length.total_seconds() / 3600)
+def _horizon(name: str, raw: str) -> float | None:
+    """Positive days, or ``unbounded`` (also 0); blank: the default."""
+    raw = raw.strip()
+    if raw.lower() in ("", "unbounded"):
+        return 0.0 if raw else None
     try:
-        return SessionRules(gap=timedelta(minutes=gap), max_length=timedelta(hours=longest))
+        days = float(raw)
+    except ValueError:
+        days = -1.0
+    if not 0 <= days < float("inf"):
+        raise ConfigError(
+            f"{name}={raw!r}: set a number of days (e.g. 30), or unbounded to compare with every stored copy"
+        )
+    return days
+
+
+def _read_rules(env: Mapping[str, str], names: tuple[str, ...]) -> SessionRules:
+    gap, longest = (NUMBER.read(env, (name,)) for name in names)
+    default = SessionRules()
+    try:
+        return SessionRules(
+            timedelta(minutes=gap) if gap else default.gap, timedelta(hours=longest) if longest else default.max_length
+        )
     except ValueError as exc:
-        raise ConfigError(f"TIDEMARK_SESSION_GAP_MINUTES / TIDEMARK_SESSION_MAX_HOURS: {exc}") from None
+        raise ConfigError(f"{' / '.join(names)}: {exc}") from None
 
 
-def _minutes(delta: timedelta) -> str:
-    return f"{delta.total_seconds() / 60:g}"
+def _write_rules(rules: SessionRules, names: tuple[str, ...]) -> dict[str, str]:
+    return {names[0]: _g(rules.gap.total_seconds() / 60), names[1]: _g(rules.max_length.total_seconds() / 3600)}
+
+
+def _read_options(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    prefix = names[0].removesuffix("<NAME>")
+    return {key[len(prefix) :].lower().replace("_", "."): value for key, value in env.items() if key.startswith(prefix)}
+
+
+def _write_options(options: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    return {names[0].replace("<NAME>", key.upper().replace(".", "_")): str(value) for key, value in options.items()}
+
+
+PORT, COUNT, NUMBER, HORIZON = _one(_port), _one(_count), _one(_positive, _g), _one(_horizon, _g)
+WHOLE = _one(lambda name, raw: _positive(name, raw, int))
+TEXT = _one(lambda _, raw: raw, code=True)
+PATH = _one(lambda _, raw: Path(raw), code=True)
+FLAG = _one(lambda _, raw: raw.lower() == "true", lambda value: str(value).lower(), code=True)
+# Home is the one field without a default: code names it (so a test never writes into the checkout
+# by accident); the environment falls back to the checkout's.
+HOME = Parser(lambda env, names: Path(env.get(names[0]) or _default_home()), PATH.write, code=True)
+RULES = Parser(_read_rules, _write_rules)
+OPTIONS = Parser(_read_options, _write_options)
+
+
+def setting(env: str | tuple[str, ...], parser: Parser, default: Any = MISSING, doc: str = "", shown: str = "") -> Any:
+    """A :class:`Settings` field that ``parser`` reads from ``env`` (a variable, or the ones making one value).
+
+    ``default``: its value when they are unset, or a class or function making one (none: the field is required).
+    ``doc``: its README line, after the default as ``parser`` writes it, or as ``shown`` when derived.
+    """
+    meta = {"env": (env,) if isinstance(env, str) else env, "parser": parser, "doc": doc, "shown": shown}
+    return field(default_factory=default, metadata=meta) if callable(default) else field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class Settings:
     """Where tidemark's services, data and jars are, and how to reach them."""
 
-    home: Path
-    kafka_port: int = 19092
-    kafka_controller_port: int = 19093
-    postgres_port: int = 15432
-    topic: str = "events"
-    bootstrap_servers: str = ""
-    postgres_dsn: str = ""
-    lake_root: str = ""
-    checkpoint_root: str = ""
-    jars_dir: Path = field(default=Path())
-    # Extra Kafka client options (SASL/SSL, ...) passed through to every client, without the
-    # "kafka." prefix Spark uses.
-    kafka_options: Mapping[str, str] = field(default_factory=dict)
-    # How sessions are cut; the ledger records them and a run with other rules is refused.
-    session_rules: SessionRules = field(default_factory=SessionRules)
-    # Reconciliation re-checks every verified range at least once per this many days.
-    reverify_days: float = 7.0
-    # Reconciliation alerts when the oldest record not processed yet arrived longer ago than this.
-    lag_alert_minutes: float = 60.0
-    # Records per scheduled batch at most (Spark's maxOffsetsPerTrigger); 0: no cap. Sized so one
-    # batch finishes on the embedded machine (2 cores, a 2 GiB driver) well inside the task timeout.
-    max_offsets_per_trigger: int = 500_000
-    # Kafka records per Spark read task at most (the Kafka source's maxRecordsPerPartition); 0: one
-    # task per Kafka partition. Parsing is a batch's heaviest scan, and a few large partitions on a
-    # few cores leave cores idle (3 partitions on 2 cores: the third runs alone after the first two).
-    read_task_records: int = 25_000
-    # Dedupe horizon: a record is compared with the stored copies of its event_id that arrived at most
-    # this many days before the batch's earliest record (0: with every stored copy, unbounded). A copy
-    # arriving later than that after the first is accepted as a new event (docs/design.md, "Dedupe").
-    dedupe_horizon_days: float = 30.0
-    # Maintenance: VACUUM keeps files any version younger than this still needs (Delta's default,
-    # and its minimum unless its safety check is off); reconcile history older than this is pruned.
-    vacuum_retain_hours: float = 168.0
-    history_days: float = 90.0
-    # Maintenance compacts files smaller than this into files of up to this size and never rewrites a
-    # file of this size: each maintenance rewrites a bounded amount, and old rows are never packed
-    # into one file with new ones, so the dedupe lookup skips the files older than its horizon.
-    compact_target_mb: float = 128.0
-    # The ingest DAG alerts when a run's batches broke the producer requirements more often than this.
-    producer_alert_threshold: int = 0
-    # The writer lock's connection runs a query this often, so idle timeouts and poolers keep it.
-    writer_heartbeat_seconds: float = 30.0
+    # fmt: off
+    # A line or two a setting, like the README table made of them (settings_table).
+    home: Path = setting("TIDEMARK_HOME", HOME, doc="data, logs, pid files, jars", shown="`.tidemark/` in the checkout")
+    kafka_port: int = setting("TIDEMARK_KAFKA_PORT", PORT, 19092, "the embedded Kafka broker's port")
+    kafka_controller_port: int = setting("TIDEMARK_KAFKA_CONTROLLER_PORT", PORT, 19093,
+        "the embedded Kafka broker's controller port")
+    postgres_port: int = setting("TIDEMARK_POSTGRES_PORT", PORT, 15432, "the embedded PostgreSQL's port")
+    topic: str = setting("TIDEMARK_TOPIC", TEXT, "events", "the Kafka topic of user events")
+    # Empty: derived from home and the ports (__post_init__), as `shown` says.
+    bootstrap_servers: str = setting("TIDEMARK_KAFKA_BOOTSTRAP_SERVERS", TEXT, "",
+        shown="`127.0.0.1:$TIDEMARK_KAFKA_PORT`")
+    postgres_dsn: str = setting("TIDEMARK_POSTGRES_DSN", TEXT, "", "tidemark's PostgreSQL database (a libpq "
+        "connection string)", shown="`host=127.0.0.1 port=$TIDEMARK_POSTGRES_PORT dbname=tidemark user=tidemark`")
+    lake_root: str = setting("TIDEMARK_LAKE_ROOT", TEXT, "", "the Delta tables (a directory or an `s3a://` URI)",
+        shown="`$TIDEMARK_HOME/lake`")
+    checkpoint_root: str = setting("TIDEMARK_CHECKPOINT_ROOT", TEXT, "", "the scheduled ingest's Spark "
+        "checkpoints (a directory or an `s3a://` URI)", shown="`$TIDEMARK_HOME/checkpoints`")
+    jars_dir: Path = setting("TIDEMARK_JARS_DIR", PATH, Path(), "where tidemark looks for the jars `make jars` "
+        "and `make jars-s3` fetch (into `.tidemark/jars/`)", shown="`$TIDEMARK_HOME/jars`")
+    kafka_options: Mapping[str, str] = setting("TIDEMARK_KAFKA_OPT_<NAME>", OPTIONS, dict, "passed to every "
+        "Kafka client as `<name>` (e.g. `TIDEMARK_KAFKA_OPT_SECURITY_PROTOCOL=SASL_SSL`)")
+    # The ledger records the rules a run cut its sessions with and refuses a run with other rules.
+    session_rules: SessionRules = setting(("TIDEMARK_SESSION_GAP_MINUTES", "TIDEMARK_SESSION_MAX_HOURS"), RULES,
+        SessionRules, "the session rules (recorded; see above)")
+    reverify_days: float = setting("TIDEMARK_REVERIFY_DAYS", NUMBER, 7.0,
+        "reconcile re-checks every verified range at least this often")
+    lag_alert_minutes: float = setting("TIDEMARK_LAG_ALERT_MINUTES", NUMBER, 60.0,
+        "reconcile alerts (status `lagging`) when the oldest record not processed yet arrived longer ago")
+    # Spark's maxOffsetsPerTrigger, sized so one batch finishes on the embedded machine (2 cores, a
+    # 2 GiB driver) well inside the task timeout.
+    max_offsets_per_trigger: int = setting("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", COUNT, 500_000,
+        "records per batch of a scheduled run at most (0: no cap)")
+    # The Kafka source's maxRecordsPerPartition: parsing is a batch's heaviest scan, and a few large
+    # partitions on a few cores leave cores idle (3 partitions on 2 cores: the third runs alone).
+    read_task_records: int = setting("TIDEMARK_READ_TASK_RECORDS", COUNT, 25_000, "Kafka records per Spark read "
+        "task at most, so a batch's parse keeps every core busy (0: one task per Kafka partition)")
+    dedupe_horizon_days: float = setting("TIDEMARK_DEDUPE_HORIZON_DAYS", HORIZON, 30.0, "a record is compared "
+        "with the stored copies of its `event_id` that arrived at most this many days before its batch's earliest "
+        "record (`unbounded`: all of them). A copy arriving later than that after the first is accepted as a new "
+        "event, so `events` holds a second row of that `event_id`; nothing is lost, and every record stays in "
+        'exactly one table (docs/design.md, "The dedupe horizon")')
+    vacuum_retain_hours: float = setting("TIDEMARK_VACUUM_RETAIN_HOURS", NUMBER, 168.0, "maintenance VACUUMs "
+        "only files no table version younger than this needs (Delta's default and minimum)")
+    history_days: float = setting("TIDEMARK_HISTORY_DAYS", NUMBER, 90.0, "maintenance prunes reconcile runs older "
+        "than this (the latest is always kept; the ledger never)")
+    # Old rows are never packed into one file with new ones, so the dedupe lookup skips the files
+    # older than its horizon.
+    compact_target_mb: float = setting("TIDEMARK_COMPACT_TARGET_MB", NUMBER, 128.0, "maintenance compacts a "
+        "table's files smaller than this into files of up to this size, and never rewrites a file of this size. A "
+        "larger target means fewer files; a smaller one means each maintenance rewrites less, and a batch's dedupe "
+        'lookup reads fewer rows older than its horizon (docs/design.md, "The dedupe horizon")')
+    producer_alert_threshold: int = setting("TIDEMARK_PRODUCER_ALERT_THRESHOLD", COUNT, 0,
+        "`tidemark_ingest` alerts when a run's batches broke the producer requirements more often")
+    # Idle timeouts and poolers keep a connection that is used.
+    writer_heartbeat_seconds: float = setting("TIDEMARK_WRITER_HEARTBEAT_SECONDS", NUMBER, 30.0,
+        "how often the writer lock's connection is used")
     # Spark, when tidemark builds the session itself (the CLI, tests); spark-submit's own flags win.
-    spark_master: str = "local[2]"
-    shuffle_partitions: int = 4
-    driver_memory: str = "2g"
-    spark_ui: bool = False
-    spark_log_level: str = "WARN"
+    spark_master: str = setting("TIDEMARK_SPARK_MASTER", TEXT, "local[2]",
+        "(jobs started from Python; spark-submit brings its own)")
+    shuffle_partitions: int = setting("TIDEMARK_SHUFFLE_PARTITIONS", WHOLE, 4, "`spark.sql.shuffle.partitions`")
+    driver_memory: str = setting("TIDEMARK_SPARK_DRIVER_MEMORY", TEXT, "2g", "(jobs started from Python)")
+    spark_ui: bool = setting("TIDEMARK_SPARK_UI", FLAG, False,
+        "(jobs started from Python; `true` turns Spark's web UI on)")
+    spark_log_level: str = setting("TIDEMARK_SPARK_LOG_LEVEL", TEXT, "WARN", "(jobs started from Python)")
+    # fmt: on
 
     def __post_init__(self) -> None:
         # Derived defaults: fill what was left empty from home and the ports.
         home = self.home.resolve()
-        object.__setattr__(self, "home", home)
-        if not self.bootstrap_servers:
-            object.__setattr__(self, "bootstrap_servers", f"127.0.0.1:{self.kafka_port}")
-        if not self.postgres_dsn:
-            dsn = f"host=127.0.0.1 port={self.postgres_port} dbname=tidemark user=tidemark"
-            object.__setattr__(self, "postgres_dsn", dsn)
-        if not self.lake_root:
-            object.__setattr__(self, "lake_root", str(home / "lake"))
-        if not self.checkpoint_root:
-            object.__setattr__(self, "checkpoint_root", str(home / "checkpoints"))
-        if self.jars_dir == Path():
-            object.__setattr__(self, "jars_dir", home / "jars")
+        dsn = f"host=127.0.0.1 port={self.postgres_port} dbname=tidemark user=tidemark"
+        derived = {
+            "home": home,
+            "bootstrap_servers": self.bootstrap_servers or f"127.0.0.1:{self.kafka_port}",
+            "postgres_dsn": self.postgres_dsn or dsn,
+            "lake_root": self.lake_root or str(home / "lake"),
+            "checkpoint_root": self.checkpoint_root or str(home / "checkpoints"),
+            "jars_dir": home / "jars" if self.jars_dir == Path() else self.jars_dir,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Build settings from ``TIDEMARK_*`` variables; keyword overrides win over both."""
         env = os.environ if env is None else env
-        kafka_options = {
-            key[len("TIDEMARK_KAFKA_OPT_") :].lower().replace("_", "."): value
-            for key, value in env.items()
-            if key.startswith("TIDEMARK_KAFKA_OPT_")
-        }
-        settings = cls(
-            home=Path(env.get("TIDEMARK_HOME") or _default_home()),
-            kafka_port=_port(env, "TIDEMARK_KAFKA_PORT", 19092),
-            kafka_controller_port=_port(env, "TIDEMARK_KAFKA_CONTROLLER_PORT", 19093),
-            postgres_port=_port(env, "TIDEMARK_POSTGRES_PORT", 15432),
-            topic=env.get("TIDEMARK_TOPIC") or "events",
-            bootstrap_servers=env.get("TIDEMARK_KAFKA_BOOTSTRAP_SERVERS", ""),
-            postgres_dsn=env.get("TIDEMARK_POSTGRES_DSN", ""),
-            lake_root=env.get("TIDEMARK_LAKE_ROOT", ""),
-            checkpoint_root=env.get("TIDEMARK_CHECKPOINT_ROOT", ""),
-            jars_dir=Path(env.get("TIDEMARK_JARS_DIR") or Path()),
-            kafka_options=kafka_options,
-            session_rules=_rules(env),
-            reverify_days=_number(env, "TIDEMARK_REVERIFY_DAYS", 7.0),
-            lag_alert_minutes=_number(env, "TIDEMARK_LAG_ALERT_MINUTES", 60.0),
-            writer_heartbeat_seconds=_number(env, "TIDEMARK_WRITER_HEARTBEAT_SECONDS", 30.0),
-            producer_alert_threshold=_count(env, "TIDEMARK_PRODUCER_ALERT_THRESHOLD", 0),
-            max_offsets_per_trigger=_count(env, "TIDEMARK_MAX_OFFSETS_PER_TRIGGER", 500_000),
-            read_task_records=_count(env, "TIDEMARK_READ_TASK_RECORDS", 25_000),
-            dedupe_horizon_days=_horizon(env),
-            vacuum_retain_hours=_number(env, "TIDEMARK_VACUUM_RETAIN_HOURS", 168.0),
-            history_days=_number(env, "TIDEMARK_HISTORY_DAYS", 90.0),
-            compact_target_mb=_number(env, "TIDEMARK_COMPACT_TARGET_MB", 128.0),
-            spark_master=env.get("TIDEMARK_SPARK_MASTER") or "local[2]",
-            shuffle_partitions=int(_number(env, "TIDEMARK_SHUFFLE_PARTITIONS", 4, int)),
-            driver_memory=env.get("TIDEMARK_SPARK_DRIVER_MEMORY") or "2g",
-            spark_ui=(env.get("TIDEMARK_SPARK_UI") or "false").lower() == "true",
-            spark_log_level=env.get("TIDEMARK_SPARK_LOG_LEVEL") or "WARN",
-        )
+        values = {f.name: f.metadata["parser"].read(env, f.metadata["env"]) for f in fields(cls)}
+        # A field whose variables are unset is left out: it takes its default.
+        settings = cls(**{name: value for name, value in values.items() if value is not None})
         return replace(settings, **overrides) if overrides else settings
 
     def to_env(self) -> dict[str, str]:
@@ -208,37 +242,9 @@ class Settings:
         ``Settings.from_env(s.to_env()) == s``: spark-submit, Airflow tasks and test subprocesses
         get their configuration this one way.
         """
-        env = {
-            "TIDEMARK_HOME": str(self.home),
-            "TIDEMARK_KAFKA_PORT": str(self.kafka_port),
-            "TIDEMARK_KAFKA_CONTROLLER_PORT": str(self.kafka_controller_port),
-            "TIDEMARK_POSTGRES_PORT": str(self.postgres_port),
-            "TIDEMARK_TOPIC": self.topic,
-            "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
-            "TIDEMARK_POSTGRES_DSN": self.postgres_dsn,
-            "TIDEMARK_LAKE_ROOT": self.lake_root,
-            "TIDEMARK_CHECKPOINT_ROOT": self.checkpoint_root,
-            "TIDEMARK_JARS_DIR": str(self.jars_dir),
-            "TIDEMARK_SESSION_GAP_MINUTES": _minutes(self.session_rules.gap),
-            "TIDEMARK_SESSION_MAX_HOURS": f"{self.session_rules.max_length.total_seconds() / 3600:g}",
-            "TIDEMARK_REVERIFY_DAYS": f"{self.reverify_days:g}",
-            "TIDEMARK_LAG_ALERT_MINUTES": f"{self.lag_alert_minutes:g}",
-            "TIDEMARK_WRITER_HEARTBEAT_SECONDS": f"{self.writer_heartbeat_seconds:g}",
-            "TIDEMARK_PRODUCER_ALERT_THRESHOLD": str(self.producer_alert_threshold),
-            "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": str(self.max_offsets_per_trigger),
-            "TIDEMARK_READ_TASK_RECORDS": str(self.read_task_records),
-            "TIDEMARK_DEDUPE_HORIZON_DAYS": f"{self.dedupe_horizon_days:g}",
-            "TIDEMARK_VACUUM_RETAIN_HOURS": f"{self.vacuum_retain_hours:g}",
-            "TIDEMARK_HISTORY_DAYS": f"{self.history_days:g}",
-            "TIDEMARK_COMPACT_TARGET_MB": f"{self.compact_target_mb:g}",
-            "TIDEMARK_SPARK_MASTER": self.spark_master,
-            "TIDEMARK_SHUFFLE_PARTITIONS": str(self.shuffle_partitions),
-            "TIDEMARK_SPARK_DRIVER_MEMORY": self.driver_memory,
-            "TIDEMARK_SPARK_UI": str(self.spark_ui).lower(),
-            "TIDEMARK_SPARK_LOG_LEVEL": self.spark_log_level,
-        }
-        for key, value in self.kafka_options.items():
-            env["TIDEMARK_KAFKA_OPT_" + key.upper().replace(".", "_")] = str(value)
+        env: dict[str, str] = {}
+        for f in fields(self):
+            env.update(f.metadata["parser"].write(getattr(self, f.name), f.metadata["env"]))
         return env
 
     @property
@@ -278,3 +284,16 @@ class Settings:
         from spark_jobs.kafka_clients import librdkafka_options
 
         return {"bootstrap.servers": self.bootstrap_servers, **librdkafka_options(self.kafka_options), **extra}
+
+
+def settings_table() -> str:
+    """README.md's settings table in Markdown (header included), a row per setting in field order."""
+    rows = ["| variable | default |", "| --- | --- |"]
+    for f in fields(Settings):
+        names, parser, doc, shown = (f.metadata[key] for key in ("env", "parser", "doc", "shown"))
+        if not shown:
+            default = f.default_factory() if f.default is MISSING else f.default
+            shown = ", ".join(f"`{v}`" if parser.code else v for v in parser.write(default, names).values())
+        text = (" " if doc.startswith("(") else ": ").join(part for part in (shown, doc) if part)
+        rows.append(f"| {', '.join(f'`{name}`' for name in names)} | {text} |")
+    return "\n".join(rows) + "\n"

@@ -1,3 +1,4 @@
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,65 @@ def test_bad_session_rules_and_tuning_name_the_variable(tmp_path: Path, env: dic
 
     with pytest.raises(ConfigError, match=message):
         Settings.from_env({"TIDEMARK_HOME": str(tmp_path), **env})
+
+
+# A value other than the default for every declared setting: one missing here (a setting declared
+# but not tested) fails the round trip test below. The odd numbers check that none loses digits.
+OTHER_VALUES = {
+    "TIDEMARK_KAFKA_PORT": "29092",
+    "TIDEMARK_KAFKA_CONTROLLER_PORT": "29093",
+    "TIDEMARK_POSTGRES_PORT": "25432",
+    "TIDEMARK_TOPIC": "clicks",
+    "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092",
+    "TIDEMARK_POSTGRES_DSN": "host=db dbname=x",
+    "TIDEMARK_LAKE_ROOT": "s3a://bucket/lake",
+    "TIDEMARK_CHECKPOINT_ROOT": "s3a://bucket/checkpoints",
+    "TIDEMARK_JARS_DIR": "/opt/tidemark/jars",
+    "TIDEMARK_KAFKA_OPT_SASL_MECHANISM": "SCRAM-SHA-512",
+    "TIDEMARK_SESSION_GAP_MINUTES": "0.3333333333333333",
+    "TIDEMARK_SESSION_MAX_HOURS": "36.5",
+    "TIDEMARK_REVERIFY_DAYS": "1234567.5",
+    "TIDEMARK_LAG_ALERT_MINUTES": "0.1",
+    "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "1000",
+    "TIDEMARK_READ_TASK_RECORDS": "0",
+    "TIDEMARK_DEDUPE_HORIZON_DAYS": "0.5",
+    "TIDEMARK_VACUUM_RETAIN_HOURS": "200",
+    "TIDEMARK_HISTORY_DAYS": "30",
+    "TIDEMARK_COMPACT_TARGET_MB": "64.25",
+    "TIDEMARK_PRODUCER_ALERT_THRESHOLD": "3",
+    "TIDEMARK_WRITER_HEARTBEAT_SECONDS": "5",
+    "TIDEMARK_SPARK_MASTER": "spark://master:7077",
+    "TIDEMARK_SHUFFLE_PARTITIONS": "16",
+    "TIDEMARK_SPARK_DRIVER_MEMORY": "4g",
+    "TIDEMARK_SPARK_UI": "true",
+    "TIDEMARK_SPARK_LOG_LEVEL": "INFO",
+}
+
+
+def test_every_setting_is_declared_once() -> None:
+    undeclared = [f.name for f in fields(Settings) if "env" not in f.metadata]
+    assert not undeclared, f"declare these Settings fields with setting(...): {undeclared}"
+    names = [name for f in fields(Settings) for name in f.metadata["env"]]
+    assert len(names) == len(set(names)) and all(name.startswith("TIDEMARK_") for name in names), names
+
+
+def test_every_setting_round_trips_a_value_other_than_its_default(tmp_path: Path) -> None:
+    defaults = Settings.from_env({})
+    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), **OTHER_VALUES})
+    same = [f.name for f in fields(Settings) if getattr(settings, f.name) == getattr(defaults, f.name)]
+    assert not same, f"give these settings a value other than their default in OTHER_VALUES: {same}"
+    assert Settings.from_env(settings.to_env()) == settings
+    assert settings.to_env() == {"TIDEMARK_HOME": str(tmp_path.resolve()), **OTHER_VALUES}
+    assert settings.session_rules.gap.total_seconds() == 20 and settings.jars_dir == Path("/opt/tidemark/jars")
+
+
+def test_to_env_writes_every_declared_variable(tmp_path: Path) -> None:
+    declared = {name for f in fields(Settings) for name in f.metadata["env"] if not name.endswith("<NAME>")}
+    assert set(Settings(home=tmp_path).to_env()) == declared
+
+
+def test_a_count_in_other_digits_is_a_config_error(tmp_path: Path) -> None:
+    from spark_jobs.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="TIDEMARK_READ_TASK_RECORDS='²' must be a whole number"):
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_READ_TASK_RECORDS": "²"})
