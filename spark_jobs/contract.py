@@ -20,6 +20,10 @@ MAX_VALUE_BYTES = 64 * 1024
 # under about 2.7 KB). Longer ones, and ones with a NUL character (PostgreSQL text cannot hold
 # one), are quarantined. Any other character, tabs and newlines included, is ordinary text.
 MAX_ENTITY_ID_BYTES = 1024
+# The event times both sinks store, in UTC: Spark parses years 0 and 10000 (``9999-12-31T23:59:59-01:00``
+# is 10000-01-01 in UTC), and PostgreSQL's COPY refuses what Spark writes for them. Outside, quarantined.
+EARLIEST_EVENT_TIME_US = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
+LATEST_EVENT_TIME_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
 REQUIRED_FIELDS = ("event_id", "entity_id", "event_type", "event_time")
 FIELDS = (*REQUIRED_FIELDS, "properties")
 
@@ -69,3 +73,13 @@ class SessionRules:
             raise ConfigError(f"session gap must be positive, got {self.gap}")
         if self.max_length < self.gap:
             raise ConfigError(f"maximum session length {self.max_length} is shorter than the gap {self.gap}")
+
+    # Every comparison of times against the rules is in microseconds (Spark's and PostgreSQL's unit),
+    # exactly: a gap of 7.5 s is 7,500,000 everywhere, never 7 s in one place and 7.5 in another.
+    @property
+    def gap_us(self) -> int:
+        return self.gap // timedelta(microseconds=1)
+
+    @property
+    def max_length_us(self) -> int:
+        return self.max_length // timedelta(microseconds=1)

@@ -85,16 +85,16 @@ def _anchored(
     stored session that ended within one gap before it."""
     from pyspark.sql import functions as F
 
-    gap_seconds = int(rules.gap.total_seconds())
+    gap_us = rules.gap_us
     if since_us is not None:
         # Sessions that ended more than a gap before every change cannot be joined: skip their files.
-        sessions = sessions.where(F.col("ended_at") >= F.timestamp_micros(F.lit(since_us - gap_seconds * 1_000_000)))
+        sessions = sessions.where(F.col("ended_at") >= F.timestamp_micros(F.lit(since_us - gap_us)))
     # New records cannot change anything that ended more than one gap before them. The batch's
     # side is not broadcast (unlike the dedupe lookup's ids): the time bounds keep the stored side
     # small, and a broadcast's extra job measured slower (docs/design.md, "The dedupe horizon").
     open_sessions = (
         sessions.join(per_entity.where("first_new IS NOT NULL").select("entity_id", "first_new"), "entity_id")
-        .where(F.col("ended_at") >= F.col("first_new") - F.expr(f"INTERVAL {gap_seconds} SECONDS"))
+        .where(F.unix_micros("ended_at") >= F.unix_micros("first_new") - F.lit(gap_us))
         .groupBy("entity_id")
         .agg(F.min("started_at").alias("open_start"))
     )

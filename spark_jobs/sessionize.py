@@ -81,8 +81,7 @@ def sessionize(events: DataFrame, rules: SessionRules, frozen: FrozenFrames | No
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    gap_us = int(rules.gap.total_seconds() * 1_000_000)
-    max_us = int(rules.max_length.total_seconds() * 1_000_000)
+    gap_us, max_us = rules.gap_us, rules.max_length_us
     by_entity = Window.partitionBy("entity_id").orderBy(*_ORDER)
     arrival_us = F.unix_micros("arrival_time")
     bursts = (

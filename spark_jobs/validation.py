@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import FIELDS, MAX_ENTITY_ID_BYTES, MAX_VALUE_BYTES, REQUIRED_FIELDS
+from spark_jobs.contract import (
+    EARLIEST_EVENT_TIME_US,
+    FIELDS,
+    LATEST_EVENT_TIME_US,
+    MAX_ENTITY_ID_BYTES,
+    MAX_VALUE_BYTES,
+    REQUIRED_FIELDS,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -72,6 +79,10 @@ def _reason_sql() -> str:
         (
             f"NOT regexp_like(s_event_time, '{_ISO_WITH_OFFSET}') OR ts_event_time IS NULL",
             "'bad_event_time: not ISO-8601 with an offset'",
+        ),
+        (
+            f"unix_micros(ts_event_time) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}",
+            "'bad_event_time: outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (what both sinks store)'",
         ),
         (
             "v_properties IS NOT NULL AND t_properties NOT IN ('VOID') AND NOT startswith(t_properties, 'OBJECT')",

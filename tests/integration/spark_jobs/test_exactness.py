@@ -107,6 +107,34 @@ def test_a_driver_in_a_daylight_saving_time_zone_recomputes_across_the_clock_cha
     assert_exact(spark, settings, pg, prefix, committed=3)
 
 
+def test_a_gap_with_a_fraction_of_a_second_joins_a_record_to_the_session_it_continues(spark, database, topic) -> None:
+    """A 7.5 s gap: a record 7.3 s after a stored session's last one continues it. The lookup of the
+    stored session a batch continues cut the gap to whole seconds (7 s) where sessionize did not, so
+    the record started a session of its own, which a recompute from ``events`` does not have."""
+    from spark_jobs.db import transaction
+
+    home = database.home / "runs" / f"subsecond-{uuid.uuid4().hex[:8]}"
+    settings = replace(
+        database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic,
+        session_rules=SessionRules(gap=timedelta(seconds=7.5), max_length=timedelta(hours=1)),
+    )  # fmt: skip
+    ensure_topic(settings, topic, partitions=1, timestamp_type="CreateTime")
+    prefix = "subsecond-"
+    t = datetime(2026, 5, 1, 8, tzinfo=UTC)
+    first = [t, t + timedelta(seconds=5)]
+    send(settings, topic, [event(prefix, f"E{i}", "user", a) for i, a in enumerate(first)], first)
+    ingest.run_scheduled(spark, settings)
+    later = t + timedelta(seconds=12.3)
+    send(settings, topic, [event(prefix, "E2", "user", later)], [later])
+    ingest.run_scheduled(spark, settings)
+
+    assert [r["event_count"] for r in delta_rows(spark, settings, "sessions")] == [3]
+    with transaction(settings.postgres_dsn) as cur:
+        cur.execute("SELECT event_count FROM sessions")
+        assert [r[0] for r in cur.fetchall()] == [3]
+    assert_sessions_follow_events(spark, settings)
+
+
 def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, database, topic) -> None:
     """The rules are recorded with the sessions; a run with others fails first, or rebuilds on request."""
     from spark_jobs.db import transaction

@@ -453,3 +453,35 @@ def semi_joins_on_event_id(execution) -> list[tuple[str, str]]:
             if line.endswith(f"({number})") and not line.lstrip().startswith(f"({number})"):
                 joins.append((name, tree[i + 1].strip()))
     return joins
+
+
+def test_event_times_postgresql_cannot_store_are_quarantined_not_a_batch_that_fails_for_ever(spark, run, pg) -> None:
+    """Spark parses years 0 and 10000 (in UTC) where PostgreSQL's COPY refuses them: such a record
+    used to pass validation and fail the batch's COPY on every retry, blocking every entity of the
+    batch. The contract's time range is what both sinks store; outside it, the record is quarantined."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1)
+    times = [
+        "2026-03-01T12:00:00+00:00",
+        "9999-12-31T23:59:59-01:00",  # 10000-01-01 in UTC
+        "0001-01-01T00:00:00+01:00",  # year 0 in UTC
+        "0000-06-01T00:00:00Z",
+        "9999-12-31T22:59:59-01:00",  # the last second PostgreSQL stores, in UTC
+        "0001-01-01T00:00:00Z",  # the first
+    ]
+    # Each its own entity, so each time is its session's first and last event time in PostgreSQL.
+    send(settings, settings.topic, [
+        {"event_id": f"{prefix}E{i}", "entity_id": f"{prefix}user{i}", "event_type": "click", "event_time": t}
+        for i, t in enumerate(times)
+    ])  # fmt: skip
+
+    results = ingest.run_scheduled(spark, settings)
+    assert [(r.read, r.accepted, r.quarantined) for r in results] == [(6, 3, 3)]
+    reasons = {row["offset"]: row["reason"] for row in delta_rows(spark, settings, "quarantine")}
+    assert sorted(reasons) == [1, 2, 3]
+    assert all(reason.startswith("bad_event_time: outside") for reason in reasons.values()), reasons
+    with pg, pg.cursor() as cur:
+        cur.execute("SELECT entity_id FROM sessions WHERE entity_id LIKE %s ORDER BY 1", (f"{prefix}%",))
+        assert [r[0] for r in cur.fetchall()] == [f"{prefix}user{i}" for i in (0, 4, 5)]
+    assert_offset_coverage(spark, settings, 6)
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
