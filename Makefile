@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration fuzz lint lock images compose-test clean
+.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-deploy fuzz lint lock images compose-test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -80,8 +80,13 @@ test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a lo
 # The integration tests run under a time zone with a daylight-saving change: the driver's (and
 # PostgreSQL's and Airflow's) local time must never leak into a timestamp, and under UTC a leak
 # cannot show. Europe/Berlin's clock went back on 2026-10-25, inside the model test's scenarios.
-test-integration: venv jars jars-s3  ## integration tests against real Kafka, PostgreSQL, Spark, Delta and Airflow, under TZ=Europe/Berlin
-	TZ=Europe/Berlin $(BIN)/pytest -m integration --durations=15 tests
+test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark, Delta and Airflow, under TZ=Europe/Berlin
+	TZ=Europe/Berlin $(BIN)/pytest -m "integration and not deploy" --durations=15 tests
+
+# The distributed shape, on this machine: the ingest DAG on a Spark standalone cluster, the lake and
+# checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it after `make test`.
+test-deploy: venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
+	TZ=Europe/Berlin $(BIN)/pytest -m deploy --durations=5 tests
 
 fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20), or SEED=S to replay one
 	TZ=Europe/Berlin TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_SEED=$(SEED) $(BIN)/pytest -m integration \

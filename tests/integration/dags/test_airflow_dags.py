@@ -164,12 +164,16 @@ def test_backfill_dag_rejects_bad_parameters_before_spark_starts_without_paging(
 
 
 def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_back_to_green(
-    deployment: Settings, webhook
+    deployment: Settings, webhook, monkeypatch
 ) -> None:
     settings = deployment
     produce(settings, ProduceSpec(count=600, entities=10, malformed_rate=0.05, seed=5), topic=settings.topic)
+    # Batches of at most 250 records: the run ingests the 600 in three (83 + 83 + 83 per partition, then the rest).
+    monkeypatch.setenv("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", "250")
     ingest = load_dag("tidemark_ingest")
     assert state(ingest.test()) == "success"
+    pipeline = f"ingest:{settings.topic}"
+    assert len(query(settings, "SELECT 1 FROM ledger_batches WHERE pipeline = %s", pipeline)) == 3
     reconcile = load_dag("tidemark_reconcile")
 
     ok = reconcile.test()
@@ -184,18 +188,13 @@ def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_ba
     assert query(settings, "SELECT used_spark FROM reconcile_runs WHERE run_id = %s", quiet.run_id) == [(False,)]
     assert webhook == []
 
-    # Behind tidemark's back: remove sessions from PostgreSQL, and lose the ledger row of a middle
-    # batch after a second ingest (a gap between scheduled batches).
+    # Behind tidemark's back: remove sessions from PostgreSQL, and lose the ledger row of the middle
+    # batch (a gap between scheduled batches).
     gone = query(
         settings,
         "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions ORDER BY 1 LIMIT 2) "
         "RETURNING entity_id, session_id",
     )
-    produce(settings, ProduceSpec(count=300, entities=10, seed=6, id_prefix="more-"), topic=settings.topic)
-    assert state(ingest.test()) == "success"
-    produce(settings, ProduceSpec(count=300, entities=10, seed=7, id_prefix="last-"), topic=settings.topic)
-    assert state(ingest.test()) == "success"
-    pipeline = f"ingest:{settings.topic}"
     [(middle,)] = query(
         settings, "SELECT batch_id FROM ledger_batches WHERE pipeline = %s ORDER BY batch_id LIMIT 1 OFFSET 1", pipeline
     )
@@ -286,9 +285,9 @@ def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Sett
 
     settings = deployment
     produce(settings, ProduceSpec(count=200, entities=4, seed=12), topic=settings.topic, partitions=2)
-    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=50)
+    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=100)  # two batches: a file each
     events = settings.table_path("events")
-    assert live_files(spark, events) > 2
+    assert live_files(spark, events) >= 2
 
     run = load_dag("tidemark_maintenance").test()
     assert state(run) == "success", task_states(run)

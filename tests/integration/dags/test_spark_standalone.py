@@ -34,6 +34,9 @@ from spark_jobs.spark import REQUIRED_JARS
 from tests.integration.dags.test_airflow_dags import airflow_connections, load_dag, query, state, task_states
 from tidemark.producer import ProduceSpec, produce
 
+# The distributed shape: `make test-deploy`, not `make test`.
+pytestmark = pytest.mark.deploy
+
 MASTER_PORT = 7077
 HOST = "127.0.0.1"
 APP_NAME = "tidemark-ingest"  # the operator's spark-submit --name (TidemarkSparkSubmitOperator: tidemark-<job>)

@@ -25,6 +25,9 @@ from spark_jobs.settings import Settings
 from tests.integration.spark_jobs.checks import query
 from tidemark.producer import ProduceSpec, produce
 
+# The distributed shape: `make test-deploy`, not `make test`.
+pytestmark = pytest.mark.deploy
+
 BIN = Path(sys.executable).parent
 TIDEMARK = shutil.which("tidemark", path=str(BIN))
 BUCKET = "tidemark-lake"

@@ -24,6 +24,9 @@ from spark_jobs.settings import Settings
 from tidemark.embedded import KafkaBroker
 from tidemark.producer import ProduceSpec, produce
 
+# The distributed shape: `make test-deploy`, not `make test`.
+pytestmark = pytest.mark.deploy
+
 
 def free_port() -> int:
     with socket.socket() as sock:
