@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-deploy fuzz lint lock images compose-test clean
+.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-airflow test-deploy fuzz lint lock images compose-test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -81,7 +81,13 @@ test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a lo
 # PostgreSQL's and Airflow's) local time must never leak into a timestamp, and under UTC a leak
 # cannot show. Europe/Berlin's clock went back on 2026-10-25, inside the model test's scenarios.
 test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark, Delta and Airflow, under TZ=Europe/Berlin
-	TZ=Europe/Berlin $(BIN)/pytest -m "integration and not deploy" --durations=15 tests
+	TZ=Europe/Berlin $(BIN)/pytest -m "integration and not airflow and not deploy" --durations=15 tests
+
+# Airflow itself: the DAGs end to end with dag.test() (spark-submit through the operator, alerts,
+# the repair loop), and the UI in a headless Chromium (the trigger form, the tidemark page, Airflow's
+# own backfill). About 12 minutes; CI runs it after `make test`.
+test-airflow: venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
+	TZ=Europe/Berlin $(BIN)/pytest -m airflow --durations=10 tests
 
 # The distributed shape, on this machine: the ingest DAG on a Spark standalone cluster, the lake and
 # checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it after `make test`.

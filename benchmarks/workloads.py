@@ -262,6 +262,7 @@ def steady_events(spark: SparkSession, count: int, entities: int) -> DataFrame:
     events = spark.range(count).select(
         F.concat(F.lit("entity-"), (F.col("id") % entities).cast("string")).alias("entity_id"),
         F.timestamp_micros(F.lit(start_us) + (F.col("id") / entities).cast("long") * step_us).alias("arrival_time"),
+        F.lit("events").alias("topic"),
         F.lit(0).alias("partition"),
         F.col("id").alias("offset"),
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from spark_jobs.contract import SessionRules
-from spark_jobs.errors import SessionRulesChanged
+from spark_jobs.errors import LedgerConflict, SessionRulesChanged
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.producers import ProducerChecks
 
@@ -76,6 +76,15 @@ def record_batch(
     topics = {r.topic for r in ranges}
     if len(topics) != 1:
         raise ValueError(f"a batch reads exactly one topic, got {sorted(topics) or 'none'}")
+    offsets = sum(r.size for r in ranges)
+    if counts.read > offsets:
+        # Records read twice (a writer that lost its lease beside the one that took over): the
+        # ledger would call a doubled range exact.
+        raise LedgerConflict(
+            f"batch {batch_id} of {pipeline} counted {counts.read:,} records in {offsets:,} offsets "
+            f"({', '.join(map(str, ranges))}): a record was read twice. Nothing of this batch was committed; "
+            "run `tidemark reconcile` before running it again."
+        )
     cur.execute(
         """INSERT INTO ledger_batches
                (pipeline, batch_id, topic, records_read, accepted, duplicates, quarantined,

@@ -196,7 +196,7 @@ def _reprocess(
 def _held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> list[int]:
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
     entries = [LedgerRange(REPAIR, 0, r) for r in ranges]
-    return [n for n, _ in range_counts(spark, tables, entries)]
+    return [n for n, _, _ in range_counts(spark, tables, entries)]
 
 
 def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:

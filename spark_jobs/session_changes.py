@@ -16,7 +16,7 @@ from spark_jobs.dedupe import TOUCHES
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "partition", "offset", "event_time", "event_id")
+SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "topic", "partition", "offset", "event_time", "event_id")
 
 
 def entities(
@@ -121,7 +121,7 @@ def events_since_anchors(
         events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(earliest_us)))
         .join(anchored, "entity_id")
         .where("arrival_time >= anchor")
-        .select("topic", *SESSIONIZE_COLUMNS)
+        .select(*SESSIONIZE_COLUMNS)
     )
     if has_takeovers:
         stored = stored.join(

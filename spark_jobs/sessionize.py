@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 __all__ = ["SESSION_COLUMNS", "session_id", "sessionize", "split_sessions"]
 
-# Arrival order within an entity (the Kafka timestamp, then the record's place in its partition).
-_ORDER = ("arrival_time", "partition", "offset")
+# Arrival order within an entity: the Kafka timestamp, then the record's coordinates (topic first,
+# as dedupe orders them: one lake may hold several topics' records of an entity).
+_ORDER = ("arrival_time", "topic", "partition", "offset")
 
 SESSION_ID_SPARK_SQL = "substr(sha2(concat(entity_id, '|', cast(unix_millis(started_at) AS string)), 256), 1, 32)"
 SESSION_ID_POSTGRES_SQL = (

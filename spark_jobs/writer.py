@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import db, ledger, producers, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
-from spark_jobs.contract import RECORD_TABLES, SESSION_COLUMNS
+from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, SESSION_COLUMNS
 from spark_jobs.errors import LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange
@@ -247,8 +247,11 @@ def recompute_sessions(
     Every entity's (a change of session rules), or only ``entities``' (a repair), under the
     writer lock's ``lease``. The same comparison as a batch writes only what differs to Delta, and
     PostgreSQL gets the entities' full recomputed sessions, so a row missing or changed in either
-    sink is put back. A full rebuild records the new rules with PostgreSQL's sessions, so a crash in
-    between leaves the old rules recorded and the rebuild is simply run again.
+    sink is put back; so are the sessions of an entity only PostgreSQL knows (a bad insert, a lake
+    restored to an earlier state): a named entity is recomputed from the earliest time either sink
+    holds, and a full rebuild removes the sessions of every entity Delta does not know.
+    A full rebuild records the new rules with PostgreSQL's sessions, so a crash in between leaves the
+    old rules recorded and the rebuild is simply run again.
     Returns (sessions written, sessions removed) in PostgreSQL.
     """
     from pyspark.sql import functions as F
@@ -258,14 +261,22 @@ def recompute_sessions(
         events = delta.table(spark, settings.table_path("events")).toDF()
         sessions = delta.table(spark, settings.table_path("sessions")).toDF()
         if entities is not None:
-            named = F.broadcast(spark.createDataFrame([(e,) for e in entities], "entity_id string"))
-            events, sessions = events.join(named, "entity_id"), sessions.join(named, "entity_id")
-        anchors = frozen.freeze(
-            events.select("entity_id", F.col("arrival_time").alias("anchor"))
-            .unionByName(sessions.select("entity_id", F.col("started_at").alias("anchor")))
-            .groupBy("entity_id")
-            .agg(F.min("anchor").alias("anchor"))
-        )
+            named = spark.createDataFrame([(e,) for e in entities], "entity_id string")
+            events, sessions = (
+                events.join(F.broadcast(named), "entity_id"),
+                sessions.join(F.broadcast(named), "entity_id"),
+            )
+            # Every named entity, whatever Delta holds of it: from the earliest time a sink can store.
+            anchors = frozen.freeze(
+                named.select("entity_id", F.timestamp_micros(F.lit(EARLIEST_EVENT_TIME_US)).alias("anchor"))
+            )
+        else:
+            anchors = frozen.freeze(
+                events.select("entity_id", F.col("arrival_time").alias("anchor"))
+                .unionByName(sessions.select("entity_id", F.col("started_at").alias("anchor")))
+                .groupBy("entity_id")
+                .agg(F.min("anchor").alias("anchor"))
+            )
         recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules, frozen)
         compared = frozen.freeze(session_changes.compare(recomputed, sessions, anchors))
         ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
@@ -281,6 +292,7 @@ def recompute_sessions(
                 cur,
                 postgres.text_rows(session_changes.surviving(compared), SESSION_COLUMNS),
                 postgres.text_rows(anchors, ("entity_id", "anchor")),
+                every_entity=entities is None,
             )
             if entities is None:
                 ledger.record_session_rules(cur, settings.session_rules, "rebuild")

@@ -72,6 +72,21 @@ def _make_read_only_for_others(cur) -> None:  # a psycopg2 cursor
         cur.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON schema_migrations FROM {}").format(role))
 
 
+def _check_encoding(conn) -> None:
+    """Refuse a database that cannot hold any UTF-8 text: entity ids and properties are UTF-8, and a
+    SQL_ASCII or LATIN1 database fails a batch's COPY on every retry of a non-Latin id."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_database(), pg_encoding_to_char(encoding) FROM pg_database "
+                    "WHERE datname = current_database()")  # fmt: skip
+        name, encoding = cur.fetchone()
+    conn.rollback()
+    if encoding != "UTF8":
+        raise MigrationError(
+            f"database {name} is encoded {encoding}; tidemark stores UTF-8 text. Create it with "
+            f"CREATE DATABASE {name} ENCODING 'UTF8' TEMPLATE template0 (and a UTF-8 or C locale), then migrate."
+        )
+
+
 def migrate(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
     """Apply pending migrations; returns the names applied now (empty when up to date)."""
     import psycopg2
@@ -80,6 +95,7 @@ def migrate(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
     applied_now: list[str] = []
     conn = psycopg2.connect(dsn)
     try:
+        _check_encoding(conn)
         with conn, conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
             cur.execute(

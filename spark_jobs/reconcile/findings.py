@@ -29,7 +29,9 @@ class RangeCheck:
 
     A range never verified is compared with the committed records Kafka holds (``kafka_records``;
     None when retention removed its start: ``expired``). A verified range is compared with the
-    count and checksum it was verified with.
+    count and checksum it was verified with. Either way each offset must be held once at most
+    (``sink_offsets``, the distinct offsets held, equal to ``sink_records``): a record held twice
+    where another is missing leaves the count right.
     """
 
     pipeline: str
@@ -45,13 +47,22 @@ class RangeCheck:
     low_watermark: int | None = None
     verified_records: int | None = None
     verified_checksum: int | None = None
+    sink_offsets: int | None = None  # distinct offsets held (None: not counted)
+
+    @property
+    def held_twice(self) -> int:
+        """Rows beyond one per offset: records a sink table holds more than once."""
+        return 0 if self.sink_offsets is None else self.sink_records - self.sink_offsets
 
     @property
     def outcome(self) -> str:
-        """``ok``, ``missing``, ``extra``, ``changed`` (same count, other rows) or ``expired``."""
+        """``ok``, ``missing``, ``extra`` (more rows than expected, or an offset held twice),
+        ``changed`` (same count, other rows) or ``expired``."""
         if self.expected is None:
             return "expired"
         same = self.reason == NEW or self.sink_checksum == self.verified_checksum
+        if self.held_twice > 0:
+            return "extra"
         if self.sink_records < self.expected:
             return "missing"
         if self.sink_records > self.expected:
@@ -81,6 +92,10 @@ class RangeCheck:
             expected = f"verified with {self.verified_records:,} rows, re-checked ({self.reason})"
         if outcome == "changed":
             what = "same count, other rows (the checksum changed)"
+        elif self.held_twice:
+            what = f"{self.held_twice:,} rows beyond one per offset"
+            if self.sink_offsets < self.expected:
+                what += f", {self.expected - self.sink_offsets:,} offsets held by none"
         else:
             what = f"{abs(self.sink_records - self.expected):,} {outcome}"
         held = f"the sinks hold {self.sink_records:,} (events + duplicates + quarantine)"
@@ -103,6 +118,7 @@ class RangeCheck:
             "start": self.start,
             "end": self.end,
             "sink_records": self.sink_records,
+            "sink_offsets": self.sink_offsets,
             "expected_records": self.expected,
             "low_watermark": self.low_watermark,
         }

@@ -109,12 +109,16 @@ def _ranges_frame(spark: SparkSession, ranges: list[LedgerRange]) -> DataFrame:
     )
 
 
-def range_counts(spark: SparkSession, tables: dict[str, DataFrame], ranges: list[LedgerRange]) -> list[tuple[int, int]]:
-    """(rows, checksum) of events + duplicates + quarantine inside each range (order of ``ranges``).
+def range_counts(
+    spark: SparkSession, tables: dict[str, DataFrame], ranges: list[LedgerRange]
+) -> list[tuple[int, int, int]]:
+    """(rows, checksum, distinct offsets) of events + duplicates + quarantine inside each range
+    (order of ``ranges``).
 
     The checksum sums a hash of each row with its table's name, so a row that changed, moved to
-    another table or appears twice changes it. Only files whose offset statistics overlap the
-    ranges are read (the filter is on the merged spans per partition).
+    another table or appears twice changes it; fewer distinct offsets than rows means an offset is
+    held more than once (which a count alone misses when another offset is missing). Only files
+    whose offset statistics overlap the ranges are read (the filter is on the merged spans per partition).
     """
     from pyspark.sql import functions as F
 
@@ -138,11 +142,15 @@ def range_counts(spark: SparkSession, tables: dict[str, DataFrame], ranges: list
             & (F.col("offset") < F.col("r_end")),
         )
         .groupBy("i")
-        .agg(F.count("*").alias("n"), F.sum(F.col("h").cast("decimal(38,0)")).alias("checksum"))
+        .agg(
+            F.count("*").alias("n"),
+            F.sum(F.col("h").cast("decimal(38,0)")).alias("checksum"),
+            F.count_distinct("offset").alias("offsets"),  # one range: one topic and partition
+        )
         .collect()
     )
-    by_index = {row["i"]: (int(row["n"]), int(row["checksum"])) for row in counted}
-    return [by_index.get(i, (0, 0)) for i in range(len(ranges))]
+    by_index = {row["i"]: (int(row["n"]), int(row["checksum"]), int(row["offsets"])) for row in counted}
+    return [by_index.get(i, (0, 0, 0)) for i in range(len(ranges))]
 
 
 def merged_spans(ranges: list[PartitionRange]) -> list[PartitionRange]:
@@ -160,18 +168,18 @@ def merged_spans(ranges: list[PartitionRange]) -> list[PartitionRange]:
 def compare_ranges(
     settings: Settings,
     to_check: list[tuple[LedgerRange, str]],
-    counts: list[tuple[int, int]],
+    counts: list[tuple[int, int, int]],
     verified: dict[tuple[str, int, str, int], Verified],
 ) -> list[RangeCheck]:
     """A :class:`RangeCheck` per range of ``to_check`` (with its reason) and its ``counts``: a new
     range against Kafka's committed records, a verified one against its verification."""
     lows: dict[str, dict[int, int]] = {}
     checks = []
-    for (r, reason), (n, checksum) in zip(to_check, counts, strict=True):
+    for (r, reason), (n, checksum, offsets) in zip(to_check, counts, strict=True):
         p = r.range
         base = dict(
             pipeline=r.pipeline, batch_id=r.batch_id, topic=p.topic, partition=p.partition, start=p.start,
-            end=p.end, sink_records=n, sink_checksum=checksum, reason=reason,
+            end=p.end, sink_records=n, sink_checksum=checksum, sink_offsets=offsets, reason=reason,
         )  # fmt: skip
         if reason == NEW:
             if p.topic not in lows:

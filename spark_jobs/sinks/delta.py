@@ -17,12 +17,14 @@ from spark_jobs.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# One text form of a session row, the same as sinks.postgres.SESSION_ROW_TEXT (UTC, milliseconds,
-# 3 decimals), and an order-independent checksum over it: the sum of the first 60 bits of sha256.
+# One text form of a session row, the same as sinks.postgres.SESSION_ROW_TEXT (UTC, microseconds,
+# both stores' unit: a sub-millisecond difference between the sinks is a difference), and an
+# order-independent checksum over it: the sum of the first 60 bits of sha256.
 SESSION_ROW_TEXT = (
-    "concat_ws('|', session_id, entity_id, date_format(started_at, 'yyyy-MM-dd HH:mm:ss.SSS'), "
-    "date_format(ended_at, 'yyyy-MM-dd HH:mm:ss.SSS'), date_format(first_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), "
-    "date_format(last_event_time, 'yyyy-MM-dd HH:mm:ss.SSS'), event_count, cast(duration_seconds AS decimal(18,3)))"
+    "concat_ws('|', session_id, entity_id, date_format(started_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS'), "
+    "date_format(ended_at, 'yyyy-MM-dd HH:mm:ss.SSSSSS'), date_format(first_event_time, 'yyyy-MM-dd HH:mm:ss.SSSSSS'), "
+    "date_format(last_event_time, 'yyyy-MM-dd HH:mm:ss.SSSSSS'), event_count, "
+    "cast(duration_seconds AS decimal(18,6)))"
 )
 SESSIONS_CHECKSUM = (
     f"coalesce(sum(cast(conv(substr(sha2({SESSION_ROW_TEXT}, 256), 1, 15), 16, 10) AS decimal(38,0))), 0)"

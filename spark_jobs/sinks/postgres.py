@@ -22,11 +22,11 @@ QUERIES = Path(__file__).parent / "sql"
 SCAN_SESSIONS_PER_ANCHOR = 16
 # The text form of a session row that sinks.delta.SESSION_ROW_TEXT gives in Spark, and its checksum.
 SESSION_ROW_TEXT = (
-    "concat_ws('|', session_id, entity_id, to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(first_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), "
-    "to_char(last_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.MS'), event_count, "
-    "duration_seconds::numeric(18,3))"
+    "concat_ws('|', session_id, entity_id, to_char(started_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), "
+    "to_char(ended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), "
+    "to_char(first_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), "
+    "to_char(last_event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US'), event_count, "
+    "duration_seconds::numeric(18,6))"
 )
 SESSIONS_CHECKSUM = (
     f"coalesce(sum(('x' || substr(encode(sha256(convert_to({SESSION_ROW_TEXT}, 'UTF8')), 'hex'), 1, 15))"
@@ -91,12 +91,16 @@ def copy_rows(cur, table: str, columns: tuple[str, ...], rows: Iterable[tuple]) 
     return stream.count
 
 
-def upsert_sessions(cur, rows: Iterable[tuple], anchors: Iterable[tuple]) -> tuple[int, int]:
+def upsert_sessions(
+    cur, rows: Iterable[tuple], anchors: Iterable[tuple], every_entity: bool = False
+) -> tuple[int, int]:
     """Make the sessions of the ``anchors`` entities, from each anchor on, equal ``rows``.
 
     ``rows`` (SESSION_COLUMNS order) are COPYed to staging and upserted; sessions of those entities
-    that start at or after the entity's anchor and are not in ``rows`` are deleted. Returns
-    (rows inserted or changed, rows deleted); both are 0 when PostgreSQL already matched.
+    that start at or after the entity's anchor and are not in ``rows`` are deleted. With
+    ``every_entity`` the anchors name every entity there is (a full rebuild): the sessions of any
+    other entity are deleted too. Returns (rows inserted or changed, rows deleted); both are 0 when
+    PostgreSQL already matched.
     """
     cur.execute("CREATE TEMP TABLE IF NOT EXISTS sessions_staging (LIKE sessions INCLUDING DEFAULTS) ON COMMIT DROP")
     cur.execute(
@@ -109,7 +113,11 @@ def upsert_sessions(cur, rows: Iterable[tuple], anchors: Iterable[tuple]) -> tup
         written = cur.rowcount
     anchored = copy_rows(cur, "session_anchors", ("entity_id", "anchor"), anchors)
     cur.execute(replaced_sessions_delete(cur, anchored))
-    return written, cur.rowcount
+    deleted = cur.rowcount
+    if every_entity:
+        cur.execute((QUERIES / "delete_sessions_of_unknown_entities.sql").read_text())
+        deleted += cur.rowcount
+    return written, deleted
 
 
 def replaced_sessions_delete(cur, anchors: int) -> str:

@@ -24,6 +24,9 @@ from spark_jobs.settings import PROJECT_ROOT, Settings
 from tests.integration.spark_jobs.checks import query
 from tidemark.producer import ProduceSpec, produce
 
+# Airflow itself (dag.test, the api-server and a browser): `make test-airflow`, not `make test`.
+pytestmark = pytest.mark.airflow
+
 
 def airflow_connections(settings: Settings) -> dict[str, str]:
     dsn = parse_dsn(settings.postgres_dsn)

@@ -26,6 +26,9 @@ from tests.integration.spark_jobs.checks import query
 from tidemark.embedded.airflow import AirflowServices
 from tidemark.producer import ProduceSpec, produce
 
+# Airflow itself (dag.test, the api-server and a browser): `make test-airflow`, not `make test`.
+pytestmark = pytest.mark.airflow
+
 AIRFLOW_TEST_PORT = 28080
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 

@@ -195,3 +195,74 @@ def test_a_range_whose_start_retention_removed_before_verification_is_reported_e
     assert capsys.readouterr().out.startswith("tidemark reconcile expired: OK")
     assert cli.main(["repair"]) == 2
     assert "no reconcile run found a mismatch" in capsys.readouterr().err
+
+
+def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fresh) -> None:
+    """Three kinds of damage the checks missed: a session time a microsecond off in one sink (the
+    checksums compared milliseconds), a session only PostgreSQL holds (the rebuild took its entities
+    from Delta only, so repair never removed it), and a record held twice beside a missing one in a
+    new range (the first check counted rows, so the damage became the verified baseline)."""
+    from spark_jobs.lock import single_writer
+    from spark_jobs.writer import recompute_sessions
+
+    settings = fresh
+    ingest_some(spark, settings, seed=5, count=200)
+    assert reconciled(spark, settings, "clean").ok
+
+    # (a) a microsecond, in PostgreSQL only
+    [(session_id, entity_id)] = query(
+        settings,
+        "UPDATE sessions SET ended_at = ended_at + interval '1 microsecond' "
+        "WHERE session_id = (SELECT min(session_id) FROM sessions) RETURNING session_id, entity_id",
+    )
+    found = reconciled(spark, settings, "a")
+    assert not found.ok and [d.kind for d in found.differences] == ["sinks"]
+    assert found.differences[0].sessions == {entity_id: (session_id,)}
+    assert repair.repair(spark, settings, "a").recheck.ok
+
+    # (b) a session of an entity Delta does not know
+    stray = (
+        "INSERT INTO sessions (session_id, entity_id, started_at, ended_at, first_event_time, last_event_time, "
+        "event_count, duration_seconds) VALUES (%s, %s, '2026-01-01T00:00:00Z', '2026-01-01T00:01:00Z', "
+        "'2026-01-01T00:00:00Z', '2026-01-01T00:01:00Z', 2, 60)"
+    )
+    query(settings, stray, "f" * 32, "nobody-in-delta")
+    found = reconciled(spark, settings, "b")
+    assert not found.ok and [d.kind for d in found.differences] == ["sinks"]
+    assert found.differences[0].sessions == {"nobody-in-delta": ("f" * 32,)}
+    fixed = repair.repair(spark, settings, "b")
+    assert fixed.recheck.ok, fixed.describe()
+    assert query(settings, "SELECT count(*) FROM sessions WHERE entity_id = 'nobody-in-delta'") == [(0,)]
+    # A rebuild of every entity (new session rules, or a finding too large to name) removes them too.
+    query(settings, stray, "e" * 32, "nobody-in-delta-either")
+    with single_writer(settings, "test") as lease:
+        recompute_sessions(spark, settings, lease)
+    assert query(settings, "SELECT count(*) FROM sessions WHERE entity_id = 'nobody-in-delta-either'") == [(0,)]
+
+    # (c) in a range not verified yet: one record twice, another missing
+    produce(settings, ProduceSpec(count=100, entities=12, seed=8, id_prefix="s8-"), topic=settings.topic)
+    ingest.run_scheduled(spark, settings)
+    events = settings.table_path("events")
+    [(p, start, end)] = query(
+        settings,
+        "SELECT kafka_partition, start_offset, end_offset FROM ledger_ranges "
+        "WHERE NOT EXISTS (SELECT 1 FROM verified_ranges AS v WHERE v.pipeline = ledger_ranges.pipeline "
+        "AND v.batch_id = ledger_ranges.batch_id AND v.kafka_partition = ledger_ranges.kafka_partition) "
+        "ORDER BY end_offset - start_offset DESC LIMIT 1",
+    )
+    in_range = f"partition = {p} AND offset >= {start} AND offset < {end}"
+    table = delta.table(spark, events)
+    doubled, missing = [r["offset"] for r in table.toDF().where(in_range).orderBy("offset").take(2)]
+    table.toDF().where(f"partition = {p} AND offset = {doubled}").write.format("delta").mode("append").save(events)
+    table.delete(f"partition = {p} AND offset = {missing}")
+    found = reconciled(spark, settings, "c")
+    assert not found.ok
+    [bad] = [c for c in found.checks if not c.matches]
+    assert (bad.partition, bad.start, bad.end, bad.outcome, bad.reason) == (p, start, end, "extra", "new")
+    assert "1 rows beyond one per offset, 1 offsets held by none" in found.summary()
+    verified = "SELECT count(*) FROM verified_ranges WHERE kafka_partition = %s AND start_offset = %s"
+    assert query(settings, verified, p, start) == [(0,)], "a damaged range is not verified"
+    fixed = repair.repair(spark, settings, "c")
+    assert fixed.recheck.ok, fixed.describe()
+    offsets = [r["offset"] for r in delta.table(spark, events).toDF().where(in_range).collect()]
+    assert offsets.count(doubled) == 1 and missing in offsets

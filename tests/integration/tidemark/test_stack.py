@@ -55,16 +55,27 @@ def test_cli_up_on_a_taken_postgres_port_exits_2_and_says_what_to_do(tmp_path: P
     assert "TIDEMARK_POSTGRES_PORT=<port>" in result.stderr
 
 
-def _scratch_database(stack: Settings, name: str) -> str:
-    import psycopg2
+def _scratch_database(stack: Settings, name: str, options: str = "") -> str:
+    from spark_jobs import db
 
-    conn = psycopg2.connect(PostgresServer(stack).superuser_dsn())
-    conn.autocommit = True
-    with conn.cursor() as cur:
+    with db.session(PostgresServer(stack).superuser_dsn()) as conn, conn.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        cur.execute(f'CREATE DATABASE "{name}" OWNER tidemark')
-    conn.close()
+        cur.execute(f'CREATE DATABASE "{name}" OWNER tidemark {options}')
     return f"host=127.0.0.1 port={stack.postgres_port} dbname={name} user=tidemark"
+
+
+def test_a_database_that_is_not_utf8_is_refused_before_any_migration(stack: Settings) -> None:
+    """Entity ids are any UTF-8 text: in a SQL_ASCII or LATIN1 database a non-Latin id fails the
+    batch's COPY on every retry (a poison pill for every entity of the batch). Refused up front."""
+    from spark_jobs import db
+
+    latin1 = "ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0"
+    dsn = _scratch_database(stack, "tidemark_latin1_test", latin1)
+    with pytest.raises(MigrationError, match=r"tidemark_latin1_test is encoded LATIN1.*ENCODING 'UTF8'"):
+        migrate(dsn)
+    with db.transaction(dsn) as cur:
+        cur.execute("SELECT to_regclass('schema_migrations') IS NULL")
+        assert cur.fetchone()[0], "nothing was created"
 
 
 def test_migrations_apply_once_and_re_run_cleanly(stack: Settings) -> None:

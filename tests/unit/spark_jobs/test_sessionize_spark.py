@@ -57,7 +57,8 @@ def random_rows(seed: int) -> list[tuple]:
 def spark_sessions(spark, rows: list[tuple], rules: SessionRules, frozen: FrozenFrames | None) -> tuple[set, str]:
     """sessionize's sessions of ``rows``, and its optimized plan."""
     df = spark.createDataFrame(
-        rows, "entity_id string, arrival_time timestamp, partition int, offset long, event_time timestamp"
+        [(entity, arrival, "t", *rest) for entity, arrival, *rest in rows],
+        "entity_id string, arrival_time timestamp, topic string, partition int, offset long, event_time timestamp",
     )
     result = sessionize(df, rules, frozen)
     sessions = {
@@ -132,3 +133,16 @@ def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark_s
     assert [row["op"] for row in compared] == ["same"] * 10
     read = sum(stage.inputRecords() for stage in ran)
     assert read < 100, f"{read} stored rows read for 10 sessions: the months-old file was not skipped"
+
+
+def test_records_of_two_topics_at_the_same_time_partition_and_offset_order_by_topic(spark_session) -> None:
+    """Arrival order breaks ties by topic, partition and offset, as dedupe does: without the topic,
+    two topics' records of an entity at the same millisecond, partition and offset came in whatever
+    order Spark read them, and the session's first and last event times changed from run to run."""
+    at = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    rows = [("b", "u1", at, 0, 5, at - timedelta(hours=2)), ("a", "u1", at, 0, 5, at - timedelta(hours=1))]
+    schema = "topic string, entity_id string, arrival_time timestamp, partition int, offset long, event_time timestamp"
+    for ordered in (rows, rows[::-1]):
+        [session] = sessionize(spark_session.createDataFrame(ordered, schema).coalesce(1), SessionRules()).collect()
+        first, last = session["first_event_time"].astimezone(UTC), session["last_event_time"].astimezone(UTC)
+        assert (first, last) == (at - timedelta(hours=1), at - timedelta(hours=2)), ordered

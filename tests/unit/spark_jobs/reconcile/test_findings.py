@@ -59,6 +59,14 @@ def test_a_new_range_is_compared_with_kafka_and_an_expired_one_is_not_a_mismatch
     assert "Not a mismatch" in expired.describe()
 
 
+def test_an_offset_held_twice_is_extra_even_when_a_missing_one_makes_the_count_right() -> None:
+    doubled_and_missing = check(100, 100, sink_offsets=99)
+    assert doubled_and_missing.outcome == "extra" and not doubled_and_missing.matches
+    assert doubled_and_missing.describe().endswith(": 1 rows beyond one per offset, 1 offsets held by none")
+    assert check(101, 100, sink_offsets=100).describe().endswith(": 1 rows beyond one per offset")
+    assert check(100, 100, sink_offsets=100).outcome == "ok"
+
+
 def test_a_verified_range_is_compared_with_its_verification_count_and_checksum() -> None:
     def recheck(sink: int, checksum: int) -> RangeCheck:
         return RangeCheck(
