@@ -72,7 +72,7 @@ class Record:
 
 def _text(ms: int) -> str:
     moment = datetime.fromtimestamp(ms / 1000, UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}"
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}000"  # microseconds, as the sinks' text
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def expected(records: list[Record], processed: set[tuple[int, int]], rules: Sess
                         _text(members[0].event_time_ms),
                         _text(members[-1].event_time_ms),
                         str(len(members)),
-                        f"{(end - start) / 1000:.3f}",
+                        f"{(end - start) / 1000:.6f}",
                     )
                 )  # fmt: skip
             )
