@@ -293,7 +293,7 @@ def settings_for(settings: Settings, args: argparse.Namespace) -> Settings:
 
 def check_services(settings: Settings, topic: str) -> None:
     """PostgreSQL answers, Kafka answers and has ``topic``: checked before Spark starts, one line if not."""
-    db.connect(settings.postgres_dsn).close()
+    db.check_reachable(settings.postgres_dsn)
     check_reachable(settings)
     watermarks(settings, topic)  # TopicError for an unknown topic
 

@@ -219,17 +219,6 @@ def checked_ranges(cur, excluded: tuple[str, ...]) -> list[tuple[str, int, Parti
     return [(p, b, PartitionRange(t, k, s, e)) for p, b, t, k, s, e in cur.fetchall()]
 
 
-def range_rows(cur, excluded: tuple[str, ...]) -> list[tuple[str, int, str, int, int, int]]:
-    """(pipeline, batch_id, topic, kafka_partition, start_offset, end_offset) of every ledger range
-    but those of the ``excluded`` pipelines, in no particular order."""
-    cur.execute(
-        "SELECT pipeline, batch_id, topic, kafka_partition, start_offset, end_offset FROM ledger_ranges "
-        "WHERE pipeline <> ALL(%s)",
-        (list(excluded),),
-    )
-    return cur.fetchall()
-
-
 def committed_batches(cur, topic: str, since: datetime) -> list[tuple]:
     """The batches of ``topic`` committed at or after ``since``, by pipeline and batch id: (pipeline,
     batch_id, records_read, accepted, duplicates, quarantined, ranges as ``partition:start-end,...``,

@@ -30,7 +30,6 @@ from spark_jobs.reconcile.findings import (
 )
 from spark_jobs.reconcile.history import Snapshot
 from spark_jobs.reconcile.ranges import (
-    NOT_CHECKED,
     LedgerRange,
     compare_ranges,
     key,
@@ -96,7 +95,7 @@ def run(
                 spark = spark_factory()
             with FrozenFrames(spark) as frozen:
                 report, buckets = _check_with_spark(spark, settings, cur, snapshot, run_id, frozen)
-        gaps, losses = _ledger_findings(cur)
+        gaps, losses = _ledger_findings(cur, snapshot.ranges)
         report = replace(
             report,
             gaps=gaps,
@@ -125,10 +124,13 @@ def _nothing_changed(s: Snapshot) -> bool:
     )
 
 
-def _ledger_findings(cur) -> tuple[list[Gap], list[Loss]]:
-    """What the ledger alone shows: gaps between scheduled batches, and acknowledged retention losses."""
+def _ledger_findings(cur, ranges: list[LedgerRange]) -> tuple[list[Gap], list[Loss]]:
+    """What the ledger alone shows (its ``ranges`` as of the run's snapshot): gaps between scheduled
+    batches, and acknowledged retention losses."""
     losses = recorded_losses(cur)
-    return find_gaps((LedgerEntry(*r) for r in ledger.range_rows(cur, NOT_CHECKED)), losses), losses
+    entries = (LedgerEntry(r.pipeline, r.batch_id, r.range.topic, r.range.partition, r.range.start, r.range.end)
+               for r in ranges)  # fmt: skip
+    return find_gaps(entries, losses), losses
 
 
 # ---------------------------------------------------------------------------------------------
