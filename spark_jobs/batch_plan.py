@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -62,7 +61,6 @@ class BatchPlan:
     pipeline: str
     batch_id: int
     ranges: list[PartitionRange]
-    plan_id: str  # unique per plan: the writer knows a plan it writes again
     counts: ledger.BatchCounts  # where the batch's records are after it
     quarantine: DataFrame | None  # records no table held that are invalid
     duplicates: DataFrame | None  # later copies, from the batch and displaced stored rows
@@ -80,7 +78,7 @@ class BatchPlanner:
     """Plans the batches of one writer.
 
     ``scheduled``: the batches read offsets past what the pipeline read before (a scheduled run),
-    so PostgreSQL may tell that nothing in them is held yet (:meth:`held_counts`). A backfill or a
+    so PostgreSQL may tell that nothing in them is held yet (:meth:`held`). A backfill or a
     repair, which re-reads on purpose (and repairs what the ledger may have lost), always searches Delta.
     ``created_lake``: the writer created the record tables, so they hold nothing written before
     attempts were recorded (``ledger.write_floor``). ``on_ledger(work)`` runs ``work(cursor)`` in a
@@ -118,7 +116,7 @@ class BatchPlanner:
         The Spark jobs, in order (a replay adds two: the held coordinates, and the fresh records' totals):
         the records parsed and validated (materialised, the only read of Kafka); which ranges the
         tables hold already (counts only, and only when PostgreSQL says a batch may have written
-        there: :meth:`held_counts`); the batch's
+        there: :meth:`held`); the batch's
         totals and producer checks (one aggregate); the ranking against stored events within the
         dedupe horizon (materialised) and its counts; the touched entities with their anchors
         (materialised) and their summary; the recomputed sessions compared with the stored ones
@@ -135,7 +133,8 @@ class BatchPlanner:
                 *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
             )
         )
-        held_in = self.held_counts(ranges)
+        held = self.held(ranges)
+        held_in = {} if held is None else {r["table"]: r["count"] for r in held.groupBy("table").count().collect()}
         # Over every record, held ones too: the producer checks and the earliest valid arrival (the
         # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
         summary = (
@@ -150,8 +149,7 @@ class BatchPlanner:
         )
         totals = summary
         if held_in:
-            held = self.frozen.freeze(delta.held(self.spark, self.settings, ranges).select(*COORDINATES))
-            parsed = parsed.join(held, list(COORDINATES), "left_anti")
+            parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti")
             totals = parsed.agg(F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")).first()
         clock.lap("parse")
 
@@ -185,7 +183,6 @@ class BatchPlanner:
             pipeline=self.pipeline,
             batch_id=batch_id,
             ranges=ranges,
-            plan_id=f"{self.pipeline}:{batch_id}:{uuid.uuid4().hex}",
             counts=ledger.BatchCounts(
                 read=totals["fresh"] + sum(held_in.values()),
                 accepted=counts.accepted,
@@ -216,29 +213,32 @@ class BatchPlanner:
         clock.lap("sessions")
         return plan
 
-    def held_counts(self, ranges: list[PartitionRange]) -> dict[str, int]:
-        """How many records in ``ranges`` each record table holds already (tables holding none left out).
+    def held(self, ranges: list[PartitionRange]) -> DataFrame | None:
+        """``(topic, partition, offset, table)`` of the records in ``ranges`` a record table holds
+        already, frozen (one snapshot: its counts and the records it excludes agree, even while a
+        writer that lost its lease still commits); None when none can be held.
 
-        For a scheduled batch the Delta scan (``delta.held_counts``) runs only when PostgreSQL says a
-        table may hold some: a range overlaps an attempt or ledger range, or starts below its topic's
-        write floor. Records reach the tables only from batches that record their attempt first, so a
-        batch that overlaps none of these (the usual scheduled batch) holds nothing and reads no
-        Delta table. Backfills and repairs always scan.
+        For a scheduled batch Delta is searched only when PostgreSQL says a table may hold some: a
+        range overlaps an attempt or ledger range, or starts below its topic's write floor. Records
+        reach the tables only from batches that record their attempt first, so a batch that overlaps
+        none of these (the usual scheduled batch) holds nothing and reads no Delta table. Backfills
+        and repairs always search.
         """
         if not any(r.end > r.start for r in ranges):
-            return {}
-        if not self.scheduled:
-            return delta.held_counts(self.spark, self.settings, ranges)
-        topic, lake = ranges[0].topic, self.settings.lake_root
+            return None
+        if self.scheduled:
+            topic, lake = ranges[0].topic, self.settings.lake_root
 
-        def may_hold(cur: Cursor) -> bool:
-            floor = ledger.write_floor(cur, lake, topic)
-            if floor is None:  # the first batch of this topic in this lake since attempts are recorded
-                floor = 0 if self.created_lake else delta.offset_floor(self.spark, self.settings, topic)
-                ledger.set_write_floor(cur, lake, topic, floor)
-            return ledger.may_hold(cur, ranges, floor)
+            def may_hold(cur: Cursor) -> bool:
+                floor = ledger.write_floor(cur, lake, topic)
+                if floor is None:  # the first batch of this topic in this lake since attempts are recorded
+                    floor = 0 if self.created_lake else delta.offset_floor(self.spark, self.settings, topic)
+                    ledger.set_write_floor(cur, lake, topic, floor)
+                return ledger.may_hold(cur, ranges, floor)
 
-        return delta.held_counts(self.spark, self.settings, ranges) if self._may_hold(may_hold) else {}
+            if not self._may_hold(may_hold):
+                return None
+        return self.frozen.freeze(delta.held(self.spark, self.settings, ranges))
 
     def _session_changes(
         self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts

@@ -70,6 +70,20 @@ class WriterLease:
                 "where this one stopped."
             )
 
+    def check(self, cur) -> None:  # psycopg2 cursor of the batch's transaction
+        """:meth:`prove` again, right before a Delta write: a run whose batch connection died (a
+        failover, a restart, an operator) stops before its next commit."""
+        import psycopg2
+
+        try:
+            self.prove(cur)
+        except psycopg2.Error as exc:
+            raise WriterFenced(
+                f"this run lost its PostgreSQL connection inside a batch ({' '.join(str(exc).split())}); the batch "
+                "was not committed and another run may have taken over. Run it again: it resumes exactly where this "
+                "one stopped, and adds nothing twice."
+            ) from None
+
 
 def describe_holder(what: str) -> str:
     return f"{what} on {socket.gethostname()} (pid {os.getpid()})"

@@ -140,7 +140,7 @@ def repair(
         with single_writer(settings, f"{REPAIR}:{plan.run_id}", wait=True) as lease:
             for topic, ranges in sorted(by_topic.items()):
                 clear = [r for r in plan.clear if r.topic == topic]
-                actions += _reprocess(spark, settings, lease, topic, ranges, clear)
+                actions += _reprocess(spark, settings, lease, topic, ranges, clear, repair_id)
             if plan.entities is None or plan.entities:
                 written, removed = recompute_sessions(spark, settings, lease, plan.entities)
                 who = "every entity" if plan.entities is None else f"{len(plan.entities):,} entities"
@@ -164,6 +164,7 @@ def _reprocess(
     topic: str,
     ranges: list[PartitionRange],
     clear: list[PartitionRange],
+    repair_id: str,
 ) -> list[str]:
     """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first."""
     low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()}
@@ -185,7 +186,9 @@ def _reprocess(
     for batch in _batches(readable):
         with db.transaction(settings.postgres_dsn) as cur:
             batch_id = ledger.next_batch_id(cur, pipeline)
-        writer = BatchWriter(spark, settings, lease, pipeline, lambda _, b=batch: b)
+        # Scoped by the repair: a batch id and ranges an earlier, failed repair used write afresh here
+        # (this repair cleared what that one wrote).
+        writer = BatchWriter(spark, settings, lease, pipeline, lambda _, b=batch: b, scope=repair_id)
         writer.write(read_range(spark, settings, batch), batch_id)
     after = _held(spark, settings, readable)
     for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):

@@ -20,6 +20,8 @@ batch that fails after any subset of its commits and is run again ends exactly a
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -81,6 +83,8 @@ class BatchWriter:
 
     ``fault``, for tests only, is called with each of :data:`FAULT_POINTS` as the batch passes it.
 
+    ``scope`` goes into the batches' Delta transaction identifiers (:func:`batch_write_id`).
+
     ``scheduled``: a scheduled run's batches, which read offsets past what the pipeline read before
     (:class:`spark_jobs.batch_plan.BatchPlanner` says what that saves).
     """
@@ -94,6 +98,7 @@ class BatchWriter:
         ranges_for: Callable[[int], list[PartitionRange]],
         fault: Fault | None = None,
         scheduled: bool = False,
+        scope: str = "",
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -102,9 +107,9 @@ class BatchWriter:
         self.ranges_for = ranges_for
         self.rules = settings.session_rules
         self.fault = fault or (lambda point: None)
+        self.scope = scope
         self.results: list[BatchResult] = []
         self.failure: TidemarkError | None = None
-        self._written: set[str] = set()  # IDs of the plans write_delta was called with
         self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
         # A lake whose record tables this writer created holds nothing written before attempts
         # were recorded (ledger.write_floor).
@@ -153,7 +158,13 @@ class BatchWriter:
         self._on_ledger(lambda cur: ledger.record_attempt(cur, self.pipeline, batch_id, ranges))
         # Fenced, and reconcile sees this batch in both sinks or in neither.
         with batch_commit(self.settings, self.lease) as cur:
-            self.write_delta(plan)
+            proving = threading.Lock()  # the Delta writes run in threads; a cursor is not thread-safe
+
+            def fence() -> None:
+                with proving:
+                    self.lease.check(cur)
+
+            self.write_delta(plan, fence)
             clock.lap("delta")
             self.fault("after_delta")
             ledger.lock_batches(cur)
@@ -178,65 +189,86 @@ class BatchWriter:
         with db.transaction(self.settings.postgres_dsn) as cur:
             return work(cur)
 
-    def write_delta(self, plan: BatchPlan) -> None:
-        """The plan's Delta writes, each idempotent on its own.
+    def write_delta(self, plan: BatchPlan, fence: Callable[[], None] = lambda: None) -> None:
+        """The plan's Delta writes: one commit per table, each a write of its own :func:`write_id`.
 
-        A plan places only records no table held when it was made, so its first write appends them
-        (a blind append needs no table state). The same plan written again (a lost commit
-        acknowledgement answered without planning again) uses insert-only MERGEs by coordinates and
-        session ID instead, which skip what the first write committed. A takeover removes a row
-        from ``events`` that only ``duplicates`` will hold, and the next attempt of the batch can
-        only find it there: so with takeovers ``events`` is written after the other three tables
-        committed, and the displaced rows go to ``duplicates`` with an insert-only MERGE (an earlier
-        attempt may have moved them already). Any subset of these commits, followed by another
-        attempt (planned afresh), ends as one clean run; so does writing the same plan again (see
+        A plan places only records no table held when it was made, so its writes append them (a
+        blind append needs no table state). Each write carries the batch's transaction identifier for
+        its table: a table that committed it once skips it after that, so the same plan written
+        again, or the same batch planned by a writer that took over while this one still wrote,
+        adds nothing twice (docs/design.md, "Fenced, idempotent Delta writes"). ``fence`` runs before
+        each write and fails when the run lost its lease.
+
+        A takeover removes a row from ``events`` that only ``duplicates`` will hold, and the next
+        attempt of the batch can only find it there: so with takeovers ``events`` is written after
+        the other three tables committed, and the displaced rows go to ``duplicates`` with an
+        insert-only MERGE (an earlier attempt may have moved them already). Any subset of these
+        commits, followed by another attempt (planned afresh), ends as one clean run (see
         docs/design.md, "Partial commits and retries").
         """
         spark, path = self.spark, self._path
-        again = plan.plan_id in self._written
-        self._written.add(plan.plan_id)
 
-        def add(name: str, rows: DataFrame, merge: bool = again, bound: str | None = None) -> Callable[[], None]:
-            if merge:
-                return lambda: delta.insert_new(spark, path(name), rows, bound)
-            return lambda: delta.append(rows, path(name))
+        def write_id(write: str) -> delta.WriteId:
+            return batch_write_id(plan.pipeline, plan.batch_id, plan.ranges, write, self.scope)
 
         first: list[Callable[[], None]] = []
         if plan.quarantine is not None:
-            first.append(self._guard("quarantine", add("quarantine", plan.quarantine)))
+            quarantine = plan.quarantine
+            write_quarantine = lambda: delta.append(quarantine, path("quarantine"), write_id("quarantine"))  # noqa: E731
+            first.append(self._guard("quarantine", fence, write_quarantine))
         if plan.duplicates is not None:
-            merge = again or plan.takeovers is not None
-            first.append(self._guard("duplicates", add("duplicates", plan.duplicates, merge, plan.duplicates_span)))
-        changes = plan.sessions
-        if changes.changed or changes.inserted:
-            c = changes
+            dups = plan.duplicates
+            if plan.takeovers is None:
+                write_duplicates = lambda: delta.append(dups, path("duplicates"), write_id("duplicates"))  # noqa: E731
+            else:  # an earlier attempt may have moved some displaced rows there already
+                write_duplicates = lambda: delta.insert_new(  # noqa: E731
+                    spark, path("duplicates"), dups, plan.duplicates_span, write_id("duplicates")
+                )
+            first.append(self._guard("duplicates", fence, write_duplicates))
+        c = plan.sessions
+        if c.changed or c.inserted:
             write_sessions = lambda: delta.apply_session_changes(  # noqa: E731
-                spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, merge=again
+                spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, write_id("sessions")
             )
-            first.append(self._guard("sessions", write_sessions))
+            first.append(self._guard("sessions", fence, write_sessions))
         last: list[Callable[[], None]] = []
         if plan.first_arrivals is not None or plan.takeovers is not None:
-            append_first_arrivals = add("events", plan.first_arrivals) if plan.first_arrivals is not None else None
 
             def write_events() -> None:
-                if append_first_arrivals is not None:
-                    append_first_arrivals()
+                if plan.first_arrivals is not None:
+                    delta.append(plan.first_arrivals, path("events"), write_id("events"))
                 if plan.takeovers is not None:
-                    delta.take_over(spark, path("events"), plan.takeovers, plan.displaced, plan.takeovers_since_us)
+                    fence()
+                    delta.take_over(
+                        spark, path("events"), plan.takeovers, plan.displaced, plan.takeovers_since_us,
+                        write_id("events:takeovers"),
+                    )  # fmt: skip
 
-            last.append(self._guard("events", write_events))
+            last.append(self._guard("events", fence, write_events))
         if plan.takeovers is None:
             delta.run_concurrently(first + last)
         else:
             delta.run_concurrently(first)
             delta.run_concurrently(last)
 
-    def _guard(self, table: str, write: Callable[[], None]) -> Callable[[], None]:
+    def _guard(self, table: str, fence: Callable[[], None], write: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
+            fence()
             self.fault(f"write:{table}")
             write()
 
         return run
+
+
+def batch_write_id(
+    pipeline: str, batch_id: int, ranges: list[PartitionRange], write: str, scope: str = ""
+) -> delta.WriteId:
+    """The Delta transaction identifier of one write of a batch: the pipeline, the batch, its ranges
+    (a batch id planned again over other ranges writes afresh), the ``scope`` (a repair's id: every
+    repair rewrites what it cleared) and the write (a table; ``events`` has two)."""
+    spans = ",".join(f"{r.topic}/{r.partition}/{r.start}-{r.end}" for r in sorted(ranges))
+    digest = hashlib.sha256(spans.encode()).hexdigest()[:16]
+    return delta.WriteId(f"tidemark/{pipeline}/{batch_id}/{digest}{'/' + scope if scope else ''}/{write}", batch_id)
 
 
 def recompute_sessions(

@@ -6,7 +6,10 @@ absolute values. So a batch whose writes fail part way is completed by running i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_jobs import jvm
@@ -40,6 +43,38 @@ SESSIONS_CHECKSUM = (
 TABLE_PROPERTIES: dict[str, dict[str, str]] = {
     "sessions": {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"},
 }
+
+
+@dataclass(frozen=True)
+class WriteId:
+    """A write's Delta transaction identifier (``txnAppId``, ``txnVersion``): a table that committed a
+    write with this id skips every later write with it, whoever makes it. A writer that lost its
+    lease and writes on after another run wrote the same batch therefore adds nothing twice; nor
+    does the retry of a batch whose attempt record a restored PostgreSQL lost."""
+
+    app_id: str
+    version: int
+
+
+# Delta reads a MERGE's or DELETE's transaction identifier from the session's SQL configuration,
+# which every thread of the session shares: one such write at a time sets it.
+_TXN_CONF = ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion")
+_txn_conf_lock = threading.Lock()
+
+
+@contextmanager
+def _dml_write_id(spark: SparkSession, write_id: WriteId | None) -> Iterator[None]:
+    if write_id is None:
+        yield
+        return
+    with _txn_conf_lock:
+        spark.conf.set(_TXN_CONF[0], write_id.app_id)
+        spark.conf.set(_TXN_CONF[1], str(write_id.version))
+        try:
+            yield
+        finally:
+            for key in _TXN_CONF:
+                spark.conf.unset(key)
 
 
 def table(spark: SparkSession, path: str):  # -> DeltaTable
@@ -80,7 +115,9 @@ def create_table(spark: SparkSession, path: str, schema: str, properties: dict[s
     builder.execute()
 
 
-def insert_new(spark: SparkSession, path: str, rows: DataFrame, bound: str | None = None) -> None:
+def insert_new(
+    spark: SparkSession, path: str, rows: DataFrame, bound: str | None = None, write_id: WriteId | None = None
+) -> None:
     """Insert the ``rows`` whose coordinates the table at ``path`` does not hold yet.
 
     An insert-only MERGE (Delta's dedupe-on-write): one pass, and no commit at all when every row
@@ -89,7 +126,8 @@ def insert_new(spark: SparkSession, path: str, rows: DataFrame, bound: str | Non
     """
     same_record = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
     condition = f"({bound}) AND {same_record}" if bound else same_record
-    table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
+    with _dml_write_id(spark, write_id):
+        table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
 # Rows per data file a batch aims at: a batch's few quarantined records or duplicates make one
@@ -102,12 +140,15 @@ def in_files(rows: DataFrame, count: int) -> DataFrame:
     return rows.coalesce(1 + count // ROWS_PER_FILE)
 
 
-def append(rows: DataFrame, path: str) -> None:
-    """Append ``rows``: a blind append, which needs no table state (no snapshot is reconstructed).
+def append(rows: DataFrame, path: str, write_id: WriteId | None = None) -> None:
+    """Append ``rows``: a blind append, which needs no table state but ``write_id``'s.
 
     Only for rows the table cannot hold yet; rows it may hold go through :func:`insert_new`.
     """
-    rows.write.format("delta").mode("append").save(path)
+    writer = rows.write.format("delta").mode("append")
+    if write_id is not None:
+        writer = writer.option("txnAppId", write_id.app_id).option("txnVersion", write_id.version)
+    writer.save(path)
 
 
 def within(df: DataFrame, ranges: list[PartitionRange]) -> DataFrame:
@@ -126,15 +167,6 @@ def held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
     return frames[0].unionByName(frames[1]).unionByName(frames[2])
 
 
-def held_counts(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> dict[str, int]:
-    """How many records in ``ranges`` each record table holds (tables holding none are left out).
-
-    One job; the offset statistics let Delta skip every file outside the ranges, so a batch nothing
-    holds yet (the usual case) reads no data file.
-    """
-    return {row["table"]: row["count"] for row in held(spark, settings, ranges).groupBy("table").count().collect()}
-
-
 def offset_floor(spark: SparkSession, settings: Settings, topic: str) -> int:
     """One more than the largest offset of ``topic`` any record table holds (0 when none): no
     record at or above it is stored. One scan of the offset columns, run once per lake and topic."""
@@ -148,7 +180,14 @@ def offset_floor(spark: SparkSession, settings: Settings, topic: str) -> int:
     return 0 if largest is None else int(largest) + 1
 
 
-def take_over(spark: SparkSession, path: str, winners: DataFrame, displaced: DataFrame, since_us: int) -> None:
+def take_over(
+    spark: SparkSession,
+    path: str,
+    winners: DataFrame,
+    displaced: DataFrame,
+    since_us: int,
+    write_id: WriteId | None = None,
+) -> None:
     """Takeovers in one commit: the ``displaced`` stored rows (their coordinates) are deleted and the
     ``winners`` (their earlier copies) inserted. Running it again changes nothing.
 
@@ -161,14 +200,15 @@ def take_over(spark: SparkSession, path: str, winners: DataFrame, displaced: Dat
         displaced.withColumn("op", F.lit("delete")), allowMissingColumns=True
     )
     same_record = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
-    (
-        table(spark, path)
-        .alias("t")
-        .merge(source.alias("s"), f"t.arrival_time >= timestamp_micros({int(since_us)}) AND {same_record}")
-        .whenMatchedDelete(condition="s.op = 'delete'")
-        .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in EVENT_COLUMNS})
-        .execute()
-    )
+    with _dml_write_id(spark, write_id):
+        (
+            table(spark, path)
+            .alias("t")
+            .merge(source.alias("s"), f"t.arrival_time >= timestamp_micros({int(since_us)}) AND {same_record}")
+            .whenMatchedDelete(condition="s.op = 'delete'")
+            .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in EVENT_COLUMNS})
+            .execute()
+        )
 
 
 def apply_session_changes(
@@ -178,31 +218,33 @@ def apply_session_changes(
     changed: int,
     inserted: int,
     since_us: int | None = None,
-    merge: bool = False,
+    write_id: WriteId | None = None,
 ) -> None:
     """Write :func:`spark_jobs.session_changes.compare`'s answer in one commit.
 
-    With updates or deletes, or with ``merge`` (the table may hold some of the inserts already: the
-    same plan written again), one MERGE on ``session_id`` does all three (inserts only where the ID
-    is missing, so running it twice changes nothing); with inserts only, an append.
+    With updates or deletes, one MERGE on ``session_id`` does all three (inserts only where the ID
+    is missing, so running it twice changes nothing); with inserts only, an append. ``write_id``:
+    see :class:`WriteId`.
     ``since_us`` (epoch microseconds), at most the earliest anchor, lets the MERGE skip files of
     sessions that started before it: only sessions from an anchor on are compared.
     """
-    if changed or (merge and inserted):
+    if changed:
         bound = f"t.started_at >= timestamp_micros({int(since_us)}) AND " if since_us is not None else ""
-        (
-            table(spark, path)
-            .alias("t")
-            .merge(
-                compared.where("op IN ('update', 'delete', 'insert')").alias("s"), f"{bound}t.session_id = s.session_id"
+        with _dml_write_id(spark, write_id):
+            (
+                table(spark, path)
+                .alias("t")
+                .merge(
+                    compared.where("op IN ('update', 'delete', 'insert')").alias("s"),
+                    f"{bound}t.session_id = s.session_id",
+                )
+                .whenMatchedDelete(condition="s.op = 'delete'")
+                .whenMatchedUpdate(condition="s.op = 'update'", set={c: f"s.`{c}`" for c in SESSION_COLUMNS})
+                .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in SESSION_COLUMNS})
+                .execute()
             )
-            .whenMatchedDelete(condition="s.op = 'delete'")
-            .whenMatchedUpdate(condition="s.op = 'update'", set={c: f"s.`{c}`" for c in SESSION_COLUMNS})
-            .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in SESSION_COLUMNS})
-            .execute()
-        )
     elif inserted:
-        append(in_files(compared.where("op = 'insert'").select(*SESSION_COLUMNS), inserted), path)
+        append(in_files(compared.where("op = 'insert'").select(*SESSION_COLUMNS), inserted), path, write_id)
 
 
 def range_filter(ranges: list[PartitionRange], alias: str = "") -> str:

@@ -9,6 +9,7 @@ sessions equal to PostgreSQL's and to a from-scratch sessionization of ``events`
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 import uuid
 from dataclasses import replace
@@ -27,6 +28,7 @@ from tests.integration.spark_jobs.checks import (
     assert_sinks_agree,
     crash_at,
     delta_rows,
+    query,
     send,
     snapshot,
 )
@@ -250,13 +252,13 @@ def test_delta_is_searched_for_held_records_only_where_postgresql_says_a_batch_m
 
     settings, prefix = run
     scanned: list[list[tuple[int, int]]] = []
-    held_counts = delta.held_counts
+    held = delta.held
 
     def watched(spark_, settings_, ranges):
         scanned.append([(r.start, r.end) for r in ranges])
-        return held_counts(spark_, settings_, ranges)
+        return held(spark_, settings_, ranges)
 
-    monkeypatch.setattr(delta, "held_counts", watched)
+    monkeypatch.setattr(delta, "held", watched)
     send_takeover_batch(spark, settings, prefix)  # the first run: offsets [0, 2)
     assert scanned == []
     with pytest.raises(Exception, match="injected crash"):
@@ -345,3 +347,42 @@ def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spar
     assert {name: fingerprint(spark, settings, name) for name in TABLE_SCHEMAS} == once
     assert_offset_coverage(spark, settings, 6)
     assert_sessions_follow_events(spark, settings)
+
+
+def test_a_batch_retried_after_postgresql_was_restored_from_a_dump_taken_mid_batch_writes_nothing_twice(
+    spark, fresh, tmp_path
+) -> None:
+    """PostgreSQL restored to a dump taken while a batch was planned: its attempt row is gone, so the
+    retry cannot know that the batch's Delta writes committed. It must add nothing twice all the same."""
+    from spark_jobs.db import connect
+    from tidemark.producer import ProduceSpec, produce
+
+    settings, prefix = fresh, "restored-"
+    spec = ProduceSpec(count=60, entities=4, duplicate_rate=0.1, malformed_rate=0.05, seed=31, id_prefix=prefix)
+    produced = produce(settings, spec, topic=settings.topic, partitions=1)
+    dump = tmp_path / "tidemark.sql"
+
+    def dump_when_planned_then_crash_after_delta(point: str) -> None:
+        if point == "planned":
+            subprocess.run(
+                ["pg_dump", "--clean", "--if-exists", "--no-owner", "-f", str(dump),
+                 "-d", settings.postgres_dsn],
+                check=True, capture_output=True,
+            )  # fmt: skip
+        crash_at("after_delta")(point)
+
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=dump_when_planned_then_crash_after_delta)
+    subprocess.run(
+        ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-d", settings.postgres_dsn, "-f", str(dump)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert query(settings, "SELECT count(*) FROM write_attempts") == [(0,)], "the restore did not go back"
+
+    [result] = ingest.run_scheduled(spark, settings)
+    assert (result.batch_id, result.read) == (0, produced.committed)
+    pg = connect(settings.postgres_dsn)
+    try:
+        assert_exact(spark, settings, pg, prefix, committed=produced.committed)
+    finally:
+        pg.close()

@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from spark_jobs import ingest
+from spark_jobs.db import connect
 from spark_jobs.errors import WriterBusy, WriterFenced
 from spark_jobs.lock import WRITER_KEY, single_writer
 from spark_jobs.offsets import latest_ranges
@@ -148,3 +149,60 @@ def test_the_lock_survives_idle_timeouts_and_its_heartbeat_notices_a_lost_connec
         assert query(settings, HOLDER, WRITER_KEY) == [(lease.backend_pid,)]
         terminate_lock_holder(settings)
         until(lease.lost.is_set, "the heartbeat notices the lock's connection is gone", timeout=10)
+
+
+def test_a_writer_that_lost_its_lease_inside_its_delta_writes_adds_nothing_the_next_writer_added(spark, run) -> None:
+    """A PostgreSQL failover while a writer is inside its Delta writes: both of its backends die, the
+    waiting run takes over and commits the batch, then the old driver wakes up and writes on. Its
+    writes must add no row the new writer added (Delta's transaction identifiers make each write of a
+    batch happen once), whatever it passed before it slept."""
+    settings, prefix = run
+    spec = ProduceSpec(count=60, entities=4, duplicate_rate=0.1, malformed_rate=0.05, seed=21, id_prefix=prefix)
+    produced = produce(settings, spec, topic=settings.topic, partitions=1)
+    plan = plan_backfill(settings, settings.topic, offsets={0: (0, produced.committed)})
+    asleep, wake = threading.Event(), threading.Event()
+    outcomes: dict[str, object] = {}
+
+    def sleep_inside_the_events_write(point: str) -> None:
+        if point == "write:events" and not asleep.is_set():
+            asleep.set()
+            wake.wait(600)
+
+    def backfill(name: str, **kwargs) -> threading.Thread:
+        def work() -> None:
+            try:
+                outcomes[name] = ingest.run_backfill(spark, settings, plan, **kwargs)
+            except BaseException as exc:  # reported by the assertions below
+                outcomes[name] = exc
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        return thread
+
+    old = backfill("old", fault=sleep_inside_the_events_write)
+    until(asleep.is_set, "the old writer sleeps inside its Delta writes")
+    new = backfill("new", wait=True)
+    until(lambda: query(settings, WAITING)[0][0] > 0, "the new writer waits for the lock")
+    # The failover: every backend of the old writer dies (the lock's, the lake lock's, the batch's).
+    query(
+        settings,
+        """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+           WHERE datname = current_database() AND pid <> pg_backend_pid()
+             AND pid NOT IN (SELECT pid FROM pg_locks WHERE NOT granted)""",
+    )
+    new.join(timeout=600)
+    assert not isinstance(outcomes["new"], BaseException), f"the new writer failed: {outcomes['new']!r}"
+    wake.set()
+    old.join(timeout=600)
+    assert isinstance(outcomes["old"], BaseException), "the old writer committed after it lost its lease"
+
+    assert_offset_coverage(spark, settings, produced.committed)
+    assert query(
+        settings, "SELECT records_read FROM ledger_batches WHERE pipeline = %s", f"backfill:{settings.topic}"
+    ) == [(produced.committed,)]
+    assert_sessions_follow_events(spark, settings)
+    pg = connect(settings.postgres_dsn)
+    try:
+        assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+    finally:
+        pg.close()

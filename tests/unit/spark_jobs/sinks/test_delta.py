@@ -52,15 +52,19 @@ def test_insert_new_adds_only_what_the_table_lacks_and_commits_nothing_when_it_h
     assert delta.table(spark_session, path).history(1).first()["version"] == after_first
 
 
-def test_held_counts_names_the_tables_holding_records_of_the_ranges(spark_session, lake) -> None:
+def test_held_names_the_tables_holding_records_of_the_ranges(spark_session, lake) -> None:
     delta.ensure_tables(spark_session, lake)
     delta.append(events(spark_session, [("a", 0, o, f"e{o}") for o in range(5)]), lake.table_path("events"))
     duplicates = spark_session.createDataFrame([("a", 0, 7, T0, "e1", "u1")], TABLE_SCHEMAS["duplicates"])
     delta.append(duplicates, lake.table_path("duplicates"))
 
-    assert delta.held_counts(spark_session, lake, [PartitionRange("a", 0, 3, 10)]) == {"events": 2, "duplicates": 1}
-    assert delta.held_counts(spark_session, lake, [PartitionRange("a", 1, 0, 10)]) == {}
-    assert delta.held_counts(spark_session, lake, [PartitionRange("b", 0, 0, 10)]) == {}
+    def held(r: PartitionRange) -> list[tuple]:
+        return sorted(tuple(row) for row in delta.held(spark_session, lake, [r]).collect())
+
+    in_a = [("a", 0, 3, "events"), ("a", 0, 4, "events"), ("a", 0, 7, "duplicates")]
+    assert held(PartitionRange("a", 0, 3, 10)) == in_a
+    assert held(PartitionRange("a", 1, 0, 10)) == []
+    assert held(PartitionRange("b", 0, 0, 10)) == []
     assert delta.offset_floor(spark_session, lake, "a") == 8
     assert delta.offset_floor(spark_session, lake, "b") == 0
 
