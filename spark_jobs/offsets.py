@@ -40,6 +40,11 @@ class PartitionRange:
         """Offsets spanned; with transactions or compaction the records in it can be fewer."""
         return self.end - self.start
 
+    def overlaps(self, other: PartitionRange) -> bool:
+        return (self.topic, self.partition) == (other.topic, other.partition) and (
+            self.start < other.end and other.start < self.end
+        )
+
 
 def spark_offsets(ranges: list[PartitionRange]) -> tuple[str, str]:
     """``startingOffsets`` / ``endingOffsets`` JSON for Spark's Kafka source."""

@@ -4,8 +4,9 @@ spark-submit entry point (the ``tidemark_repair`` DAG's Spark task)::
 
     spark-submit spark_jobs/repair.py [--run-id RECONCILE_RUN_ID]
 
-``tidemark repair`` runs the same :func:`repair`. Per finding of the run (the latest mismatch when
-no run is given):
+``tidemark repair`` runs the same :func:`repair`. Holding the writer lock, it first checks each
+range finding of the run (the latest mismatch when no run is given) again as the sinks are now: a
+finding that no longer holds is left alone, and said so. Per finding that holds:
 
 * **missing records, a gap:** the named offsets are read again from Kafka and processed as one
   batch of the ``repair:<topic>`` pipeline. Records a sink holds stay as they are; the others are
@@ -13,6 +14,8 @@ no run is given):
   lost nothing writes nothing, and still records its ledger range (which closes a gap).
 * **extra or changed rows:** the range's rows are deleted from ``events``, ``duplicates`` and
   ``quarantine`` and the range is processed again, so each committed record is back exactly once.
+  Only offsets Kafka still holds are deleted: a row is never removed unless it can be written
+  again. Rows at offsets retention removed are kept as they are, and the repair says so.
 * **sessions that differ** (Delta vs PostgreSQL, or vs a recompute from ``events``): the named
   entities' sessions are recomputed from ``events`` and written to both sinks.
 * **expired ranges:** nothing can be re-read; they are reported, not repaired.
@@ -35,8 +38,8 @@ from spark_jobs.kafka_source import read_range
 from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.reconcile import history
-from spark_jobs.reconcile.findings import Report
-from spark_jobs.reconcile.ranges import LedgerRange, merged_spans, range_counts
+from spark_jobs.reconcile.findings import CHANGED, NEW, Report
+from spark_jobs.reconcile.ranges import LedgerRange, compare_ranges, key, merged_spans, range_counts
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.writer import BatchWriter, recompute_sessions
@@ -105,8 +108,9 @@ class RepairOutcome:
         return "\n".join(lines)
 
 
-def load_plan(settings: Settings, run_id: str | None) -> RepairPlan:
-    """The repair plan of ``run_id`` (default: the latest run that found a mismatch); checks before any work."""
+def load_findings(settings: Settings, run_id: str | None) -> tuple[str, list[dict]]:
+    """The id and findings of ``run_id`` (default: the latest run that found a mismatch); checks
+    before any work."""
     with db.transaction(settings.postgres_dsn) as cur:
         row = history.run_findings(cur, run_id)
     if row is None:
@@ -122,22 +126,31 @@ def load_plan(settings: Settings, run_id: str | None) -> RepairPlan:
         raise ConfigError(
             f"reconcile run {found_id} predates named findings; run `tidemark reconcile` and repair that run"
         )
-    return plan_repair(found_id, findings)
+    return found_id, findings
+
+
+def load_plan(settings: Settings, run_id: str | None) -> RepairPlan:
+    """The repair plan of ``run_id``'s findings as the run recorded them (default: the latest mismatch)."""
+    return plan_repair(*load_findings(settings, run_id))
 
 
 def repair(
     spark: SparkSession, settings: Settings, run_id: str | None = None, repair_id: str | None = None
 ) -> RepairOutcome:
-    """Repair the findings of ``run_id`` (default: the latest mismatch), then re-check."""
-    plan = load_plan(settings, run_id)
+    """Repair the findings of ``run_id`` (default: the latest mismatch) that still hold, then re-check."""
+    run_id, findings = load_findings(settings, run_id)
     repair_id = repair_id or reconcile.new_run_id("repair")
-    _record(settings, repair_id, plan.run_id, [], None, "running")
+    _record(settings, repair_id, run_id, [], None, "running")
     actions: list[str] = []
     try:
-        by_topic: dict[str, list[PartitionRange]] = defaultdict(list)
-        for r in plan.reread:
-            by_topic[r.topic].append(r)
-        with single_writer(settings, f"{REPAIR}:{plan.run_id}", wait=True) as lease:
+        with single_writer(settings, f"{REPAIR}:{run_id}", wait=True) as lease:
+            # Under the writer lock: nothing changes between the re-check and the writes.
+            findings, notes = still_found(spark, settings, findings)
+            actions += notes
+            plan = plan_repair(run_id, findings)
+            by_topic: dict[str, list[PartitionRange]] = defaultdict(list)
+            for r in plan.reread:
+                by_topic[r.topic].append(r)
             for topic, ranges in sorted(by_topic.items()):
                 clear = [r for r in plan.clear if r.topic == topic]
                 actions += _reprocess(spark, settings, lease, topic, ranges, clear, repair_id)
@@ -149,12 +162,37 @@ def repair(
                     f"{written:,} PostgreSQL rows written, {removed:,} removed"
                 )
         actions += [f"{r}: expired (retention removed it), cannot be re-read" for r in plan.expired]
-        recheck = reconcile.run(settings, reconcile.new_run_id("recheck"), lambda: spark, repair_of=plan.run_id)
+        recheck = reconcile.run(settings, reconcile.new_run_id("recheck"), lambda: spark, repair_of=run_id)
     except BaseException:
-        _record(settings, repair_id, plan.run_id, actions, None, "failed")
+        _record(settings, repair_id, run_id, actions, None, "failed")
         raise
-    _record(settings, repair_id, plan.run_id, actions, recheck.run_id, recheck.status)
+    _record(settings, repair_id, run_id, actions, recheck.run_id, recheck.status)
     return RepairOutcome(repair_id, plan, actions, recheck)
+
+
+def still_found(spark: SparkSession, settings: Settings, findings: list[dict]) -> tuple[list[dict], list[str]]:
+    """``findings`` with each range finding checked again as the sinks are now (call holding the
+    writer lock): one that no longer holds is left out, the others take their outcome of now.
+    Returns them and a line per finding left out."""
+    ranges = [f for f in findings if f["kind"] == "range"]
+    if not ranges:
+        return findings, []
+    entries = [
+        LedgerRange(f["pipeline"], f["batch_id"], PartitionRange(f["topic"], f["partition"], f["start"], f["end"]))
+        for f in ranges
+    ]
+    with db.transaction(settings.postgres_dsn) as cur:
+        verified = history.verified_ranges(cur)
+    to_check = [(e, CHANGED if key(e) in verified else NEW) for e in entries]
+    tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
+    checks = compare_ranges(settings, to_check, range_counts(spark, tables, entries), verified)
+    kept, notes = [f for f in findings if f["kind"] != "range"], []
+    for finding, check in zip(ranges, checks, strict=True):
+        if check.matches:
+            notes.append(f"{check.where}: the finding ({finding.get('outcome')}) no longer holds; left as it is")
+        else:
+            kept.append({**finding, "outcome": check.outcome})
+    return kept, notes
 
 
 def _reprocess(
@@ -168,14 +206,22 @@ def _reprocess(
 ) -> list[str]:
     """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first."""
     low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()}
-    actions = []
-    readable = []
-    for r in ranges:
+
+    def can_read(r: PartitionRange) -> PartitionRange | None:
         start = max(r.start, low.get(r.partition, 0))
-        if start > r.start:
-            actions.append(f"{r}: offsets [{r.start}, {min(start, r.end)}) are gone (retention); re-read the rest")
-        if start < r.end:
-            readable.append(PartitionRange(r.topic, r.partition, start, r.end))
+        return PartitionRange(r.topic, r.partition, start, r.end) if start < r.end else None
+
+    actions = []
+    for r in ranges:
+        gone_to = min(max(r.start, low.get(r.partition, 0)), r.end)
+        if gone_to > r.start:
+            kept = " their rows are kept as they are," if any(c.overlaps(r) for c in clear) else ""
+            actions.append(
+                f"{r}: offsets [{r.start}, {gone_to}) are gone (retention):{kept} a repair cannot read them again"
+            )
+    readable = [c for c in map(can_read, ranges) if c is not None]
+    # Only what Kafka still holds is cleared: a row is never deleted unless it can be written again.
+    clear = [c for c in map(can_read, clear) if c is not None]
     before = _held(spark, settings, readable)
     if clear:
         with batch_commit(settings, lease):

@@ -51,15 +51,20 @@ def snapshot_time(cur) -> datetime:
     return cur.fetchone()[0]
 
 
-def read_snapshot(cur, versions: dict[str, int] | None, now: datetime) -> Snapshot:
-    """The ledger's ranges, what was verified, the previous run and PostgreSQL's sessions, as of the
-    transaction's snapshot; ``to_check`` is left for the run to decide."""
-    ranges = [LedgerRange(p, b, r) for p, b, r in ledger.checked_ranges(cur, NOT_CHECKED)]
+def verified_ranges(cur) -> dict[tuple[str, int, str, int], Verified]:
+    """The count and checksum each verified range was verified with, by :func:`ranges.key`."""
     cur.execute(
         """SELECT pipeline, batch_id, topic, kafka_partition, sink_records, sink_checksum, checked_at
            FROM verified_ranges"""
     )
-    verified = {(p, b, t, k): Verified(int(n), int(c), at) for p, b, t, k, n, c, at in cur.fetchall()}
+    return {(p, b, t, k): Verified(int(n), int(c), at) for p, b, t, k, n, c, at in cur.fetchall()}
+
+
+def read_snapshot(cur, versions: dict[str, int] | None, now: datetime) -> Snapshot:
+    """The ledger's ranges, what was verified, the previous run and PostgreSQL's sessions, as of the
+    transaction's snapshot; ``to_check`` is left for the run to decide."""
+    ranges = [LedgerRange(p, b, r) for p, b, r in ledger.checked_ranges(cur, NOT_CHECKED)]
+    verified = verified_ranges(cur)
     cur.execute(
         """SELECT delta_versions, delta_sessions, delta_sessions_checksum, counted_at, delta_session_buckets
            FROM reconcile_runs

@@ -266,3 +266,72 @@ def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fres
     assert fixed.recheck.ok, fixed.describe()
     offsets = [r["offset"] for r in delta.table(spark, events).toDF().where(in_range).collect()]
     assert offsets.count(doubled) == 1 and missing in offsets
+
+
+def five_events_of_one_entity(spark, settings) -> None:
+    """e0..e4 of one entity, a minute apart, in a one-partition topic; ingested and verified."""
+    from datetime import UTC, datetime, timedelta
+
+    from spark_jobs.offsets import ensure_topic
+    from tests.integration.spark_jobs.checks import send
+
+    ensure_topic(settings, settings.topic, partitions=1)
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    events = [
+        {
+            "event_id": f"e{i}",
+            "entity_id": "one",
+            "event_type": "view",
+            "event_time": (t + timedelta(minutes=i)).isoformat(),
+        }
+        for i in range(5)
+    ]
+    send(settings, settings.topic, events)
+    ingest.run_scheduled(spark, settings)
+    assert reconciled(spark, settings, "verified").ok
+
+
+def test_a_repair_never_deletes_rows_it_cannot_read_again(spark, fresh) -> None:
+    """A changed range whose first offsets retention removed since: the repair rewrites only what
+    Kafka still holds, keeps the rest as it is and says so."""
+    settings = fresh
+    five_events_of_one_entity(spark, settings)
+    delta.table(spark, settings.table_path("events")).update("offset = 4", {"event_type": "'tampered'"})
+    found = reconciled(spark, settings, "tampered")
+    assert [c.outcome for c in found.mismatched] == ["changed"]
+    delete_records(settings, 0, 3)
+
+    fixed = repair.repair(spark, settings, "tampered")
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [0, 1, 2, 3, 4]
+    assert {r["event_type"] for r in delta_rows(spark, settings, "events")} == {"view"}
+    assert any("offsets [0, 3) are gone" in a and "kept" in a for a in fixed.actions), fixed.describe()
+    assert fixed.recheck.ok, fixed.describe()
+    assert_sessions_follow_events(spark, settings)
+
+
+def test_a_repair_rechecks_each_finding_and_leaves_one_that_no_longer_holds(spark, fresh) -> None:
+    """A finding fixed since (here the tampering undone with Delta's RESTORE): the repair re-checks
+    what it would touch, rewrites nothing, and says so; without a run id it finds the same run."""
+    settings = fresh
+    five_events_of_one_entity(spark, settings)
+    events = delta.table(spark, settings.table_path("events"))
+    untampered = events.history(1).first()["version"]
+    events.update("offset = 4", {"event_type": "'tampered'"})
+    assert [c.outcome for c in reconciled(spark, settings, "tampered").mismatched] == ["changed"]
+    events.restoreToVersion(untampered)
+
+    before = versions(spark, settings)
+    fixed = repair.repair(spark, settings)
+    assert fixed.plan.run_id == "tampered"
+    assert versions(spark, settings) == before, "a finding that no longer holds is not repaired"
+    assert any("no longer holds" in a for a in fixed.actions), fixed.describe()
+    assert fixed.recheck.ok, fixed.describe()
+
+
+def delete_records(settings, partition: int, before: int) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka_client_config())
+    for future in admin.delete_records([TopicPartition(settings.topic, partition, before)]).values():
+        future.result(timeout=30)
