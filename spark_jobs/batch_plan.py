@@ -69,6 +69,7 @@ class BatchPlan:
     takeovers: DataFrame | None  # earlier copies of stored event_ids, inserted into events
     displaced: DataFrame | None  # coordinates of the stored events rows the takeovers move to duplicates
     takeovers_since_us: int | None  # earliest arrival of a takeover, bounds the takeover MERGE
+    moved: list[PartitionRange]  # per partition, the offsets of the displaced rows (first to last)
     sessions: SessionChanges
     session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
     anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)
@@ -179,6 +180,7 @@ class BatchPlanner:
                 "%s batch %s breaks the producer requirements: %s (README, Producer requirements)",
                 self.pipeline, batch_id, checks.describe(),
             )  # fmt: skip
+        displaced_rows = dedupe.displaced(ranked) if counts.takeovers else None
         plan = BatchPlan(
             pipeline=self.pipeline,
             batch_id=batch_id,
@@ -204,7 +206,8 @@ class BatchPlanner:
             if counts.first_arrivals
             else None,
             takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
-            displaced=dedupe.displaced(ranked) if counts.takeovers else None,
+            displaced=displaced_rows,
+            moved=moved_spans(displaced_rows),
             takeovers_since_us=counts.takeovers_since_us,
             sessions=changes,
             session_rows=session_changes.surviving(changes.compared),
@@ -272,3 +275,14 @@ class BatchPlanner:
             summary["many_partitions"],
             earliest,
         )
+
+
+def moved_spans(displaced: DataFrame | None) -> list[PartitionRange]:
+    """Per partition, first to last offset of the stored rows a takeover moves (a small aggregate,
+    only for a batch with takeovers): the verified ranges there get a new baseline."""
+    from pyspark.sql import functions as F
+
+    if displaced is None:
+        return []
+    spans = displaced.groupBy("topic", "partition").agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
+    return [PartitionRange(r["topic"], r["partition"], r["first"], r["last"] + 1) for r in spans.collect()]

@@ -38,8 +38,8 @@ from spark_jobs.kafka_source import read_range
 from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.reconcile import history
-from spark_jobs.reconcile.findings import CHANGED, NEW, Report
-from spark_jobs.reconcile.ranges import LedgerRange, compare_ranges, key, merged_spans, range_counts
+from spark_jobs.reconcile.findings import CHANGED, Report
+from spark_jobs.reconcile.ranges import LedgerRange, compare_ranges, merged_spans, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.writer import BatchWriter, recompute_sessions
@@ -183,7 +183,7 @@ def still_found(spark: SparkSession, settings: Settings, findings: list[dict]) -
     ]
     with db.transaction(settings.postgres_dsn) as cur:
         verified = history.verified_ranges(cur)
-    to_check = [(e, CHANGED if key(e) in verified else NEW) for e in entries]
+    to_check = [(e, reason_to_check(e, verified, CHANGED)) for e in entries]
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
     checks = compare_ranges(settings, to_check, range_counts(spark, tables, entries), verified)
     kept, notes = [f for f in findings if f["kind"] != "range"], []

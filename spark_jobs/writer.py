@@ -32,6 +32,7 @@ from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, SESSION_C
 from spark_jobs.errors import LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange
+from spark_jobs.reconcile import history
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
@@ -155,7 +156,7 @@ class BatchWriter:
         clock = Stopwatch()
         plan = self.planner.plan(batch_df, batch_id, ranges, clock)
         self.fault("planned")
-        self._on_ledger(lambda cur: ledger.record_attempt(cur, self.pipeline, batch_id, ranges))
+        self._on_ledger(lambda cur: self._record_attempt(cur, plan))
         # Fenced, and reconcile sees this batch in both sinks or in neither.
         with batch_commit(self.settings, self.lease) as cur:
             proving = threading.Lock()  # the Delta writes run in threads; a cursor is not thread-safe
@@ -183,6 +184,12 @@ class BatchWriter:
             self.pipeline, batch_id, ranges, c.read, c.accepted, c.duplicates, c.quarantined, written, deleted,
             skipped=False, seconds=clock.laps, producer=c.producer,
         )  # fmt: skip
+
+    def _record_attempt(self, cur: Cursor, plan: BatchPlan) -> None:
+        """Before the first Delta write: where the batch may write, and the verified ranges it moves
+        rows of (committed first, so no reconcile sees a move without its mark)."""
+        ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
+        history.mark_moved(cur, plan.moved, self.pipeline, plan.batch_id)
 
     def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
         """``work`` in one PostgreSQL transaction of its own."""

@@ -20,7 +20,7 @@ SHOWN = 10  # names listed per finding in a report; the stored finding keeps up 
 STORED = 10_000
 
 # Why a range is checked: never verified, a commit touched its rows, or its turn in the rotation.
-NEW, CHANGED, ROTATION = "new", "changed", "rotation"
+NEW, CHANGED, ROTATION, MOVED = "new", "changed", "rotation", "moved"
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,8 @@ class RangeCheck:
         ``changed`` (same count, other rows) or ``expired``."""
         if self.expected is None:
             return "expired"
-        same = self.reason == NEW or self.sink_checksum == self.verified_checksum
+        # A range a recorded batch moved rows of is held to its count and offsets: its checksum moved too.
+        same = self.reason in (NEW, MOVED) or self.sink_checksum == self.verified_checksum
         if self.held_twice > 0:
             return "extra"
         if self.sink_records < self.expected:

@@ -16,7 +16,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from spark_jobs import ledger
-from spark_jobs.reconcile.findings import SessionsSummary
+from spark_jobs.offsets import PartitionRange
+from spark_jobs.reconcile.findings import MOVED, SessionsSummary
 from spark_jobs.reconcile.ranges import NOT_CHECKED, LedgerRange, Verified
 from spark_jobs.sinks import postgres
 
@@ -52,12 +53,33 @@ def snapshot_time(cur) -> datetime:
 
 
 def verified_ranges(cur) -> dict[tuple[str, int, str, int], Verified]:
-    """The count and checksum each verified range was verified with, by :func:`ranges.key`."""
+    """The count and checksum each verified range was verified with, and the batches that moved
+    rows of it since (:func:`mark_moved`), by :func:`ranges.key`."""
     cur.execute(
-        """SELECT pipeline, batch_id, topic, kafka_partition, sink_records, sink_checksum, checked_at
-           FROM verified_ranges"""
+        """SELECT v.pipeline, v.batch_id, v.topic, v.kafka_partition, v.sink_records, v.sink_checksum, v.checked_at,
+                  coalesce(array_agg(ARRAY[m.moved_by_pipeline, m.moved_by_batch::text])
+                           FILTER (WHERE m.moved_by_pipeline IS NOT NULL), '{}')
+           FROM verified_ranges AS v
+           LEFT JOIN range_moves AS m USING (pipeline, batch_id, topic, kafka_partition)
+           GROUP BY 1, 2, 3, 4, 5, 6, 7"""
     )
-    return {(p, b, t, k): Verified(int(n), int(c), at) for p, b, t, k, n, c, at in cur.fetchall()}
+    return {
+        (p, b, t, k): Verified(int(n), int(c), at, frozenset((mp, int(mb)) for mp, mb in moves))
+        for p, b, t, k, n, c, at, moves in cur.fetchall()
+    }
+
+
+def mark_moved(cur, spans: list[PartitionRange], pipeline: str, batch_id: int) -> None:
+    """Mark the verified ranges that hold rows at ``spans`` as moved by ``pipeline``'s batch
+    ``batch_id`` (call before the batch's first Delta write, in a transaction that commits then):
+    reconcile re-checks them by count and offsets and takes their new checksum as the baseline."""
+    cur.executemany(
+        """INSERT INTO range_moves (pipeline, batch_id, topic, kafka_partition, moved_by_pipeline, moved_by_batch)
+           SELECT pipeline, batch_id, topic, kafka_partition, %s, %s FROM verified_ranges
+           WHERE topic = %s AND kafka_partition = %s AND start_offset < %s AND end_offset > %s
+           ON CONFLICT DO NOTHING""",
+        [(pipeline, batch_id, s.topic, s.partition, s.end, s.start) for s in spans],
+    )
 
 
 def read_snapshot(cur, versions: dict[str, int] | None, now: datetime) -> Snapshot:
@@ -180,7 +202,26 @@ def record_run(
         [
             (c.pipeline, c.batch_id, c.topic, c.partition, c.start, c.end, c.sink_records, c.sink_checksum, run_id)
             for c in report.checks
-            if c.matches
+            if c.matches and c.reason != MOVED
+        ],
+    )
+    # Ranges recorded batches moved rows of: what they hold now is the baseline. A mark goes once
+    # the batch that set it is in the snapshot's ledger (all its Delta writes are in the snapshot).
+    moved = [c for c in report.checks if c.matches and c.reason == MOVED]
+    cur.executemany(
+        """UPDATE verified_ranges SET sink_records = %s, sink_checksum = %s, verified_by = %s, checked_at = now()
+           WHERE pipeline = %s AND batch_id = %s AND topic = %s AND kafka_partition = %s""",
+        [(c.sink_records, c.sink_checksum, run_id, c.pipeline, c.batch_id, c.topic, c.partition) for c in moved],
+    )
+    committed = {(r.pipeline, r.batch_id) for r in snapshot.ranges}
+    cur.executemany(
+        """DELETE FROM range_moves WHERE pipeline = %s AND batch_id = %s AND topic = %s AND kafka_partition = %s
+           AND moved_by_pipeline = %s AND moved_by_batch = %s""",
+        [
+            (c.pipeline, c.batch_id, c.topic, c.partition, mp, mb)
+            for c in moved
+            for mp, mb in snapshot.verified[(c.pipeline, c.batch_id, c.topic, c.partition)].moved_by
+            if (mp, mb) in committed
         ],
     )
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.contract import COORDINATES, RECORD_TABLES
 from spark_jobs.offsets import PartitionRange, count_committed, first_arrival, watermarks
-from spark_jobs.reconcile.findings import NEW, Lag, RangeCheck
+from spark_jobs.reconcile.findings import MOVED, NEW, Lag, RangeCheck
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.sinks.delta_log import union
@@ -38,6 +38,14 @@ class Verified:
     records: int
     checksum: int
     checked_at: datetime
+    moved_by: frozenset[tuple[str, int]] = frozenset()  # (pipeline, batch_id) of batches that moved rows of it
+
+
+def reason_to_check(r: LedgerRange, verified: dict[tuple[str, int, str, int], Verified], reason: str) -> str:
+    """Why ``r`` is checked: ``new`` (never verified), ``moved`` (a recorded batch moved rows of it
+    since: its checksum is no baseline), else ``reason``."""
+    v = verified.get(key(r))
+    return NEW if v is None else MOVED if v.moved_by else reason
 
 
 def key(r: LedgerRange) -> tuple[str, int, str, int]:
@@ -54,7 +62,8 @@ def rotation_share(
     """The verified ranges whose turn it is: all not re-checked for a whole period, and the oldest
     ``n * elapsed / period`` others, so that the re-checks spread over the period."""
     period = timedelta(days=settings.reverify_days)
-    candidates = sorted((r for r in ranges if key(r) in verified), key=lambda r: verified[key(r)].checked_at)
+    settled = (r for r in ranges if key(r) in verified and not verified[key(r)].moved_by)
+    candidates = sorted(settled, key=lambda r: verified[key(r)].checked_at)
     if not candidates:
         return []
     elapsed = (now - previous_at) if previous_at else timedelta(0)

@@ -19,6 +19,7 @@ from spark_jobs.offsets import check_reachable
 from spark_jobs.reconcile import history
 from spark_jobs.reconcile.findings import (
     CHANGED,
+    MOVED,
     NEW,
     ROTATION,
     Gap,
@@ -36,6 +37,7 @@ from spark_jobs.reconcile.ranges import (
     measure_lag,
     range_counts,
     ranges_holding,
+    reason_to_check,
     rotation_share,
 )
 from spark_jobs.reconcile.sessions import (
@@ -111,7 +113,7 @@ def run(
 def _due(snapshot: Snapshot, settings: Settings) -> list[tuple[LedgerRange, str]]:
     """The ranges to check before the Delta log is read: never verified, and the rotation's share."""
     ranges, verified = snapshot.ranges, snapshot.verified
-    due = [(r, NEW) for r in ranges if key(r) not in verified]
+    due = [(r, reason) for r in ranges if (reason := reason_to_check(r, verified, ROTATION)) in (NEW, MOVED)]
     due += [(r, ROTATION) for r in rotation_share(ranges, verified, snapshot.previous_at, snapshot.now, settings)]
     return due
 

@@ -8,14 +8,16 @@ reconcile must name it, ``repair`` must fix exactly that, and the next reconcile
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from spark_jobs import ingest, reconcile, repair
 from spark_jobs.errors import ConfigError
+from spark_jobs.offsets import ensure_topic
 from spark_jobs.reconcile.findings import SessionsSummary
 from spark_jobs.sinks import delta
-from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows, query
+from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows, query, send
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -268,27 +270,41 @@ def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fres
     assert offsets.count(doubled) == 1 and missing in offsets
 
 
+T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+
+
+def one_entity(i: int) -> dict:
+    at = (T0 + timedelta(minutes=i)).isoformat()
+    return {"event_id": f"e{i}", "entity_id": "one", "event_type": "view", "event_time": at}
+
+
 def five_events_of_one_entity(spark, settings) -> None:
-    """e0..e4 of one entity, a minute apart, in a one-partition topic; ingested and verified."""
-    from datetime import UTC, datetime, timedelta
-
-    from spark_jobs.offsets import ensure_topic
-    from tests.integration.spark_jobs.checks import send
-
-    ensure_topic(settings, settings.topic, partitions=1)
-    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
-    events = [
-        {
-            "event_id": f"e{i}",
-            "entity_id": "one",
-            "event_type": "view",
-            "event_time": (t + timedelta(minutes=i)).isoformat(),
-        }
-        for i in range(5)
-    ]
-    send(settings, settings.topic, events)
+    """e0..e4 of one entity, arriving a minute apart, in a one-partition CreateTime topic; ingested
+    and verified."""
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    send(settings, settings.topic, [one_entity(i) for i in range(5)], [T0 + timedelta(minutes=i) for i in range(5)])
     ingest.run_scheduled(spark, settings)
     assert reconciled(spark, settings, "verified").ok
+
+
+def test_a_takeover_by_a_later_batch_moves_the_verified_baseline_and_tampering_is_still_found(spark, fresh) -> None:
+    """An earlier copy of e2 arrives after e0..e4 were verified: the next batch moves the stored e2
+    from events to duplicates. A recorded batch did that, so reconcile stays green on every run;
+    damage done after it is still found."""
+    settings = fresh
+    five_events_of_one_entity(spark, settings)
+    send(settings, settings.topic, [one_entity(2)], [T0 - timedelta(minutes=1)])
+    [takeover] = ingest.run_scheduled(spark, settings)
+    assert (takeover.read, takeover.accepted) == (1, 1)
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [2]
+
+    for name in ("after-takeover", "again"):
+        report = reconciled(spark, settings, name)
+        assert report.ok, report.summary()
+        assert query(settings, "SELECT count(*) FROM range_moves") == [(0,)], "the batch is in the ledger"
+    delta.table(spark, settings.table_path("events")).update("offset = 4", {"event_type": "'tampered'"})
+    found = reconciled(spark, settings, "tampered")
+    assert [(c.start, c.end, c.outcome) for c in found.mismatched] == [(0, 5, "changed")], found.summary()
 
 
 def test_a_repair_never_deletes_rows_it_cannot_read_again(spark, fresh) -> None:
