@@ -94,8 +94,9 @@ test-airflow: venv jars  ## the DAGs through Airflow (dag.test) and the Airflow 
 test-deploy: venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
 	TZ=Europe/Berlin $(BIN)/pytest -m deploy --durations=5 tests
 
-fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20), or SEED=S to replay one
-	TZ=Europe/Berlin TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_SEED=$(SEED) $(BIN)/pytest -m integration \
+fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20) from seed FROM (default 1000), or SEED=S to replay one
+	TZ=Europe/Berlin TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_FROM=$(FROM) TIDEMARK_FUZZ_SEED=$(SEED) \
+		$(BIN)/pytest -m integration \
 		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
 
 images: venv jars  ## build the compose stack's images offline: Debian base (mmdebstrap), wheelhouse, jars (root; about 6 min)

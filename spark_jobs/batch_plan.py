@@ -70,6 +70,7 @@ class BatchPlan:
     displaced: DataFrame | None  # coordinates of the stored events rows the takeovers move to duplicates
     takeovers_since_us: int | None  # earliest arrival of a takeover, bounds the takeover MERGE
     moved: list[PartitionRange]  # per partition, the offsets of the displaced rows (first to last)
+    read_spans: list[PartitionRange]  # runs of consecutive offsets the batch read (only when watching for losses)
     sessions: SessionChanges
     session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
     anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)
@@ -96,11 +97,12 @@ class BatchPlanner:
         on_ledger: Callable[[Callable[[Cursor], Any]], Any],
         scheduled: bool,
         created_lake: bool,
+        watch_losses: bool = False,
     ) -> None:
         self.spark, self.settings, self.pipeline, self.rules = spark, settings, pipeline, rules
         self.frozen = frozen
         self._may_hold = on_ledger
-        self.scheduled, self.created_lake = scheduled, created_lake
+        self.scheduled, self.created_lake, self.watch_losses = scheduled, created_lake, watch_losses
 
     def _read(self, name: str) -> DataFrame:
         return delta.table(self.spark, self.settings.table_path(name)).toDF()
@@ -134,6 +136,7 @@ class BatchPlanner:
                 *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
             )
         )
+        read_spans = consecutive_offsets(parsed) if self.watch_losses else []
         held = self.held(ranges)
         held_in = {} if held is None else {r["table"]: r["count"] for r in held.groupBy("table").count().collect()}
         # Over every record, held ones too: the producer checks and the earliest valid arrival (the
@@ -208,6 +211,7 @@ class BatchPlanner:
             takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
             displaced=displaced_rows,
             moved=moved_spans(displaced_rows),
+            read_spans=read_spans,
             takeovers_since_us=counts.takeovers_since_us,
             sessions=changes,
             session_rows=session_changes.surviving(changes.compared),
@@ -286,3 +290,20 @@ def moved_spans(displaced: DataFrame | None) -> list[PartitionRange]:
         return []
     spans = displaced.groupBy("topic", "partition").agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
     return [PartitionRange(r["topic"], r["partition"], r["first"], r["last"] + 1) for r in spans.collect()]
+
+
+def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:
+    """The runs of consecutive offsets ``records`` hold, per topic and partition (one small job):
+    in a stream that skips removed offsets, what lies between them may have been skipped."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_offset = Window.partitionBy("topic", "partition").orderBy("offset")
+    runs = (
+        records.select("topic", "partition", "offset")
+        .withColumn("run", F.col("offset") - F.row_number().over(by_offset))
+        .groupBy("topic", "partition", "run")
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
+        .collect()
+    )
+    return sorted(PartitionRange(r["topic"], r["partition"], r["first"], r["last"] + 1) for r in runs)

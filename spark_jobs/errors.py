@@ -24,6 +24,10 @@ class TopicError(TidemarkError):
     """A topic is missing or misconfigured."""
 
 
+class TopicRecreated(TopicError):
+    """The topic behind a name is not the one the ledger's ranges were read from."""
+
+
 class DataLossError(TidemarkError):
     """Offsets a plan needs are no longer on the broker (retention or deletion)."""
 

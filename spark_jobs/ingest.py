@@ -135,7 +135,8 @@ def run_scheduled(
     log = OffsetLog(spark, checkpoint)
     pipeline = pipeline_name(SCHEDULED, topic)
     with single_writer(settings, pipeline, wait) as lease:
-        start = check_retention(settings, topic, allow_data_loss)  # an unknown topic fails here, before any query
+        topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
+        start = check_retention(settings, topic, allow_data_loss)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
         if split_frozen_batch:
             unfreeze_batch(settings, log, pipeline)
@@ -147,6 +148,9 @@ def run_scheduled(
             lambda b: streaming_ranges(settings, log, topic, b, start),
             fault,
             scheduled=True,
+            topic_id=topic_id,
+            # An acknowledged loss: the stream skips removed offsets, so each batch looks for what it skipped.
+            watch_losses=bool(start.losses),
         )
         query = (
             stream_reader(
@@ -220,14 +224,24 @@ def run_backfill(
         return DryRun(plan.ranges, records)
     pipeline = pipeline_name(BACKFILL, plan.topic)
     with single_writer(settings, pipeline, wait) as lease:
+        topic_id = ledger.verify_topic(settings, plan.topic)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
         with db.transaction(settings.postgres_dsn) as cur:
             batch_id = recorded_plan(cur, plan)
             if batch_id is None:
                 batch_id = ledger.next_batch_id(cur, pipeline)
-        writer = BatchWriter(spark, settings, lease, pipeline, lambda _: plan.ranges, fault)
+        # Offsets asked for that retention removed, skipped with --allow-data-loss: exactly those are
+        # acknowledged, recorded and reported (a loss during the read fails it: failOnDataLoss is on).
+        acknowledged = [
+            retention.Loss(pipeline, r.topic, r.partition, r.start, r.end, before_first_run=False) for r in plan.skipped
+        ]
+        if acknowledged:
+            with db.transaction(settings.postgres_dsn) as cur:
+                retention.record_losses(cur, acknowledged)
+        writer = BatchWriter(spark, settings, lease, pipeline, lambda _: plan.ranges, fault, topic_id=topic_id)
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
-    return writer.results[-1]
+    result = writer.results[-1]
+    return replace(result, lost=acknowledged + result.lost)
 
 
 def recorded_plan(cur, plan: BackfillPlan) -> int | None:
@@ -348,6 +362,7 @@ def describe(result: list[BatchResult] | BatchResult | DryRun) -> str:
                     f"  WARNING: the producers broke tidemark's requirements: {r.producer.describe()}. Published "
                     "session IDs of those entities may be replaced; see README, Producer requirements."
                 )
+        lines += [f"  {loss.describe()}" for loss in r.lost]
     return "\n".join(lines)
 
 

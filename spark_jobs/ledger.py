@@ -7,11 +7,12 @@ The ledger also records the session rules the stored sessions were built with.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from spark_jobs.contract import SessionRules
-from spark_jobs.errors import LedgerConflict, SessionRulesChanged
+from spark_jobs.errors import LedgerConflict, SessionRulesChanged, TopicRecreated
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.producers import ProducerChecks
 
@@ -59,6 +60,12 @@ def lock_batches(cur) -> None:
     cur.execute("LOCK TABLE ledger_batches IN SHARE ROW EXCLUSIVE MODE")
 
 
+def topics(cur) -> list[str]:
+    """Every topic the ledger has ranges of."""
+    cur.execute("SELECT DISTINCT topic FROM ledger_ranges ORDER BY 1")
+    return [row[0] for row in cur.fetchall()]
+
+
 def next_batch_id(cur, pipeline: str) -> int:
     cur.execute("SELECT coalesce(max(batch_id) + 1, 0) FROM ledger_batches WHERE pipeline = %s", (pipeline,))
     return int(cur.fetchone()[0])
@@ -71,8 +78,10 @@ def record_batch(
     ranges: list[PartitionRange],
     counts: BatchCounts,
     rules: SessionRules | None = None,
+    topic_id: str | None = None,
 ) -> None:
-    """Insert the ledger rows of one batch (call inside the batch's transaction); ``rules`` it sessionized with."""
+    """Insert the ledger rows of one batch (call inside the batch's transaction); ``rules`` it
+    sessionized with, ``topic_id`` the id of the topic it read (:func:`check_topic`)."""
     topics = {r.topic for r in ranges}
     if len(topics) != 1:
         raise ValueError(f"a batch reads exactly one topic, got {sorted(topics) or 'none'}")
@@ -107,10 +116,54 @@ def record_batch(
         ),
     )
     cur.executemany(
-        """INSERT INTO ledger_ranges (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset)
-           VALUES (%s, %s, %s, %s, %s, %s)""",
-        [(pipeline, batch_id, r.topic, r.partition, r.start, r.end) for r in ranges],
+        """INSERT INTO ledger_ranges (pipeline, batch_id, topic, kafka_partition, start_offset, end_offset, topic_id)
+           VALUES (%s, %s, %s, %s, %s, %s, %s)""",
+        [(pipeline, batch_id, r.topic, r.partition, r.start, r.end, topic_id) for r in ranges],
     )
+
+
+def check_topic(cur, topic: str, topic_id: str | None, held: Mapping[int, tuple[int, int]]) -> None:
+    """Fail unless the topic named ``topic`` (id ``topic_id``, ``{partition: (low, high)}`` offsets
+    ``held``) is the one the ledger's ranges were read from: a topic deleted and created again
+    starts its offsets at 0, so its records would take the old records' coordinates."""
+    what_to_do = (
+        "Nothing was read or written. The sinks keep the old topic's records under its name: produce the "
+        "new records to a topic of another name and point TIDEMARK_TOPIC (or --topic) at it (README, "
+        "'A topic deleted and created again')."
+    )
+    if topic_id is not None:
+        cur.execute(
+            "SELECT topic_id FROM ledger_ranges WHERE topic = %s AND topic_id IS NOT NULL AND topic_id <> %s LIMIT 1",
+            (topic, topic_id),
+        )
+        row = cur.fetchone()
+        if row is not None:
+            raise TopicRecreated(
+                f"topic {topic!r} was deleted and created again: the ledger's ranges were read from topic id "
+                f"{row[0]}, the topic of that name now has id {topic_id} and its offsets started again at 0. "
+                + what_to_do
+            )
+    cur.execute("SELECT kafka_partition, max(end_offset) FROM ledger_ranges WHERE topic = %s GROUP BY 1", (topic,))
+    for partition, read_to in sorted(cur.fetchall()):
+        high = held.get(partition, (0, 0))[1]
+        if high < read_to:
+            raise TopicRecreated(
+                f"topic {topic!r} was deleted and created again, or truncated: partition {partition} ends at offset "
+                f"{high}, below offset {read_to} the ledger read up to. " + what_to_do
+            )
+
+
+def verify_topic(settings, topic: str, held: Mapping[int, tuple[int, int]] | None = None) -> str | None:
+    """:func:`check_topic` against the broker now (``held``: its watermarks, if read already); the
+    topic's id, for the ledger rows of the run."""
+    from spark_jobs import db
+    from spark_jobs.offsets import topic_id, watermarks
+
+    held = watermarks(settings, topic) if held is None else held
+    current = topic_id(settings, topic)
+    with db.transaction(settings.postgres_dsn) as cur:
+        check_topic(cur, topic, current, held)
+    return current
 
 
 def record_attempt(cur, pipeline: str, batch_id: int, ranges: list[PartitionRange]) -> None:

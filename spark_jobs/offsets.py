@@ -170,6 +170,20 @@ def watermarks(settings: Settings, topic: str) -> Mapping[int, tuple[int, int]]:
         consumer.close()
 
 
+def topic_id(settings: Settings, topic: str) -> str | None:
+    """Kafka's id of the topic named ``topic`` (None from a broker that gives none)."""
+    from confluent_kafka import KafkaException, TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka_client_config())
+    try:
+        [future] = admin.describe_topics(TopicCollection([topic]), request_timeout=10).values()
+        described = future.result()
+    except KafkaException as exc:
+        raise TopicError(f"Kafka at {settings.bootstrap_servers} could not describe topic {topic!r}: {exc}") from None
+    return None if described.topic_id is None else str(described.topic_id)
+
+
 def offsets_for_time(
     settings: Settings, topic: str, when: datetime, held: Mapping[int, tuple[int, int]] | None = None
 ) -> dict[int, int]:

@@ -8,7 +8,7 @@ module to plan and show a backfill before Spark starts.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from spark_jobs.errors import ConfigError, DataLossError
@@ -19,6 +19,7 @@ from spark_jobs.settings import Settings
 @dataclass(frozen=True)
 class BackfillPlan:
     ranges: list[PartitionRange]
+    skipped: list[PartitionRange] = field(default_factory=list)  # asked for, gone, acknowledged (--allow-data-loss)
 
     @property
     def topic(self) -> str:
@@ -84,7 +85,7 @@ def plan_backfill(
         offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
         if partitions is not None:
             offsets = {p: span for p, span in offsets.items() if p in set(partitions)}
-    ranges = []
+    ranges, skipped = [], []
     for partition, (start, end) in sorted(offsets.items()):
         if partition not in held:
             raise ConfigError(f"topic {topic!r} has no partition {partition} (it has {sorted(held)})")
@@ -100,11 +101,12 @@ def plan_backfill(
                     f"deletion); the earliest available is {low}. Start at {low}, or pass --allow-data-loss "
                     "to skip what is gone."
                 )
+            skipped.append(PartitionRange(topic, partition, start, min(low, end)))
             start = min(low, end)
         if by_time and start == low > 0 and not allow_data_loss:
             _check_time_range_retained(settings, topic, partition, low, from_time)
         ranges.append(PartitionRange(topic, partition, start, end))
-    return BackfillPlan(ranges)
+    return BackfillPlan(ranges, skipped)
 
 
 def _check_time_range_retained(settings: Settings, topic: str, partition: int, low: int, from_time: datetime) -> None:

@@ -205,7 +205,9 @@ def _reprocess(
     repair_id: str,
 ) -> list[str]:
     """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first."""
-    low = {p: lo for p, (lo, _) in watermarks(settings, topic).items()}
+    held = watermarks(settings, topic)
+    topic_id = ledger.verify_topic(settings, topic, held)  # a topic created again: nothing is cleared
+    low = {p: lo for p, (lo, _) in held.items()}
 
     def can_read(r: PartitionRange) -> PartitionRange | None:
         start = max(r.start, low.get(r.partition, 0))
@@ -234,7 +236,7 @@ def _reprocess(
             batch_id = ledger.next_batch_id(cur, pipeline)
         # Scoped by the repair: a batch id and ranges an earlier, failed repair used write afresh here
         # (this repair cleared what that one wrote).
-        writer = BatchWriter(spark, settings, lease, pipeline, lambda _, b=batch: b, scope=repair_id)
+        writer = BatchWriter(spark, settings, lease, pipeline, lambda _, b=batch: b, scope=repair_id, topic_id=topic_id)
         writer.write(read_range(spark, settings, batch), batch_id)
     after = _held(spark, settings, readable)
     for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_jobs.errors import DataLossError
+from spark_jobs.offsets import PartitionRange
 
 
 @dataclass(frozen=True, order=True)
@@ -34,9 +35,15 @@ class Loss:
     start: int
     end: int
     before_first_run: bool  # the pipeline had never read the partition
+    during_run: bool = False  # removed while a run that had acknowledged another loss read towards them
 
     def describe(self) -> str:
         where = f"topic {self.topic} partition {self.partition} offsets [{self.start}, {self.end})"
+        if self.during_run:
+            return (
+                f"lost to retention during a run: {where}: removed while {self.pipeline} was reading towards them "
+                "(found by the batch that should have read them; nobody acknowledged them)"
+            )
         if self.before_first_run:
             return (
                 f"lost before the first run: {where}: Kafka's retention removed them before {self.pipeline} first "
@@ -53,6 +60,7 @@ class Loss:
             "start": self.start,
             "end": self.end,
             "before_first_run": self.before_first_run,
+            "during_run": self.during_run,
         }
 
 
@@ -149,19 +157,47 @@ def record(cur, pipeline: str, topic: str, check: StartCheck, acknowledged: bool
         [(pipeline, topic, p, start, low) for p, (start, low) in check.first_starts.items()],
     )
     if acknowledged:
-        cur.executemany(
-            """INSERT INTO retention_losses (pipeline, topic, kafka_partition, start_offset, end_offset,
-                                             before_first_run)
-               VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (pipeline, topic, kafka_partition, start_offset)
-               DO UPDATE SET end_offset = greatest(retention_losses.end_offset, EXCLUDED.end_offset)""",
-            [(x.pipeline, x.topic, x.partition, x.start, x.end, x.before_first_run) for x in check.losses],
-        )
+        record_losses(cur, check.losses)
+
+
+def record_losses(cur, losses: list[Loss]) -> None:
+    """Record ``losses`` in the ledger (a loss recorded before is widened, never narrowed)."""
+    cur.executemany(
+        """INSERT INTO retention_losses (pipeline, topic, kafka_partition, start_offset, end_offset,
+                                         before_first_run, during_run)
+           VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (pipeline, topic, kafka_partition, start_offset)
+           DO UPDATE SET end_offset = greatest(retention_losses.end_offset, EXCLUDED.end_offset)""",
+        [(x.pipeline, x.topic, x.partition, x.start, x.end, x.before_first_run, x.during_run) for x in losses],
+    )
+
+
+def lost_in_batch(
+    pipeline: str, ranges: list[PartitionRange], read: list[PartitionRange], held: Mapping[int, tuple[int, int]]
+) -> list[Loss]:
+    """What retention removed from a batch's ``ranges`` before the batch read it, in a run whose
+    stream skips removed offsets (one that acknowledged an earlier loss): per partition, the offsets
+    of the range the batch did not ``read`` (its runs of consecutive offsets) that lie below the low
+    watermark now (``held``). Gone, and never read. (Between transactions a topic has offsets that
+    hold no record; below the low watermark they cannot be told apart, so they count as lost.) Pure."""
+    losses = []
+    for r in ranges:
+        low = min(held.get(r.partition, (0, 0))[0], r.end)
+        position = r.start
+        runs = sorted((x.start, x.end) for x in read if (x.topic, x.partition) == (r.topic, r.partition))
+        for start, end in [*runs, (low, low)]:
+            gap_end = min(start, low)
+            if gap_end > position:
+                losses.append(Loss(pipeline, r.topic, r.partition, position, gap_end, False, during_run=True))
+            position = max(position, end)
+            if position >= low:
+                break
+    return losses
 
 
 def recorded_losses(cur, pipeline: str | None = None) -> list[Loss]:
     """Every acknowledged loss (of ``pipeline``, or of all pipelines)."""
     cur.execute(
-        """SELECT pipeline, topic, kafka_partition, start_offset, end_offset, before_first_run
+        """SELECT pipeline, topic, kafka_partition, start_offset, end_offset, before_first_run, during_run
            FROM retention_losses WHERE %s IS NULL OR pipeline = %s
            ORDER BY pipeline, topic, kafka_partition, start_offset""",
         (pipeline, pipeline),

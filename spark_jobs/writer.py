@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_jobs import db, ledger, producers, session_changes
+from spark_jobs import db, ledger, producers, retention, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
 from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, SESSION_COLUMNS
 from spark_jobs.errors import LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
-from spark_jobs.offsets import PartitionRange
+from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.reconcile import history
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
@@ -74,6 +74,7 @@ class BatchResult:
     skipped: bool  # the ledger already had this batch
     seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
     producer: producers.ProducerChecks = field(default_factory=producers.ProducerChecks)
+    lost: list[retention.Loss] = field(default_factory=list)  # offsets retention removed before the batch read them
 
 
 class BatchWriter:
@@ -84,7 +85,11 @@ class BatchWriter:
 
     ``fault``, for tests only, is called with each of :data:`FAULT_POINTS` as the batch passes it.
 
-    ``scope`` goes into the batches' Delta transaction identifiers (:func:`batch_write_id`).
+    ``scope`` goes into the batches' Delta transaction identifiers (:func:`batch_write_id`);
+    ``topic_id``, the id of the topic the run checked it reads (``ledger.verify_topic``), into its ledger ranges.
+
+    ``watch_losses``: the stream skips offsets retention removed (a run that acknowledged a loss):
+    each batch records what it should have read but could not (``retention.lost_in_batch``).
 
     ``scheduled``: a scheduled run's batches, which read offsets past what the pipeline read before
     (:class:`spark_jobs.batch_plan.BatchPlanner` says what that saves).
@@ -100,6 +105,8 @@ class BatchWriter:
         fault: Fault | None = None,
         scheduled: bool = False,
         scope: str = "",
+        topic_id: str | None = None,
+        watch_losses: bool = False,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -109,6 +116,7 @@ class BatchWriter:
         self.rules = settings.session_rules
         self.fault = fault or (lambda point: None)
         self.scope = scope
+        self.topic_id = topic_id
         self.results: list[BatchResult] = []
         self.failure: TidemarkError | None = None
         self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
@@ -116,8 +124,9 @@ class BatchWriter:
         # were recorded (ledger.write_floor).
         created_lake = set(RECORD_TABLES) <= set(delta.ensure_tables(spark, settings))
         self.planner = BatchPlanner(
-            spark, settings, pipeline, self.rules, self._frozen, self._on_ledger, scheduled, created_lake
+            spark, settings, pipeline, self.rules, self._frozen, self._on_ledger, scheduled, created_lake, watch_losses
         )
+        self.watch_losses = watch_losses
 
     def _path(self, name: str) -> str:
         return self.settings.table_path(name)
@@ -156,6 +165,10 @@ class BatchWriter:
         clock = Stopwatch()
         plan = self.planner.plan(batch_df, batch_id, ranges, clock)
         self.fault("planned")
+        lost = []
+        if self.watch_losses and ranges:
+            held = watermarks(self.settings, ranges[0].topic)
+            lost = retention.lost_in_batch(self.pipeline, ranges, plan.read_spans, held)
         self._on_ledger(lambda cur: self._record_attempt(cur, plan))
         # Fenced, and reconcile sees this batch in both sinks or in neither.
         with batch_commit(self.settings, self.lease) as cur:
@@ -177,12 +190,13 @@ class BatchWriter:
                 postgres.text_rows(plan.session_rows, SESSION_COLUMNS),
                 postgres.text_rows(plan.anchor_rows, ("entity_id", "anchor")),
             )
-            ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules)
+            retention.record_losses(cur, lost)
+            ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id)
         clock.lap("postgres")
         c = plan.counts
         return BatchResult(
             self.pipeline, batch_id, ranges, c.read, c.accepted, c.duplicates, c.quarantined, written, deleted,
-            skipped=False, seconds=clock.laps, producer=c.producer,
+            skipped=False, seconds=clock.laps, producer=c.producer, lost=lost,
         )  # fmt: skip
 
     def _record_attempt(self, cur: Cursor, plan: BatchPlan) -> None:

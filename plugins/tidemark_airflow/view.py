@@ -2,7 +2,9 @@
 
 A FastAPI app that ``plugins/tidemark_plugin.py`` mounts on Airflow's api-server at ``/tidemark``
 and adds to the UI's navigation. It reads the tidemark database through the ``tidemark_postgres``
-connection; every page needs an Airflow login (the UI's session cookie or a bearer token). The
+connection; every page needs an Airflow login (the UI's session cookie or a bearer token) and the
+permission to read the custom view :data:`RESOURCE` (its reports name entity ids): an auth manager
+with roles (FAB's) grants it per role, Airflow's simple auth manager to every role. The
 charts are SVG drawn here, so the page needs no JavaScript and no files beyond itself.
 """
 
@@ -188,13 +190,26 @@ def render_run(run: tuple | None, ranges: list[tuple]) -> str:
     return PAGE.format(title=f"tidemark: {run_id}", body=body)
 
 
+RESOURCE = "Tidemark"  # the custom view a deployment grants (FAB: "can read on Tidemark")
+
+
+def may_read(auth_manager, user) -> bool:  # an Airflow auth manager and one of its users
+    """Whether ``user`` may read the tidemark pages."""
+    return auth_manager.is_authorized_custom_view(method="GET", resource_name=RESOURCE, user=user)
+
+
 def create_app():  # -> fastapi.FastAPI
-    """The FastAPI app; every route needs an authenticated Airflow user."""
-    from airflow.api_fastapi.core_api.security import requires_authenticated
-    from fastapi import Depends, FastAPI
+    """The FastAPI app; every route needs an Airflow user who :func:`may_read` it."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.core_api.security import GetUserDep
+    from fastapi import Depends, FastAPI, HTTPException
     from fastapi.responses import HTMLResponse
 
-    app = FastAPI(title="tidemark", dependencies=[Depends(requires_authenticated())])
+    def read_permission(user: GetUserDep) -> None:
+        if not may_read(get_auth_manager(), user):
+            raise HTTPException(403, f"reading tidemark's reports needs the permission to read the {RESOURCE} view")
+
+    app = FastAPI(title="tidemark", dependencies=[Depends(read_permission)])
 
     @app.get("/", response_class=HTMLResponse)
     def overview() -> str:

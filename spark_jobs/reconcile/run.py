@@ -68,9 +68,13 @@ def run(
     """
     if not run_id:
         raise ValueError("a reconcile run needs a run id (Airflow passes its run_id)")
+    with db.transaction(settings.postgres_dsn) as cur:
+        topics = ledger.topics(cur)
+    check_reachable(settings)
+    for topic in topics:  # a topic deleted and created again fails here, before any work
+        ledger.verify_topic(settings, topic)
     # One REPEATABLE READ transaction from the lake lock to the record: every read sees the snapshot.
     with db.transaction(settings.postgres_dsn, isolation_level="REPEATABLE READ") as cur:
-        check_reachable(settings)
         spark = None
         if local_versions(settings) is None:  # a remote lake: only Spark reads its log
             if spark_factory is None:

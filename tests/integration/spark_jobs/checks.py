@@ -56,6 +56,16 @@ def assert_sinks_agree(snap: dict[str, set]) -> None:
     assert snap["delta_sessions_text"], "expected some sessions"
 
 
+def delete_records(settings: Settings, partition: int, before: int) -> None:
+    """What retention does: the broker drops the partition's records below ``before``."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(settings.kafka_client_config())
+    for future in admin.delete_records([TopicPartition(settings.topic, partition, before)]).values():
+        future.result(timeout=30)
+
+
 def send(settings: Settings, topic: str, events: list[dict], arrivals: list[datetime] | None = None) -> None:
     """Send ``events`` keyed by entity; ``arrivals`` sets their timestamps (CreateTime topics only)."""
     from confluent_kafka import Producer

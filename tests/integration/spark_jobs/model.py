@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.contract import SessionRules
@@ -138,10 +138,16 @@ class Produce:
 
 @dataclass(frozen=True)
 class Crash:
-    """Fail the ``batch``-th batch a run writes (0 = its first) at ``points`` (writer.FAULT_POINTS)."""
+    """Fail the ``batch``-th batch a run writes (0 = its first) at ``points`` (writer.FAULT_POINTS).
+
+    Before the retry, ``restore`` puts PostgreSQL back to a dump taken before the run (a restore
+    from a backup: attempt rows, ledger rows and sessions of the crashed run are gone), and
+    ``maintain`` compacts and vacuums every table."""
 
     points: tuple[str, ...]
     batch: int
+    restore: bool = False
+    maintain: bool = False
 
     def hook(self):  # -> writer.Fault
         written = [0]
@@ -174,7 +180,12 @@ class Backfill:
 
 
 def _crash_text(crash: Crash | None) -> str:
-    return "" if crash is None else f", crash at {'+'.join(crash.points)} of batch {crash.batch}, then retried"
+    if crash is None:
+        return ""
+    between = "".join(
+        f", {what}" for what, on in (("PostgreSQL restored", crash.restore), ("maintenance", crash.maintain)) if on
+    )
+    return f", crash at {'+'.join(crash.points)} of batch {crash.batch}{between}, then retried"
 
 
 def _ms(moment: datetime) -> int:
@@ -186,9 +197,10 @@ class Scenario:
     seed: int
     partitions: int
     steps: list[Produce | Scheduled | Backfill] = field(default_factory=list)
+    rules: SessionRules = RULES
 
     def __str__(self) -> str:
-        lines = [f"seed {self.seed}: {self.partitions} partition(s), rules {RULES}"]
+        lines = [f"seed {self.seed}: {self.partitions} partition(s), rules {self.rules}"]
         lines += [f"  {i}. {step}" for i, step in enumerate(self.steps)]
         return "\n".join(lines)
 
@@ -199,7 +211,10 @@ def generate(seed: int, prefix: str = "") -> Scenario:
     scheduled runs and backfills, some crashing after a random subset of the table commits.
     Backfill ranges are chosen when the scenario runs (they need the offsets)."""
     rng = random.Random(seed)
-    scenario = Scenario(seed, partitions=rng.choice((1, 2, 3)))
+    # The faults and rules added since draw from a stream of their own: older seeds keep their records.
+    more = random.Random(seed * 7_919 + 1)
+    gap = RULES.gap + timedelta(milliseconds=more.choice((0, 0, 500, 7_250, 59_999)))
+    scenario = Scenario(seed, partitions=rng.choice((1, 2, 3)), rules=SessionRules(gap, RULES.max_length))
     entities = [f"{prefix}u{i}" for i in range(rng.randint(2, 5))]
     clock = _ms(START)
     sent: list[Record] = []
@@ -228,6 +243,8 @@ def generate(seed: int, prefix: str = "") -> Scenario:
                 sent.append(record)
         scenario.steps.append(Produce(records))
         crash = _random_crash(rng) if rng.random() < 0.75 else None
+        if crash is not None:
+            crash = replace(crash, restore=more.random() < 0.25, maintain=more.random() < 0.25)
         if run == runs - 1 or rng.random() < 0.6:
             scenario.steps.append(Scheduled(rng.choice((None, 6, 15)), crash))
         else:

@@ -17,7 +17,13 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.reconcile.findings import SessionsSummary
 from spark_jobs.sinks import delta
-from tests.integration.spark_jobs.checks import assert_sessions_follow_events, delta_rows, query, send
+from tests.integration.spark_jobs.checks import (
+    assert_sessions_follow_events,
+    delete_records,
+    delta_rows,
+    query,
+    send,
+)
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -342,12 +348,3 @@ def test_a_repair_rechecks_each_finding_and_leaves_one_that_no_longer_holds(spar
     assert versions(spark, settings) == before, "a finding that no longer holds is not repaired"
     assert any("no longer holds" in a for a in fixed.actions), fixed.describe()
     assert fixed.recheck.ok, fixed.describe()
-
-
-def delete_records(settings, partition: int, before: int) -> None:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(settings.kafka_client_config())
-    for future in admin.delete_records([TopicPartition(settings.topic, partition, before)]).values():
-        future.result(timeout=30)

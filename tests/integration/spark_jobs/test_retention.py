@@ -18,18 +18,8 @@ from spark_jobs import ingest, reconcile
 from spark_jobs.errors import DataLossError
 from spark_jobs.offsets import first_arrival, watermarks
 from spark_jobs.planning import plan_backfill
-from tests.integration.spark_jobs.checks import query
+from tests.integration.spark_jobs.checks import delete_records, query
 from tidemark.producer import ProduceSpec, produce
-
-
-def delete_records(settings, partition: int, before: int) -> None:
-    """What retention does: the broker drops the partition's records below ``before``."""
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(settings.kafka_client_config())
-    for future in admin.delete_records([TopicPartition(settings.topic, partition, before)]).values():
-        future.result(timeout=30)
 
 
 def test_records_removed_before_the_first_run_fail_it_until_acknowledged_then_reconcile_reports_them(
@@ -72,7 +62,7 @@ def test_records_removed_before_the_first_run_fail_it_until_acknowledged_then_re
     assert status == "ok"
     assert [f for f in findings if f["kind"] == "lost"] == [
         {"kind": "lost", "pipeline": pipeline, "topic": settings.topic, "partition": 0, "start": 0, "end": cut,
-         "before_first_run": True},
+         "before_first_run": True, "during_run": False},
     ]  # fmt: skip
 
     # The tidemark page's coverage table shows the lost offsets next to the ledger's.
@@ -133,3 +123,100 @@ def test_a_time_range_backfill_fails_when_retention_removed_records_it_may_hold(
     # A range that starts after the first record still held is complete: planned as before.
     later = plan_backfill(settings, settings.topic, from_time=first_kept + timedelta(milliseconds=1), to_time=end)
     assert later.ranges[0].start > 50
+
+
+def test_a_topic_deleted_and_created_again_under_its_name_is_refused_before_any_work(spark, fresh) -> None:
+    """The new topic's offsets start at 0 again: the checkpoint, the ledger and the sinks' rows hold
+    the old topic's coordinates. A run, a backfill and reconcile each fail before any work and say
+    what happened; nothing of the old topic is overwritten or taken for the new one."""
+    import time
+
+    from confluent_kafka.admin import AdminClient
+
+    from spark_jobs.errors import TopicRecreated
+    from spark_jobs.offsets import ensure_topic
+    from tests.integration.spark_jobs.checks import delta_rows
+
+    settings = fresh
+    produce(settings, ProduceSpec(count=10, entities=2, seed=4, id_prefix="old-"), topic=settings.topic, partitions=1)
+    ingest.run_scheduled(spark, settings)
+    assert reconcile.run(settings, "before", lambda: spark).ok
+    admin = AdminClient(settings.kafka_client_config())
+    admin.delete_topics([settings.topic])[settings.topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:  # the broker finishes the deletion in the background
+        try:
+            ensure_topic(settings, settings.topic, partitions=1)
+            break
+        except Exception:
+            assert time.monotonic() < deadline, "the topic could not be created again"
+            time.sleep(0.5)
+    produce(settings, ProduceSpec(count=5, entities=2, seed=5, id_prefix="new-"), topic=settings.topic, partitions=1)
+    old_rows = sorted(tuple(r) for r in delta_rows(spark, settings, "events", "offset", "event_id"))
+
+    recreated = r"topic '.*' was deleted and created again"
+    with pytest.raises(TopicRecreated, match=recreated):
+        ingest.run_scheduled(spark, settings)
+    with pytest.raises(TopicRecreated, match=recreated):
+        ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (0, 5)}))
+    with pytest.raises(TopicRecreated, match=recreated):
+        reconcile.run(settings, "after", lambda: spark)
+    assert sorted(tuple(r) for r in delta_rows(spark, settings, "events", "offset", "event_id")) == old_rows
+    assert query(settings, "SELECT count(*) FROM ledger_batches") == [(1,)]
+
+
+def test_records_retention_removes_during_a_run_that_acknowledged_a_loss_are_recorded_not_skipped(spark, fresh) -> None:
+    """A pipeline catching up behind retention: the run acknowledged [0, 20), so its stream skips
+    removed offsets. Retention then removes [20, 70) while it reads in batches of 20: every offset
+    ends up in the sinks or in a recorded loss, once, and the run and reconcile say so. (One record
+    per producer batch and small fetches: Spark's consumer has not fetched the removed records
+    before they go.)"""
+    from dataclasses import replace
+
+    from tests.integration.spark_jobs.checks import delta_rows
+
+    small_fetches = {
+        "java.max.partition.fetch.bytes": "400",
+        "java.fetch.max.bytes": "400",
+        "librdkafka.batch.num.messages": "1",
+    }
+    settings = replace(fresh, kafka_options={**fresh.kafka_options, **small_fetches})
+    produce(settings, ProduceSpec(count=100, entities=4, seed=7, id_prefix="c-"), topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 20)
+
+    def retention_strikes(point: str) -> None:
+        if point == "planned" and watermarks(settings, settings.topic)[0][0] < 70:
+            delete_records(settings, 0, 70)
+
+    results = ingest.run_scheduled(
+        spark, settings, max_offsets_per_trigger=20, allow_data_loss=True, fault=retention_strikes
+    )
+    held = set()
+    for table in ("events", "duplicates", "quarantine"):
+        held |= {r["offset"] for r in delta_rows(spark, settings, table, "offset")}
+    losses = query(settings, "SELECT start_offset, end_offset, during_run FROM retention_losses ORDER BY 1")
+    assert losses[0] == (0, 20, False), "the acknowledged loss, exactly"
+    during = [offset for start, end, during_run in losses if during_run for offset in range(start, end)]
+    assert during, "retention removed records during the run: a loss must be recorded"
+    assert len(during) == len(set(during)) and not set(during) & held and set(during) <= set(range(20, 70))
+    assert held | set(during) == set(range(20, 100)), "each offset is held or recorded as lost"
+    assert "lost to retention during a run" in ingest.describe(results)
+
+    report = reconcile.run(settings, "caught-up", lambda: spark)
+    assert report is not None and not report.gaps, report.summary()
+    assert "lost to retention during a run" in report.summary()
+
+
+def test_a_backfill_that_skips_removed_offsets_records_and_prints_exactly_those(spark, fresh) -> None:
+    settings = fresh
+    produce(settings, ProduceSpec(count=40, entities=4, seed=8, id_prefix="d-"), topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 15)
+
+    plan = plan_backfill(settings, settings.topic, offsets={0: (5, 30)}, allow_data_loss=True)
+    result = ingest.run_backfill(spark, settings, plan)
+    assert result.read == 15
+    printed = ingest.describe(result)
+    assert f"lost to retention: topic {settings.topic} partition 0 offsets [5, 15)" in printed, printed
+    assert query(settings, "SELECT pipeline, start_offset, end_offset, during_run FROM retention_losses") == [
+        (f"backfill:{settings.topic}", 5, 15, False)
+    ]

@@ -42,3 +42,15 @@ def test_a_run_page_shows_its_report_and_ranges_or_says_it_does_not_exist() -> N
     page = render_run(("r1", "ok", "tidemark reconcile r1: OK"), ranges)
     assert "tidemark reconcile r1: OK" in page and "[0, 10)" in page and "ingest:events 0" in page
     assert "No such reconcile run" in render_run(None, [])
+
+
+def test_reading_the_pages_takes_the_permission_on_the_tidemark_view() -> None:
+    """Airflow's own simple auth manager decides: every role may read, a user without one may not."""
+    from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    from tidemark_airflow.view import may_read
+
+    manager = SimpleAuthManager()
+    assert may_read(manager, SimpleAuthManagerUser(username="viewer", role="viewer"))
+    assert not may_read(manager, SimpleAuthManagerUser(username="nobody", role=None))

@@ -101,3 +101,23 @@ def test_only_a_batch_that_starts_inside_an_acknowledged_loss_moves_past_it() ->
     assert check.past_loss(0, 81) == 100
     assert check.past_loss(0, 150) == 150
     assert check.past_loss(1, 81) == 81
+
+
+def test_a_batch_records_as_lost_what_it_skipped_below_the_low_watermark() -> None:
+    from spark_jobs.offsets import PartitionRange
+    from spark_jobs.retention import lost_in_batch
+
+    def r(partition: int, start: int, end: int) -> PartitionRange:
+        return PartitionRange("events", partition, start, end)
+
+    def lost(partition: int, start: int, end: int) -> Loss:
+        return Loss(PIPELINE, "events", partition, start, end, before_first_run=False, during_run=True)
+
+    ranges = [r(0, 40, 60), r(1, 10, 20), r(2, 5, 9), r(3, 0, 30)]
+    read = [r(1, 15, 20), r(2, 5, 9), r(3, 0, 4), r(3, 25, 30)]  # partition 0: nothing read
+    held = {0: (70, 100), 1: (12, 30), 2: (0, 9), 3: (25, 40)}
+    assert lost_in_batch(PIPELINE, ranges, read, held) == [
+        lost(0, 40, 60),  # all of it, below 70
+        lost(1, 10, 12),  # [12, 15) is still held: no record there, nothing lost
+        lost(3, 4, 25),  # skipped in the middle
+    ]
