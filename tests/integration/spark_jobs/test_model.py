@@ -114,11 +114,11 @@ def _reconcile_and_repair(spark, settings, index: int, scenario, done: list[str]
     """After a restore the ledger lacks the batches the backup did not hold, and PostgreSQL their
     sessions: reconcile must say so, and its repair must put everything back."""
     report = reconcile.run(settings, f"after-restore-{index}", lambda: spark)
-    if report.ok:
+    if report.consistent:  # the model's records arrived long ago: "lagging" is no finding here
         return
     fixed = repair.repair(spark, settings, report.run_id)
     done.append(f"reconcile after the restore: {report.headline()}; repaired: {fixed.recheck.headline()}")
-    if not fixed.recheck.ok:
+    if not fixed.recheck.consistent:
         pytest.fail(
             f"seed {scenario.seed}: the repair after a restore left findings:\n{fixed.describe()}\n"
             f"replay: make fuzz SEED={scenario.seed}",
