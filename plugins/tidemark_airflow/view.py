@@ -201,11 +201,13 @@ def may_read(auth_manager, user) -> bool:  # an Airflow auth manager and one of 
 def create_app():  # -> fastapi.FastAPI
     """The FastAPI app; every route needs an Airflow user who :func:`may_read` it."""
     from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.core_api.security import GetUserDep
+    from airflow.api_fastapi.core_api.security import get_user
     from fastapi import Depends, FastAPI, HTTPException
     from fastapi.responses import HTMLResponse
 
-    def read_permission(user: GetUserDep) -> None:
+    # The dependency comes from the default, not from an annotation: this module's annotations are
+    # strings (``from __future__ import annotations``) that FastAPI would look up in its globals.
+    def read_permission(user=Depends(get_user)) -> None:  # noqa: B008
         if not may_read(get_auth_manager(), user):
             raise HTTPException(403, f"reading tidemark's reports needs the permission to read the {RESOURCE} view")
 
