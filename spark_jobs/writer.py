@@ -126,7 +126,6 @@ class BatchWriter:
         self.planner = BatchPlanner(
             spark, settings, pipeline, self.rules, self._frozen, self._on_ledger, scheduled, created_lake, watch_losses
         )
-        self.watch_losses = watch_losses
 
     def _path(self, name: str) -> str:
         return self.settings.table_path(name)
@@ -166,7 +165,7 @@ class BatchWriter:
         plan = self.planner.plan(batch_df, batch_id, ranges, clock)
         self.fault("planned")
         lost = []
-        if self.watch_losses and ranges:
+        if self.planner.watch_losses and ranges:
             held = watermarks(self.settings, ranges[0].topic)
             lost = retention.lost_in_batch(self.pipeline, ranges, plan.read_spans, held)
         self._on_ledger(lambda cur: self._record_attempt(cur, plan))
@@ -211,7 +210,7 @@ class BatchWriter:
             return work(cur)
 
     def write_delta(self, plan: BatchPlan, fence: Callable[[], None] = lambda: None) -> None:
-        """The plan's Delta writes: one commit per table, each a write of its own :func:`write_id`.
+        """The plan's Delta writes: one commit per table, each a write of its own :func:`batch_write_id`.
 
         A plan places only records no table held when it was made, so its writes append them (a
         blind append needs no table state). Each write carries the batch's transaction identifier for
