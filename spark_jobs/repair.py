@@ -236,7 +236,9 @@ def _reprocess(
             batch_id = ledger.next_batch_id(cur, pipeline)
         # Scoped by the repair: a batch id and ranges an earlier, failed repair used write afresh here
         # (this repair cleared what that one wrote).
-        writer = BatchWriter(spark, settings, lease, pipeline, lambda _, b=batch: b, scope=repair_id, topic_id=topic_id)
+        writer = BatchWriter(
+            spark, settings, lease, pipeline, lambda _, b=batch: b, scope=repair_id, topic_id=topic_id, rewrites=True
+        )
         writer.write(read_range(spark, settings, batch), batch_id)
     after = _held(spark, settings, readable)
     for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):

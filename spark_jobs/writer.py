@@ -93,6 +93,11 @@ class BatchWriter:
 
     ``scheduled``: a scheduled run's batches, which read offsets past what the pipeline read before
     (:class:`spark_jobs.batch_plan.BatchPlanner` says what that saves).
+
+    ``rewrites``: a repair's batches, which write ranges again from Kafka: every verified range they
+    overlap is marked moved (``history.mark_moved``), so reconcile takes what they wrote as its new
+    baseline once it holds each offset once (the old baseline may predate a takeover whose mark a
+    PostgreSQL restore lost).
     """
 
     def __init__(
@@ -107,6 +112,7 @@ class BatchWriter:
         scope: str = "",
         topic_id: str | None = None,
         watch_losses: bool = False,
+        rewrites: bool = False,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -117,6 +123,7 @@ class BatchWriter:
         self.fault = fault or (lambda point: None)
         self.scope = scope
         self.topic_id = topic_id
+        self.rewrites = rewrites
         self.results: list[BatchResult] = []
         self.failure: TidemarkError | None = None
         self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
@@ -202,7 +209,7 @@ class BatchWriter:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
         rows of (committed first, so no reconcile sees a move without its mark)."""
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
-        history.mark_moved(cur, plan.moved, self.pipeline, plan.batch_id)
+        history.mark_moved(cur, plan.ranges if self.rewrites else plan.moved, self.pipeline, plan.batch_id)
 
     def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
         """``work`` in one PostgreSQL transaction of its own."""

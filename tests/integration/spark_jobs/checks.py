@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
@@ -23,6 +24,23 @@ def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
     with transaction(settings.postgres_dsn) as cur:
         cur.execute(sql, args)
         return cur.fetchall() if cur.description else []
+
+
+def dump_postgres(settings: Settings, path) -> None:
+    """A ``pg_dump`` of the settings' tidemark database to ``path`` (plain SQL that drops what it creates)."""
+    subprocess.run(
+        ["pg_dump", "--clean", "--if-exists", "--no-owner", "-f", str(path), "-d", settings.postgres_dsn],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def restore_postgres(settings: Settings, path) -> None:
+    """Restore the settings' tidemark database from a :func:`dump_postgres` dump, as an operator
+    restores a backup."""
+    subprocess.run(
+        ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-d", settings.postgres_dsn, "-f", str(path)],
+        check=True, capture_output=True,
+    )  # fmt: skip
 
 
 def delta_rows(spark, settings: Settings, table: str, *expressions: str) -> list:

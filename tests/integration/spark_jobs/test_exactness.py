@@ -9,7 +9,6 @@ sessions equal to PostgreSQL's and to a from-scratch sessionization of ``events`
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import uuid
 from dataclasses import replace
@@ -28,7 +27,9 @@ from tests.integration.spark_jobs.checks import (
     assert_sinks_agree,
     crash_at,
     delta_rows,
+    dump_postgres,
     query,
+    restore_postgres,
     send,
     snapshot,
 )
@@ -364,19 +365,12 @@ def test_a_batch_retried_after_postgresql_was_restored_from_a_dump_taken_mid_bat
 
     def dump_when_planned_then_crash_after_delta(point: str) -> None:
         if point == "planned":
-            subprocess.run(
-                ["pg_dump", "--clean", "--if-exists", "--no-owner", "-f", str(dump),
-                 "-d", settings.postgres_dsn],
-                check=True, capture_output=True,
-            )  # fmt: skip
+            dump_postgres(settings, dump)
         crash_at("after_delta")(point)
 
     with pytest.raises(Exception, match="injected crash"):
         ingest.run_scheduled(spark, settings, fault=dump_when_planned_then_crash_after_delta)
-    subprocess.run(
-        ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-d", settings.postgres_dsn, "-f", str(dump)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    restore_postgres(settings, dump)
     assert query(settings, "SELECT count(*) FROM write_attempts") == [(0,)], "the restore did not go back"
 
     [result] = ingest.run_scheduled(spark, settings)

@@ -19,7 +19,6 @@ one (``TIDEMARK_FUZZ_SEED``).
 from __future__ import annotations
 
 import os
-import subprocess
 import uuid
 from dataclasses import replace
 
@@ -29,7 +28,7 @@ from spark_jobs import ingest, maintenance, reconcile, repair
 from spark_jobs.offsets import ensure_topic, watermarks
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sinks import delta, postgres
-from tests.integration.spark_jobs.checks import delta_rows
+from tests.integration.spark_jobs.checks import delta_rows, dump_postgres, restore_postgres
 from tests.integration.spark_jobs.model import (
     Backfill,
     Produce,
@@ -88,14 +87,14 @@ def test_the_pipeline_matches_the_model_after_every_run(spark, database, seed) -
         dump = home / f"before-step-{index}.sql"
         if step.crash is not None:
             if step.crash.restore:
-                _pg(settings, "pg_dump", "--clean", "--if-exists", "--no-owner", "-f", str(dump))
+                dump_postgres(settings, dump)
             try:
                 run(step.crash.hook())
             except Exception as exc:  # the crash surfaces wrapped by Spark's streaming query
                 if "injected crash" not in str(exc):
                     raise
             if step.crash.restore:
-                _pg(settings, "psql", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(dump))
+                restore_postgres(settings, dump)
             if step.crash.maintain:
                 maintenance.maintain(spark, settings)
         run(None)
@@ -103,11 +102,6 @@ def test_the_pipeline_matches_the_model_after_every_run(spark, database, seed) -
         if step.crash is not None and step.crash.restore:
             _reconcile_and_repair(spark, settings, index, scenario, done)
         _check(spark, settings, records, processed, scenario, done)
-
-
-def _pg(settings, program: str, *args: str) -> None:
-    """Run a PostgreSQL client program against the scenario's database."""
-    subprocess.run([program, *args, "-d", settings.postgres_dsn], check=True, capture_output=True)
 
 
 def _reconcile_and_repair(spark, settings, index: int, scenario, done: list[str]) -> None:

@@ -19,9 +19,12 @@ from spark_jobs.reconcile.findings import SessionsSummary
 from spark_jobs.sinks import delta
 from tests.integration.spark_jobs.checks import (
     assert_sessions_follow_events,
+    crash_at,
     delete_records,
     delta_rows,
+    dump_postgres,
     query,
+    restore_postgres,
     send,
 )
 from tidemark.producer import ProduceSpec, produce
@@ -311,6 +314,33 @@ def test_a_takeover_by_a_later_batch_moves_the_verified_baseline_and_tampering_i
     delta.table(spark, settings.table_path("events")).update("offset = 4", {"event_type": "'tampered'"})
     found = reconciled(spark, settings, "tampered")
     assert [(c.start, c.end, c.outcome) for c in found.mismatched] == [(0, 5, "changed")], found.summary()
+
+
+def test_a_repair_takes_what_it_rewrote_as_the_baseline_when_a_restore_lost_a_takeovers_mark(
+    spark, fresh, tmp_path
+) -> None:
+    """The takeover batch crashed after its Delta writes and PostgreSQL was restored to a dump taken
+    before it: the move's mark is gone, the retry finds the takeover done already, and reconcile
+    finds the range changed. The repair rewrites the range from Kafka, and what it wrote is the new
+    baseline: its re-check and every later run are green (found by the model test, seed 5001)."""
+    settings = fresh
+    five_events_of_one_entity(spark, settings)
+    send(settings, settings.topic, [one_entity(2)], [T0 - timedelta(minutes=1)])
+    dump = tmp_path / "before-takeover.sql"
+    dump_postgres(settings, dump)
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("after_delta"))
+    restore_postgres(settings, dump)
+    ingest.run_scheduled(spark, settings)
+    found = reconciled(spark, settings, "after-restore")
+    assert [(c.start, c.end, c.outcome) for c in found.mismatched] == [(0, 5, "changed")], found.summary()
+
+    fixed = repair.repair(spark, settings, "after-restore")
+    assert fixed.recheck.ok, fixed.describe()
+    assert reconciled(spark, settings, "later").ok
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [2]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [0, 1, 3, 4, 5]
+    assert_sessions_follow_events(spark, settings)
 
 
 def test_a_repair_never_deletes_rows_it_cannot_read_again(spark, fresh) -> None:
