@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from spark_jobs import db, ledger, producers, retention, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
 from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, SESSION_COLUMNS
-from spark_jobs.errors import LedgerConflict, TidemarkError
+from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.reconcile import history
@@ -75,6 +75,10 @@ class BatchResult:
     seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
     producer: producers.ProducerChecks = field(default_factory=producers.ProducerChecks)
     lost: list[retention.Loss] = field(default_factory=list)  # offsets retention removed before the batch read them
+
+
+# What Spark's Kafka source says when offsets it must read are gone (failOnDataLoss on).
+KAFKA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka any more"
 
 
 class BatchWriter:
@@ -145,6 +149,29 @@ class BatchWriter:
         except TidemarkError as exc:
             self.failure = exc
             raise
+        except Exception as exc:
+            if KAFKA_DATA_LOSS not in str(exc):
+                raise
+            # Retention removed offsets of the batch while the run read it (a run that acknowledged
+            # no loss reads with failOnDataLoss): nothing of the batch was written.
+            self.failure = self._lost_while_reading(batch_id)
+            raise self.failure from None
+
+    def _lost_while_reading(self, batch_id: int) -> DataLossError:
+        ranges = self.ranges_for(batch_id)
+        low = {p: lo for p, (lo, _) in watermarks(self.settings, ranges[0].topic).items()} if ranges else {}
+        gone = ", ".join(
+            f"partition {r.partition} offsets [{r.start}, {min(low[r.partition], r.end)})"
+            for r in ranges
+            if low.get(r.partition, 0) > r.start
+        )
+        topic = ranges[0].topic if ranges else "?"
+        return DataLossError(
+            f"topic {topic}: retention removed {gone or 'offsets'} while the run read them (batch {batch_id} of "
+            f"{self.pipeline}); nothing of that batch was written, the batches before it are committed. If they "
+            "are gone for good, run again with --allow-data-loss (allow_data_loss in the DAG's form): it records "
+            "them as lost and continues"
+        )
 
     def _write(self, batch_df: DataFrame, batch_id: int) -> None:
         ranges = self.ranges_for(batch_id)

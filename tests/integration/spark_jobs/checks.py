@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar
@@ -24,6 +25,30 @@ def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
     with transaction(settings.postgres_dsn) as cur:
         cur.execute(sql, args)
         return cur.fetchall() if cur.description else []
+
+
+def until(condition: Callable[[], object], what: str, timeout: float = 120) -> None:
+    """Wait until ``condition()`` holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.2)
+
+
+def waiting_for_the_lock(settings: Settings) -> bool:
+    """Whether a run waits for an advisory lock (the writer lock) in the settings' database."""
+    return query(settings, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")[0][0] > 0
+
+
+def fail_over(settings: Settings) -> None:
+    """What a PostgreSQL failover does to a running writer: every backend of the database dies,
+    but for those waiting for a lock (a run waiting to take over)."""
+    query(
+        settings,
+        """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+           WHERE datname = current_database() AND pid <> pg_backend_pid()
+             AND pid NOT IN (SELECT pid FROM pg_locks WHERE NOT granted)""",
+    )
 
 
 def dump_postgres(settings: Settings, path) -> None:

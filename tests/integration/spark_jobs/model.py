@@ -142,12 +142,18 @@ class Crash:
 
     Before the retry, ``restore`` puts PostgreSQL back to a dump taken before the run (a restore
     from a backup: attempt rows, ledger rows and sessions of the crashed run are gone), and
-    ``maintain`` compacts and vacuums every table."""
+    ``maintain`` compacts and vacuums every table.
+
+    ``takeover`` (backfills): instead of failing, the run stops inside its first Delta write;
+    a second run of the same backfill waits for the writer lock; every PostgreSQL backend of the
+    first dies (a failover), the second takes over and commits; then the first wakes and writes on,
+    and must fail without adding anything."""
 
     points: tuple[str, ...]
     batch: int
     restore: bool = False
     maintain: bool = False
+    takeover: bool = False
 
     def hook(self):  # -> writer.Fault
         written = [0]
@@ -163,11 +169,15 @@ class Crash:
 
 @dataclass(frozen=True)
 class Scheduled:
+    """A scheduled run; with ``erode``, retention removes records past its first batch while it runs."""
+
     max_offsets_per_trigger: int | None
     crash: Crash | None = None
+    erode: bool = False
 
     def __str__(self) -> str:
-        return f"scheduled run (maxOffsetsPerTrigger={self.max_offsets_per_trigger}){_crash_text(self.crash)}"
+        erode = ", retention removes records while it runs" if self.erode else ""
+        return f"scheduled run (maxOffsetsPerTrigger={self.max_offsets_per_trigger}){erode}{_crash_text(self.crash)}"
 
 
 @dataclass(frozen=True)
@@ -179,9 +189,46 @@ class Backfill:
         return f"backfill {self.offsets}{_crash_text(self.crash)}"
 
 
+@dataclass(frozen=True)
+class Retention:
+    """Kafka's retention removes the oldest records of some partitions (where it cuts is drawn when
+    the scenario runs, :func:`retention_cuts`): processed ones stay in the sinks, the others are lost,
+    and the next run must refuse until the loss is acknowledged, then record it."""
+
+    def __str__(self) -> str:
+        return "retention removes old records"
+
+
+@dataclass(frozen=True)
+class Tamper:
+    """Damage to the sinks (a Delta ``events`` row deleted or changed, a PostgreSQL session deleted):
+    reconcile must find it and its repair put everything back. With ``undo``, the damage is undone
+    before the repair: the finding is stale, and the repair must leave the sinks as they are."""
+
+    what: str  # one of TAMPERS
+    undo: bool
+
+    def __str__(self) -> str:
+        return f"tamper: {self.what}{', undone before the repair' if self.undo else ''}; reconcile; repair"
+
+
+@dataclass(frozen=True)
+class Recreate:
+    """The topic is deleted and created again, and new records arrive: a run, a backfill and
+    reconcile must each refuse before any work (the last step of a scenario)."""
+
+    def __str__(self) -> str:
+        return "the topic is deleted and created again"
+
+
+TAMPERS = ("delete an event", "change an event", "delete a session")
+
+
 def _crash_text(crash: Crash | None) -> str:
     if crash is None:
         return ""
+    if crash.takeover:
+        return ", a failover inside its Delta writes while another run waits: taken over"
     between = "".join(
         f", {what}" for what, on in (("PostgreSQL restored", crash.restore), ("maintenance", crash.maintain)) if on
     )
@@ -196,7 +243,7 @@ def _ms(moment: datetime) -> int:
 class Scenario:
     seed: int
     partitions: int
-    steps: list[Produce | Scheduled | Backfill] = field(default_factory=list)
+    steps: list[Produce | Scheduled | Backfill | Retention | Tamper | Recreate] = field(default_factory=list)
     rules: SessionRules = RULES
 
     def __str__(self) -> str:
@@ -211,8 +258,9 @@ def generate(seed: int, prefix: str = "") -> Scenario:
     scheduled runs and backfills, some crashing after a random subset of the table commits.
     Backfill ranges are chosen when the scenario runs (they need the offsets)."""
     rng = random.Random(seed)
-    # The faults and rules added since draw from a stream of their own: older seeds keep their records.
+    # The faults and rules added since draw from streams of their own: older seeds keep their records.
     more = random.Random(seed * 7_919 + 1)
+    ops = random.Random(seed * 104_729 + 2)  # retention, tampering, takeovers, a re-created topic
     gap = RULES.gap + timedelta(milliseconds=more.choice((0, 0, 500, 7_250, 59_999)))
     scenario = Scenario(seed, partitions=rng.choice((1, 2, 3)), rules=SessionRules(gap, RULES.max_length))
     entities = [f"{prefix}u{i}" for i in range(rng.randint(2, 5))]
@@ -242,13 +290,22 @@ def generate(seed: int, prefix: str = "") -> Scenario:
             if event_id is not None:
                 sent.append(record)
         scenario.steps.append(Produce(records))
+        if ops.random() < 0.2:
+            scenario.steps.append(Retention())
         crash = _random_crash(rng) if rng.random() < 0.75 else None
         if crash is not None:
             crash = replace(crash, restore=more.random() < 0.25, maintain=more.random() < 0.25)
         if run == runs - 1 or rng.random() < 0.6:
-            scenario.steps.append(Scheduled(rng.choice((None, 6, 15)), crash))
+            cap = rng.choice((None, 6, 15))
+            scenario.steps.append(Scheduled(cap, crash, erode=cap is not None and ops.random() < 0.3))
         else:
+            if crash is not None and ops.random() < 0.35:
+                crash = Crash(("write",), batch=0, takeover=True)
             scenario.steps.append(Backfill({}, crash))  # ranges drawn by choose_ranges
+        if ops.random() < 0.25:
+            scenario.steps.append(Tamper(ops.choice(TAMPERS), undo=ops.random() < 0.3))
+    if ops.random() < 0.15:
+        scenario.steps.append(Recreate())
     return scenario
 
 
@@ -264,13 +321,25 @@ def _random_crash(rng: random.Random) -> Crash:
     return Crash(points, batch=rng.choice((0, 0, 1)))
 
 
-def choose_ranges(seed: int, step: int, ends: dict[int, int]) -> dict[int, tuple[int, int]]:
-    """A backfill's ranges over some partitions: processed, unprocessed or overlapping offsets."""
+def choose_ranges(
+    seed: int, step: int, ends: dict[int, int], lows: dict[int, int] | None = None
+) -> dict[int, tuple[int, int]]:
+    """A backfill's ranges over some partitions: processed, unprocessed or overlapping offsets,
+    some starting below what retention kept (``lows``); none wholly below it."""
     rng = random.Random(seed * 1_000 + step)
+    lows = lows or {}
     chosen = [p for p, end in sorted(ends.items()) if end > 0 and rng.random() < 0.7]
     chosen = chosen or [p for p, end in sorted(ends.items()) if end > 0][:1]
     ranges = {}
     for p in chosen:
         start = rng.randint(0, ends[p] - 1)
-        ranges[p] = (start, rng.randint(start + 1, ends[p]))
+        end = rng.randint(start + 1, ends[p])
+        if end > lows.get(p, 0):
+            ranges[p] = (start, end)
     return ranges
+
+
+def retention_cuts(seed: int, step: int, lows: dict[int, int], ends: dict[int, int]) -> dict[int, int]:
+    """Where retention cuts each partition it reaches: the first offset it keeps."""
+    rng = random.Random(seed * 1_000 + step)
+    return {p: rng.randint(lows[p] + 1, end) for p, end in sorted(ends.items()) if end > lows[p] and rng.random() < 0.7}

@@ -207,6 +207,42 @@ def test_records_retention_removes_during_a_run_that_acknowledged_a_loss_are_rec
     assert "lost to retention during a run" in report.summary()
 
 
+def test_retention_during_a_run_that_acknowledged_nothing_fails_it_in_one_line_and_the_next_run_records_the_loss(
+    spark, fresh
+) -> None:
+    """Nothing was lost when the run started, so it acknowledged nothing; retention then removes
+    records it has not read yet. The run stops with tidemark's one-line loss error (not Spark's),
+    keeps the batches it committed, and the run that acknowledges the loss records it."""
+    from dataclasses import replace
+
+    from tests.integration.spark_jobs.checks import delta_rows
+
+    small_fetches = {
+        "java.max.partition.fetch.bytes": "400",
+        "java.fetch.max.bytes": "400",
+        "librdkafka.batch.num.messages": "1",
+    }
+    settings = replace(fresh, kafka_options={**fresh.kafka_options, **small_fetches})
+    produce(settings, ProduceSpec(count=60, entities=4, seed=9, id_prefix="u-"), topic=settings.topic, partitions=1)
+
+    def retention_strikes(point: str) -> None:
+        if point == "planned" and watermarks(settings, settings.topic)[0][0] < 40:
+            delete_records(settings, 0, 40)
+
+    with pytest.raises(DataLossError, match=r"retention removed .* while the run read .*--allow-data-loss"):
+        ingest.run_scheduled(spark, settings, max_offsets_per_trigger=20, fault=retention_strikes)
+    committed = query(settings, "SELECT sum(end_offset - start_offset) FROM ledger_ranges")[0][0]
+    assert committed == 20, "the first batch committed before retention struck"
+
+    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=20, allow_data_loss=True)
+    held = set()
+    for table in ("events", "duplicates", "quarantine"):
+        held |= {r["offset"] for r in delta_rows(spark, settings, table, "offset")}
+    lost = {o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
+            for o in range(start, end)}  # fmt: skip
+    assert lost == set(range(20, 40)) and held == set(range(20)) | set(range(40, 60)), (sorted(lost), results)
+
+
 def test_a_backfill_that_skips_removed_offsets_records_and_prints_exactly_those(spark, fresh) -> None:
     settings = fresh
     produce(settings, ProduceSpec(count=40, entities=4, seed=8, id_prefix="d-"), topic=settings.topic, partitions=1)

@@ -25,22 +25,17 @@ from tests.integration.spark_jobs.checks import (
     assert_sessions_follow_events,
     assert_sinks_agree,
     delta_rows,
+    fail_over,
     query,
     snapshot,
+    until,
+    waiting_for_the_lock,
 )
 from tidemark.producer import ProduceSpec, produce
 
 # The backend that holds the writer lock (an advisory lock on hashtext(WRITER_KEY), a bigint key).
 HOLDER = """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
             AND objid = (hashtext(%s)::bigint & 4294967295)::oid"""
-WAITING = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-
-
-def until(condition, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.2)
 
 
 def terminate_lock_holder(settings) -> None:
@@ -98,7 +93,7 @@ def test_a_writer_that_lost_its_lock_cannot_commit_and_the_waiting_run_takes_ove
         if point != "planned" or thread.is_alive() or waiting:
             return
         thread.start()
-        until(lambda: query(settings, WAITING)[0][0] > 0, "the second run waits for the lock")
+        until(lambda: waiting_for_the_lock(settings), "the second run waits for the lock")
         terminate_lock_holder(settings)  # this run's lock: it plans on, unaware
         thread.join(timeout=600)
         assert waiting, "the second run did not finish while the first one had lost its lock"
@@ -182,14 +177,8 @@ def test_a_writer_that_lost_its_lease_inside_its_delta_writes_adds_nothing_the_n
     old = backfill("old", fault=sleep_inside_the_events_write)
     until(asleep.is_set, "the old writer sleeps inside its Delta writes")
     new = backfill("new", wait=True)
-    until(lambda: query(settings, WAITING)[0][0] > 0, "the new writer waits for the lock")
-    # The failover: every backend of the old writer dies (the lock's, the lake lock's, the batch's).
-    query(
-        settings,
-        """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-           WHERE datname = current_database() AND pid <> pg_backend_pid()
-             AND pid NOT IN (SELECT pid FROM pg_locks WHERE NOT granted)""",
-    )
+    until(lambda: waiting_for_the_lock(settings), "the new writer waits for the lock")
+    fail_over(settings)  # every backend of the old writer dies (the lock's, the lake lock's, the batch's)
     new.join(timeout=600)
     assert not isinstance(outcomes["new"], BaseException), f"the new writer failed: {outcomes['new']!r}"
     wake.set()
