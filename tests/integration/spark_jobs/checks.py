@@ -109,6 +109,24 @@ def delete_records(settings: Settings, partition: int, before: int) -> None:
         future.result(timeout=30)
 
 
+def recreate_topic(settings: Settings, partitions: int, **config) -> None:
+    """Delete the settings' topic and create it again under its name (its offsets start at 0 again)."""
+    from confluent_kafka.admin import AdminClient
+
+    from spark_jobs.offsets import ensure_topic
+
+    admin = AdminClient(settings.kafka_client_config())
+    admin.delete_topics([settings.topic])[settings.topic].result(timeout=30)
+
+    def created() -> bool:
+        try:  # the broker finishes the deletion in the background: until then the name is taken
+            return ensure_topic(settings, settings.topic, partitions=partitions, **config)
+        except Exception:
+            return False
+
+    until(created, "the topic can be created again", timeout=60)
+
+
 def send(settings: Settings, topic: str, events: list[dict], arrivals: list[datetime] | None = None) -> None:
     """Send ``events`` keyed by entity; ``arrivals`` sets their timestamps (CreateTime topics only)."""
     from confluent_kafka import Producer

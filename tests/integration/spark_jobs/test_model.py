@@ -49,6 +49,7 @@ from tests.integration.spark_jobs.checks import (
     dump_postgres,
     fail_over,
     query,
+    recreate_topic,
     restore_postgres,
     until,
     waiting_for_the_lock,
@@ -350,21 +351,9 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
 
 def _recreate(trial: Trial) -> None:
     """Delete the topic, create it again, send new records: every run and reconcile must refuse."""
-    from confluent_kafka.admin import AdminClient
-
     spark, settings = trial.spark, trial.settings
     trial.done.append("the topic is deleted and created again; 3 new records arrive")
-    admin = AdminClient(settings.kafka_client_config())
-    admin.delete_topics([settings.topic])[settings.topic].result(timeout=30)
-
-    def created() -> bool:
-        try:  # the broker finishes the deletion in the background
-            ensure_topic(settings, settings.topic, partitions=trial.scenario.partitions, timestamp_type="CreateTime")
-        except Exception:
-            return False
-        return True
-
-    until(created, "the topic can be created again", timeout=60)
+    recreate_topic(settings, trial.scenario.partitions, timestamp_type="CreateTime")
     _produce(settings, [replace(r, partition=0, event_id=f"new-{i}") for i, r in enumerate(trial.records[:3])])
     refusals = {
         "a scheduled run": lambda: ingest.run_scheduled(spark, settings),

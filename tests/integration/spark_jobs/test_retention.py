@@ -9,6 +9,7 @@ never silently.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from spark_jobs import ingest, reconcile
 from spark_jobs.errors import DataLossError
 from spark_jobs.offsets import first_arrival, watermarks
 from spark_jobs.planning import plan_backfill
-from tests.integration.spark_jobs.checks import delete_records, query
+from tests.integration.spark_jobs.checks import delete_records, delta_rows, query, recreate_topic
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -129,28 +130,13 @@ def test_a_topic_deleted_and_created_again_under_its_name_is_refused_before_any_
     """The new topic's offsets start at 0 again: the checkpoint, the ledger and the sinks' rows hold
     the old topic's coordinates. A run, a backfill and reconcile each fail before any work and say
     what happened; nothing of the old topic is overwritten or taken for the new one."""
-    import time
-
-    from confluent_kafka.admin import AdminClient
-
     from spark_jobs.errors import TopicRecreated
-    from spark_jobs.offsets import ensure_topic
-    from tests.integration.spark_jobs.checks import delta_rows
 
     settings = fresh
     produce(settings, ProduceSpec(count=10, entities=2, seed=4, id_prefix="old-"), topic=settings.topic, partitions=1)
     ingest.run_scheduled(spark, settings)
     assert reconcile.run(settings, "before", lambda: spark).ok
-    admin = AdminClient(settings.kafka_client_config())
-    admin.delete_topics([settings.topic])[settings.topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:  # the broker finishes the deletion in the background
-        try:
-            ensure_topic(settings, settings.topic, partitions=1)
-            break
-        except Exception:
-            assert time.monotonic() < deadline, "the topic could not be created again"
-            time.sleep(0.5)
+    recreate_topic(settings, partitions=1)
     produce(settings, ProduceSpec(count=5, entities=2, seed=5, id_prefix="new-"), topic=settings.topic, partitions=1)
     old_rows = sorted(tuple(r) for r in delta_rows(spark, settings, "events", "offset", "event_id"))
 
@@ -165,22 +151,24 @@ def test_a_topic_deleted_and_created_again_under_its_name_is_refused_before_any_
     assert query(settings, "SELECT count(*) FROM ledger_batches") == [(1,)]
 
 
+def small_fetches(settings):
+    """``settings`` whose consumers fetch about one record at a time (and whose producers send one
+    per batch): Spark has not fetched the records retention removes while a run reads."""
+    tiny = {
+        "java.max.partition.fetch.bytes": "400",
+        "java.fetch.max.bytes": "400",
+        "librdkafka.batch.num.messages": "1",
+    }
+    return replace(settings, kafka_options={**settings.kafka_options, **tiny})
+
+
 def test_records_retention_removes_during_a_run_that_acknowledged_a_loss_are_recorded_not_skipped(spark, fresh) -> None:
     """A pipeline catching up behind retention: the run acknowledged [0, 20), so its stream skips
     removed offsets. Retention then removes [20, 70) while it reads in batches of 20: every offset
     ends up in the sinks or in a recorded loss, once, and the run and reconcile say so. (One record
     per producer batch and small fetches: Spark's consumer has not fetched the removed records
     before they go.)"""
-    from dataclasses import replace
-
-    from tests.integration.spark_jobs.checks import delta_rows
-
-    small_fetches = {
-        "java.max.partition.fetch.bytes": "400",
-        "java.fetch.max.bytes": "400",
-        "librdkafka.batch.num.messages": "1",
-    }
-    settings = replace(fresh, kafka_options={**fresh.kafka_options, **small_fetches})
+    settings = small_fetches(fresh)
     produce(settings, ProduceSpec(count=100, entities=4, seed=7, id_prefix="c-"), topic=settings.topic, partitions=1)
     delete_records(settings, 0, 20)
 
@@ -213,16 +201,7 @@ def test_retention_during_a_run_that_acknowledged_nothing_fails_it_in_one_line_a
     """Nothing was lost when the run started, so it acknowledged nothing; retention then removes
     records it has not read yet. The run stops with tidemark's one-line loss error (not Spark's),
     keeps the batches it committed, and the run that acknowledges the loss records it."""
-    from dataclasses import replace
-
-    from tests.integration.spark_jobs.checks import delta_rows
-
-    small_fetches = {
-        "java.max.partition.fetch.bytes": "400",
-        "java.fetch.max.bytes": "400",
-        "librdkafka.batch.num.messages": "1",
-    }
-    settings = replace(fresh, kafka_options={**fresh.kafka_options, **small_fetches})
+    settings = small_fetches(fresh)
     produce(settings, ProduceSpec(count=60, entities=4, seed=9, id_prefix="u-"), topic=settings.topic, partitions=1)
 
     def retention_strikes(point: str) -> None:
