@@ -15,7 +15,7 @@ from tidemark.producer import ProduceSpec, produce
 
 def test_maintenance_compacts_and_vacuums_without_changing_a_row_and_prunes_old_history(spark, fresh) -> None:
     settings = fresh
-    for seed in range(3):  # many small batches: many small files
+    for seed in range(2):  # many small batches (six): many small files
         spec = ProduceSpec(count=150, entities=5, duplicate_rate=0.1, malformed_rate=0.05, seed=seed, id_prefix="m-")
         produce(settings, spec, topic=settings.topic, partitions=2)
         ingest.run_scheduled(spark, settings, max_offsets_per_trigger=50)

@@ -70,9 +70,10 @@ from tests.integration.spark_jobs.model import (
     retention_cuts,
 )
 
-# Between them, every operation: 1600 a restore, maintenance, retention before and during runs, a
-# takeover, fresh and stale repairs, a re-created topic, a 10 min 7.25 s gap; 2696 three partitions.
-FIXED_SEEDS = (1600, 2696)
+# Every fault but one in one scenario (about 100 s): two partitions, a restore, maintenance,
+# retention before and during runs, a takeover, a stale repair, a re-created topic, a 10 min 7.25 s
+# gap. The repair of damage not undone is the tamper drill's (test_reconcile.py).
+FIXED_SEEDS = (39849,)
 
 
 def _seeds() -> list[int]:
