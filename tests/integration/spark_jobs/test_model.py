@@ -302,11 +302,16 @@ def _retention(trial: Trial, index: int) -> None:
 
 
 def _tamper(trial: Trial, index: int, step: Tamper) -> None:
-    """Damage a sink; reconcile (every verified range due) must find it; undo it when the step says
-    so (a stale finding); repair that run; its re-check must pass."""
+    """Damage a sink whose ranges were checked (as the reconcile after every ingest does: a value
+    changed before its range's first check becomes the baseline); reconcile (every verified range
+    due) must find it; undo it when the step says so (a stale finding); repair that run; its
+    re-check must pass."""
     spark, settings = trial.spark, trial.settings
     rng = random.Random(trial.scenario.seed * 1_000 + index)
     trial.done.append(str(step))
+    checked = reconcile.run(settings, f"before-tamper-{index}", lambda: spark)
+    if not checked.consistent:
+        trial.fail(f"reconcile found something before the damage: {checked.headline()}")
     if step.what == "delete a session":
         sessions = query(settings, "SELECT session_id FROM sessions ORDER BY session_id")
         if not sessions:
