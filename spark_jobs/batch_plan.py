@@ -138,7 +138,7 @@ class BatchPlanner:
         )
         read_spans = consecutive_offsets(parsed) if self.watch_losses else []
         held = self.held(ranges)
-        held_in = {} if held is None else {r["table"]: r["count"] for r in held.groupBy("table").count().collect()}
+        held_in = {} if held is None else held_counts(held)
         # Over every record, held ones too: the producer checks and the earliest valid arrival (the
         # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
         summary = (
@@ -279,6 +279,18 @@ class BatchPlanner:
             summary["many_partitions"],
             earliest,
         )
+
+
+def held_counts(held: DataFrame) -> dict[str, int]:
+    """How many held offsets each record table accounts for (one small job). An offset both
+    ``events`` and ``duplicates`` hold is the row a takeover displaces, between an attempt that
+    committed its ``duplicates`` and the ``events`` write that removes it (written last): it counts
+    once, as the ``events`` row the batch ranks again."""
+    from pyspark.sql import functions as F
+
+    tables = held.groupBy(*COORDINATES).agg(F.collect_set("table").alias("tables"))
+    owner = F.when(F.array_contains("tables", "events"), F.lit("events")).otherwise(F.col("tables")[0])
+    return {r["table"]: r["count"] for r in tables.select(owner.alias("table")).groupBy("table").count().collect()}
 
 
 def moved_spans(displaced: DataFrame | None) -> list[PartitionRange]:

@@ -15,6 +15,7 @@ import pytest
 from spark_jobs import ingest, reconcile, repair
 from spark_jobs.errors import ConfigError
 from spark_jobs.offsets import ensure_topic
+from spark_jobs.planning import plan_backfill
 from spark_jobs.reconcile.findings import SessionsSummary
 from spark_jobs.sinks import delta
 from tests.integration.spark_jobs.checks import (
@@ -341,6 +342,30 @@ def test_a_repair_takes_what_it_rewrote_as_the_baseline_when_a_restore_lost_a_ta
     assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [2]
     assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [0, 1, 3, 4, 5]
     assert_sessions_follow_events(spark, settings)
+
+
+def test_a_takeover_retried_after_its_events_write_never_ran_counts_each_offset_once(spark, fresh) -> None:
+    """A backfill stored e0 and e1; the scheduled batch over [0, 5) brings an earlier copy of e1 (a
+    takeover of a row inside its own range) and a malformed record, and crashes at its quarantine
+    write. Its duplicates write committed the displaced e1 while events, written last, still holds
+    it: the retry must count that offset once, not refuse the batch as read twice (found by the
+    model test, seed 7022)."""
+    settings = fresh
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    records = [one_entity(0), one_entity(1), one_entity(2), one_entity(1), {"entity_id": "one"}]
+    minutes = [0, 1, 2, -1, 3]
+    send(settings, settings.topic, records, [T0 + timedelta(minutes=m) for m in minutes])
+    ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (0, 2)}))
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("write:quarantine"))
+
+    [retried] = ingest.run_scheduled(spark, settings)
+    assert (retried.read, retried.accepted, retried.duplicates, retried.quarantined) == (5, 3, 1, 1), retried
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [0, 2, 3]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [1]
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "quarantine")) == [4]
+    assert_sessions_follow_events(spark, settings)
+    assert reconciled(spark, settings, "after-retry").ok
 
 
 def test_a_repair_never_deletes_rows_it_cannot_read_again(spark, fresh) -> None:
