@@ -158,14 +158,15 @@ class BatchWriter:
             raise self.failure from None
 
     def _lost_while_reading(self, batch_id: int) -> DataLossError:
+        """The one-line error for a batch whose offsets (it read some, so it has ranges) retention removed."""
         ranges = self.ranges_for(batch_id)
-        low = {p: lo for p, (lo, _) in watermarks(self.settings, ranges[0].topic).items()} if ranges else {}
+        topic = ranges[0].topic
+        held = watermarks(self.settings, topic)
         gone = ", ".join(
-            f"partition {r.partition} offsets [{r.start}, {min(low[r.partition], r.end)})"
+            f"partition {r.partition} offsets [{r.start}, {min(held[r.partition][0], r.end)})"
             for r in ranges
-            if low.get(r.partition, 0) > r.start
+            if held[r.partition][0] > r.start
         )
-        topic = ranges[0].topic if ranges else "?"
         return DataLossError(
             f"topic {topic}: retention removed {gone or 'offsets'} while the run read them (batch {batch_id} of "
             f"{self.pipeline}); nothing of that batch was written, the batches before it are committed. If they "
@@ -236,7 +237,9 @@ class BatchWriter:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
         rows of (committed first, so no reconcile sees a move without its mark)."""
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
-        history.mark_moved(cur, plan.ranges if self.rewrites else plan.moved, self.pipeline, plan.batch_id)
+        # A repair's batch marks the ranges it rewrites beside those its takeovers move rows of
+        # (a displaced row may lie outside the batch's ranges).
+        history.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)
 
     def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
         """``work`` in one PostgreSQL transaction of its own."""

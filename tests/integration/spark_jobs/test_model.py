@@ -99,11 +99,14 @@ class Trial:
     lost: set[tuple[int, int]] = field(default_factory=set)  # removed before any run read them: recorded losses
     done: list[str] = field(default_factory=list)
 
+    def steps(self) -> str:
+        return "\n".join(f"  {i}. {text}" for i, text in enumerate(self.done))
+
     def fail(self, problem: str) -> None:
-        steps = "\n".join(f"  {i}. {text}" for i, text in enumerate(self.done))
         pytest.fail(
             f"seed {self.scenario.seed} ({self.scenario.partitions} partition(s), rules {self.scenario.rules}) "
-            f"after step {len(self.done) - 1}: {problem}\nsteps:\n{steps}\nreplay: make fuzz SEED={self.scenario.seed}",
+            f"after step {len(self.done) - 1}: {problem}\nsteps:\n{self.steps()}\n"
+            f"replay: make fuzz SEED={self.scenario.seed}",
             pytrace=False,
         )
 
@@ -139,7 +142,7 @@ def test_the_pipeline_matches_the_model_after_every_run(spark, database, seed) -
             _run(trial, index, step)
             _check(trial)
     if os.environ.get("TIDEMARK_FUZZ_VERBOSE"):  # what a passing seed did (make fuzz ... FUZZ_ARGS=-s)
-        print(f"\nseed {seed}:\n" + "\n".join(f"  {i}. {text}" for i, text in enumerate(trial.done)))
+        print(f"\nseed {seed}:\n{trial.steps()}")
 
 
 def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
