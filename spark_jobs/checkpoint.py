@@ -47,6 +47,11 @@ class OffsetLog:
     def _batch_ids(self, log: str) -> list[int]:
         return sorted(int(name) for name in jvm.list_names(self._spark, f"{self.location}/{log}") if name.isdigit())
 
+    def committed(self) -> list[int]:
+        """The ids of the batches Spark committed that the logs still hold (Spark keeps the last
+        ``spark.sql.streaming.minBatchesToRetain``), in order."""
+        return self._batch_ids("commits")
+
     def frozen_uncommitted(self) -> int | None:
         """The id of the batch Spark froze but never committed, if any (the one a restart replays)."""
         frozen, committed = self._batch_ids("offsets"), self._batch_ids("commits")

@@ -20,6 +20,7 @@ run's stream starts, the offsets it needs are checked against what the broker st
 from __future__ import annotations
 
 import argparse
+import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -37,6 +38,8 @@ from spark_jobs.writer import BatchResult, BatchWriter, Fault, recompute_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
 
 SCHEDULED = "ingest"
 BACKFILL = "backfill"
@@ -152,6 +155,7 @@ def run_scheduled(
             # An acknowledged loss: the stream skips removed offsets, so each batch looks for what it skipped.
             watch_losses=bool(start.losses),
         )
+        record_committed_batches(spark, settings, log, topic, writer)
         query = (
             stream_reader(
                 spark,
@@ -176,6 +180,36 @@ def run_scheduled(
                 raise writer.failure from None
             raise
     return writer.results
+
+
+def record_committed_batches(
+    spark: SparkSession, settings: Settings, log: OffsetLog, topic: str, writer: BatchWriter
+) -> None:
+    """Write again the batches the checkpoint committed and the ledger lacks (call holding the writer
+    lock, before the stream starts).
+
+    PostgreSQL restored from a backup taken before a batch committed loses its ledger rows, its
+    attempt and its sessions, while Spark's checkpoint has committed it and no run replays it: the
+    offsets would show only as lag, for ever. Each such batch is read from Kafka over the ranges the
+    checkpoint froze and written as the same batch, after its attempt is recorded again (so it looks
+    for what it holds in Delta, like any retry); its Delta writes carry the same transaction
+    identifiers, so nothing is added twice. A batch whose starting offsets the checkpoint no longer
+    holds is left to reconcile, which reports it as a gap once a later batch commits.
+    """
+    with db.transaction(settings.postgres_dsn) as cur:
+        recorded = ledger.next_batch_id(cur, writer.pipeline)
+    for batch_id in (b for b in log.committed() if b >= recorded):
+        if batch_id > recorded and log.ends(batch_id - 1, topic) is None:
+            continue
+        ranges = writer.ranges_for(batch_id)
+        logger.warning(
+            "%s: the checkpoint committed batch %d (%s) and the ledger lacks it (PostgreSQL restored from a "
+            "backup?): writing it again from Kafka",
+            writer.pipeline, batch_id, ", ".join(map(str, ranges)),
+        )  # fmt: skip
+        with db.transaction(settings.postgres_dsn) as cur:
+            ledger.record_attempt(cur, writer.pipeline, batch_id, ranges)
+        writer.write(read_range(spark, settings, ranges), batch_id)
 
 
 def unfreeze_batch(settings: Settings, log: OffsetLog, pipeline: str) -> int:

@@ -380,3 +380,42 @@ def test_a_batch_retried_after_postgresql_was_restored_from_a_dump_taken_mid_bat
         assert_exact(spark, settings, pg, prefix, committed=produced.committed)
     finally:
         pg.close()
+
+
+def test_batches_the_checkpoint_committed_after_a_backup_are_recorded_again_by_the_next_run(
+    spark, fresh, tmp_path
+) -> None:
+    """PostgreSQL restored to a dump taken between two batches of a run that then completed: Spark's
+    checkpoint has committed the second batch, so no run will replay it, while the ledger, the
+    attempts and PostgreSQL's sessions lack it. The next run must record it again, adding nothing to
+    Delta twice, and reconcile must then find everything accounted for."""
+    from spark_jobs import reconcile
+    from spark_jobs.db import connect
+    from tidemark.producer import ProduceSpec, produce
+
+    settings, prefix = fresh, "unrecorded-"
+    spec = ProduceSpec(count=40, entities=3, duplicate_rate=0.1, malformed_rate=0.05, seed=47, id_prefix=prefix)
+    produced = produce(settings, spec, topic=settings.topic, partitions=2)
+    dump = tmp_path / "tidemark.sql"
+
+    def dump_after_the_first_batch(point: str, batches=[0]) -> None:  # noqa: B006 (a counter)
+        if point == "after_postgres":
+            batches[0] += 1
+            if batches[0] == 1:
+                dump_postgres(settings, dump)
+
+    first = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=25, fault=dump_after_the_first_batch)
+    assert [r.batch_id for r in first] == [0, 1]
+    restore_postgres(settings, dump)
+    assert query(settings, "SELECT batch_id FROM ledger_batches") == [(0,)], "the restore did not go back"
+
+    again = ingest.run_scheduled(spark, settings)
+    assert [(r.batch_id, r.read, r.skipped) for r in again] == [(1, first[1].read, False)]
+    assert query(settings, "SELECT batch_id FROM ledger_batches ORDER BY 1") == [(0,), (1,)]
+    pg = connect(settings.postgres_dsn)
+    try:
+        assert_exact(spark, settings, pg, prefix, committed=produced.committed)
+    finally:
+        pg.close()
+    report = reconcile.run(settings, "after-the-restore", lambda: spark)
+    assert report.ok, report.summary()
