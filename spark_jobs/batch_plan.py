@@ -70,7 +70,7 @@ class BatchPlan:
     displaced: DataFrame | None  # coordinates of the stored events rows the takeovers move to duplicates
     takeovers_since_us: int | None  # earliest arrival of a takeover, bounds the takeover MERGE
     moved: list[PartitionRange]  # per partition, the offsets of the displaced rows (first to last)
-    read_spans: list[PartitionRange]  # runs of consecutive offsets the batch read (only when watching for losses)
+    read_spans: list[PartitionRange]  # runs of consecutive offsets read or held (only when watching for losses)
     sessions: SessionChanges
     session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
     anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)
@@ -136,8 +136,11 @@ class BatchPlanner:
                 *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
             )
         )
-        read_spans = consecutive_offsets(parsed) if self.watch_losses else []
         held = self.held(ranges)
+        # What the batch has of its ranges: read from Kafka, or held (an earlier attempt wrote it
+        # before retention removed it from Kafka).
+        had = parsed if held is None else parsed.select(*COORDINATES).unionByName(held.select(*COORDINATES)).distinct()
+        read_spans = consecutive_offsets(had) if self.watch_losses else []
         held_in = {} if held is None else held_counts(held)
         # Over every record, held ones too: the producer checks and the earliest valid arrival (the
         # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.

@@ -86,11 +86,12 @@ def streaming_ranges(
     return ranges
 
 
-def check_retention(settings: Settings, topic: str, allow_data_loss: bool) -> retention.StartCheck:
+def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_loss: bool) -> retention.StartCheck:
     """Before a scheduled run's stream starts: fail if the broker removed offsets it still needs.
 
-    With ``allow_data_loss`` the loss is recorded in the ledger instead and the run goes on. The
-    first run of each partition records where it starts.
+    With ``allow_data_loss`` the loss is recorded in the ledger instead and the run goes on; the
+    part of it a frozen, uncommitted batch covers is left to that batch (its crashed attempt may
+    have written some of those records). The first run of each partition records where it starts.
     """
     pipeline = pipeline_name(SCHEDULED, topic)
     held = watermarks(settings, topic)
@@ -99,6 +100,9 @@ def check_retention(settings: Settings, topic: str, allow_data_loss: bool) -> re
         check = retention.check_start(pipeline, topic, held, read_to, recorded)
         if check.losses and not allow_data_loss:
             raise retention.loss_error(check.losses)
+        pending = log.frozen_uncommitted()
+        if check.losses and pending is not None:
+            check = check.left_to_pending(log.ends(pending, topic) or {})
         retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
     return check
 
@@ -139,7 +143,7 @@ def run_scheduled(
     pipeline = pipeline_name(SCHEDULED, topic)
     with single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
-        start = check_retention(settings, topic, allow_data_loss)
+        start = check_retention(settings, log, topic, allow_data_loss)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
         if split_frozen_batch:
             unfreeze_batch(settings, log, pipeline)
@@ -153,7 +157,7 @@ def run_scheduled(
             scheduled=True,
             topic_id=topic_id,
             # An acknowledged loss: the stream skips removed offsets, so each batch looks for what it skipped.
-            watch_losses=bool(start.losses),
+            watch_losses=start.skips_removed,
         )
         record_committed_batches(spark, settings, log, topic, writer)
         query = (
@@ -163,7 +167,7 @@ def run_scheduled(
                 topic,
                 cap,
                 # An acknowledged loss: Spark skips the removed offsets instead of failing on them.
-                fail_on_data_loss=not start.losses,
+                fail_on_data_loss=not start.skips_removed,
                 starting_offsets=start.starting_offsets if start.first_run else None,
             )
             .load()

@@ -19,7 +19,7 @@ mismatch. The first run of each partition also records where it started (``pipel
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from spark_jobs.errors import DataLossError
 from spark_jobs.offsets import PartitionRange
@@ -73,6 +73,25 @@ class StartCheck:
     first_offsets: dict[int, int]  # partition -> where the pipeline's first batch of it starts, where known
     first_starts: dict[int, tuple[int, int]] = field(default_factory=dict)  # new partition -> (start, low watermark)
     losses: list[Loss] = field(default_factory=list)
+    pending_loss: bool = False  # the frozen, uncommitted batch lost offsets: it records them itself
+
+    @property
+    def skips_removed(self) -> bool:
+        """The run acknowledged removed offsets: its stream skips them, and each batch records the
+        ones it should have read and finds neither in Kafka nor in the record tables."""
+        return bool(self.losses) or self.pending_loss
+
+    def left_to_pending(self, pending_ends: Mapping[int, int]) -> StartCheck:
+        """This check with the losses the frozen, uncommitted batch covers left to that batch
+        (``pending_ends``: partition -> where it ends). Its crashed attempt may have written records
+        of them before retention removed them: the batch finds those in the record tables, and
+        records as lost only what neither Kafka nor the tables hold."""
+        kept = []
+        for loss in self.losses:
+            start = max(loss.start, pending_ends.get(loss.partition, loss.start))
+            if start < loss.end:
+                kept.append(replace(loss, start=start))
+        return replace(self, losses=kept, pending_loss=self.pending_loss or kept != self.losses)
 
     @property
     def starting_offsets(self) -> dict[int, int]:

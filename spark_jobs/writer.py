@@ -258,17 +258,20 @@ class BatchWriter:
 
         A takeover removes a row from ``events`` that only ``duplicates`` will hold, and the next
         attempt of the batch can only find it there: so with takeovers ``events`` is written after
-        the other three tables committed, and the displaced rows go to ``duplicates`` with an
-        insert-only MERGE (an earlier attempt may have moved them already). Any subset of these
-        commits, followed by another attempt (planned afresh), ends as one clean run (see
-        docs/design.md, "Partial commits and retries").
+        ``quarantine`` and ``duplicates`` committed, and the displaced rows go to ``duplicates`` with
+        an insert-only MERGE (an earlier attempt may have moved them already). ``sessions`` is
+        written last, once the record tables hold every record its sessions are made of: the next
+        attempt finds those records held and recomputes their entities' sessions even when
+        retention removed them from Kafka in between. Any subset of these commits, followed by
+        another attempt (planned afresh), ends as one clean run (see docs/design.md, "Partial
+        commits and retries").
         """
         spark, path = self.spark, self._path
 
         def write_id(write: str) -> delta.WriteId:
             return batch_write_id(plan.pipeline, plan.batch_id, plan.ranges, write, self.scope)
 
-        first: list[Callable[[], None]] = []
+        first: list[Callable[[], None]] = []  # the record tables but events
         if plan.quarantine is not None:
             quarantine = plan.quarantine
             write_quarantine = lambda: delta.append(quarantine, path("quarantine"), write_id("quarantine"))  # noqa: E731
@@ -283,11 +286,12 @@ class BatchWriter:
                 )
             first.append(self._guard("duplicates", fence, write_duplicates))
         c = plan.sessions
+        sessions: list[Callable[[], None]] = []
         if c.changed or c.inserted:
             write_sessions = lambda: delta.apply_session_changes(  # noqa: E731
                 spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, write_id("sessions")
             )
-            first.append(self._guard("sessions", fence, write_sessions))
+            sessions.append(self._guard("sessions", fence, write_sessions))
         last: list[Callable[[], None]] = []
         if plan.first_arrivals is not None or plan.takeovers is not None:
 
@@ -302,11 +306,9 @@ class BatchWriter:
                     )  # fmt: skip
 
             last.append(self._guard("events", fence, write_events))
-        if plan.takeovers is None:
-            delta.run_concurrently(first + last)
-        else:
-            delta.run_concurrently(first)
-            delta.run_concurrently(last)
+        stages = [first + last] if plan.takeovers is None else [first, last]
+        for stage in [*stages, sessions]:
+            delta.run_concurrently(stage)
 
     def _guard(self, table: str, fence: Callable[[], None], write: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:

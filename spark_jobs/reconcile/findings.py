@@ -75,6 +75,13 @@ class RangeCheck:
         return self.outcome == "ok"
 
     @property
+    def baseline(self) -> bool:
+        """Whether what the sinks hold becomes the range's verified count and checksum: a range that
+        matches, or one retention expired before its first check that holds each offset once (there
+        is nothing to count it against, but a change after this is a change)."""
+        return self.matches or (self.outcome == "expired" and self.held_twice == 0)
+
+    @property
     def where(self) -> str:
         return f"topic {self.topic} partition {self.partition} offsets [{self.start}, {self.end})"
 

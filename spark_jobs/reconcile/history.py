@@ -202,7 +202,7 @@ def record_run(
         [
             (c.pipeline, c.batch_id, c.topic, c.partition, c.start, c.end, c.sink_records, c.sink_checksum, run_id)
             for c in report.checks
-            if c.matches and c.reason != MOVED
+            if c.baseline and c.reason != MOVED
         ],
     )
     # Ranges recorded batches moved rows of: what they hold now is the baseline. A mark goes once

@@ -332,7 +332,14 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
 
     else:
         events = delta.table(spark, settings.table_path("events"))
-        rows = [tuple(r) for r in events.toDF().select("partition", "offset").orderBy("partition", "offset").collect()]
+        # Only where Kafka still holds the record: a repair cannot put back what retention removed
+        # (it keeps such rows and says so: test_retention covers that).
+        lows = {p: low for p, (low, _) in watermarks(settings, settings.topic).items()}
+        rows = [
+            (p, o)
+            for p, o in events.toDF().select("partition", "offset").orderBy("partition", "offset").collect()
+            if o >= lows[p]
+        ]
         if not rows:
             trial.done.append("(no event to damage)")
             return

@@ -19,7 +19,7 @@ from spark_jobs import ingest, reconcile
 from spark_jobs.errors import DataLossError
 from spark_jobs.offsets import first_arrival, watermarks
 from spark_jobs.planning import plan_backfill
-from tests.integration.spark_jobs.checks import delete_records, delta_rows, query, recreate_topic
+from tests.integration.spark_jobs.checks import InjectedCrash, delete_records, delta_rows, query, recreate_topic
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -220,6 +220,58 @@ def test_retention_during_a_run_that_acknowledged_nothing_fails_it_in_one_line_a
     lost = {o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
             for o in range(start, end)}  # fmt: skip
     assert lost == set(range(20, 40)) and held == set(range(20)) | set(range(40, 60)), (sorted(lost), results)
+
+
+@pytest.mark.parametrize("point", ["write:sessions", "write:events"])
+def test_a_batch_that_crashed_part_way_and_lost_its_records_before_the_retry_keeps_what_it_wrote(
+    spark, fresh, point
+) -> None:
+    """A batch crashes between its Delta writes; retention removes its records before the retry.
+    What the crashed attempt wrote is held, not lost: the retry that acknowledges the loss records
+    as lost only the offsets neither Kafka nor a record table holds, each offset ends up in one
+    place, and no session is left of a record no table holds."""
+    from spark_jobs.db import connect
+    from tests.integration.spark_jobs.checks import assert_sessions_follow_events, assert_sinks_agree, snapshot
+
+    settings, prefix = fresh, "partial-"
+    produce(settings, ProduceSpec(count=40, entities=30, seed=13, id_prefix=prefix), topic=settings.topic, partitions=1)
+    batches = [0]
+
+    def crash_in_the_second_batch(reached: str) -> None:
+        if reached == "after_postgres":
+            batches[0] += 1
+        elif reached == point and batches[0] == 1:
+            raise InjectedCrash(f"injected crash {reached}")
+
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, max_offsets_per_trigger=20, fault=crash_in_the_second_batch)
+    delete_records(settings, 0, 30)
+    with pytest.raises(DataLossError):
+        ingest.run_scheduled(spark, settings, max_offsets_per_trigger=20)
+    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=20, allow_data_loss=True)
+
+    tables = {
+        t: [r["offset"] for r in delta_rows(spark, settings, t, "offset")]
+        for t in ("events", "duplicates", "quarantine")
+    }
+    held = [offset for offsets in tables.values() for offset in offsets]
+    lost = [o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
+            for o in range(start, end)]  # fmt: skip
+    assert len(held) == len(set(held)) and not set(held) & set(lost), (sorted(held), lost)
+    assert set(held) | set(lost) == set(range(40)), "each offset is held or recorded as lost"
+    removed = set(range(20, 30))
+    if point == "write:sessions":  # written last: every record table of the batch committed before the crash
+        assert removed <= set(held), (tables, lost)
+    else:  # events never committed: what it would have held is lost
+        assert not removed & set(tables["events"]) and removed & set(lost), (tables, lost)
+    assert_sessions_follow_events(spark, settings)
+    pg = connect(settings.postgres_dsn)
+    try:
+        assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+    finally:
+        pg.close()
+    report = reconcile.run(settings, "after-the-partial-batch", lambda: spark)
+    assert report.ok, report.summary()
 
 
 def test_a_backfill_that_skips_removed_offsets_records_and_prints_exactly_those(spark, fresh) -> None:
