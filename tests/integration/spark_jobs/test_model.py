@@ -331,6 +331,11 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
                 cur.execute(f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(row))})", row)
 
     else:
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(spark, settings.table_path("events")):
+            trial.done.append("(no lake yet: no event to damage)")
+            return
         events = delta.table(spark, settings.table_path("events"))
         # Only where Kafka still holds the record: a repair cannot put back what retention removed
         # (it keeps such rows and says so: test_retention covers that).
@@ -437,25 +442,31 @@ def _check(trial: Trial) -> None:
     sessions the same rows; every record lost to retention recorded as lost."""
     spark, settings = trial.spark, trial.settings
     want = expected(trial.records, trial.processed, trial.scenario.rules)
-    got = {}
-    for table in ("events", "duplicates", "quarantine"):
-        got[table] = [tuple(r) for r in delta_rows(spark, settings, table, "partition", "offset")]
-    delta_sessions = [r[0] for r in delta_rows(spark, settings, "sessions", delta.SESSION_ROW_TEXT)]
+
+    def rows(table: str, *columns: str) -> list[tuple]:  # no lake yet (nothing was written): nothing held
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(spark, settings.table_path(table)):
+            return []
+        return [tuple(r) for r in delta_rows(spark, settings, table, *columns)]
+
+    got = {table: rows(table, "partition", "offset") for table in ("events", "duplicates", "quarantine")}
+    delta_sessions = [r[0] for r in rows("sessions", delta.SESSION_ROW_TEXT)]
     postgres_sessions = [r[0] for r in query(settings, f"SELECT {postgres.SESSION_ROW_TEXT} FROM sessions")]
     problems = []
-    for table, rows in got.items():
-        if len(rows) != len(set(rows)):
-            problems.append(f"{table} holds a record twice: {sorted(r for r in rows if rows.count(r) > 1)}")
+    for table, held in got.items():
+        if len(held) != len(set(held)):
+            problems.append(f"{table} holds a record twice: {sorted(r for r in held if held.count(r) > 1)}")
         want_rows = getattr(want, table)
-        if set(rows) != want_rows:
+        if set(held) != want_rows:
             problems.append(
-                f"{table}: missing {sorted(want_rows - set(rows))}, unexpected {sorted(set(rows) - want_rows)}"
+                f"{table}: missing {sorted(want_rows - set(held))}, unexpected {sorted(set(held) - want_rows)}"
             )
-    for name, rows in (("Delta", delta_sessions), ("PostgreSQL", postgres_sessions)):
-        if sorted(rows) != sorted(want.sessions):
+    for name, stored in (("Delta", delta_sessions), ("PostgreSQL", postgres_sessions)):
+        if sorted(stored) != sorted(want.sessions):
             problems.append(
-                f"{name} sessions: missing {sorted(want.sessions - set(rows))}, "
-                f"unexpected {sorted(set(rows) - want.sessions)}"
+                f"{name} sessions: missing {sorted(want.sessions - set(stored))}, "
+                f"unexpected {sorted(set(stored) - want.sessions)}"
             )
     unrecorded = trial.lost - _recorded_losses(settings)
     if unrecorded:
