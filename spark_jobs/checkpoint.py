@@ -44,6 +44,18 @@ class OffsetLog:
         source = json.loads(text.splitlines()[2])
         return {int(p): int(o) for p, o in source[topic].items()}
 
+    def starts(self, batch_id: int, topic: str) -> dict[int, int] | None:
+        """Where ``batch_id`` starts: the previous batch's ends, or for batch 0 the offsets the
+        stream began at (the Kafka source's initial offsets, ``sources/0/0``). None when unknown."""
+        if batch_id > 0:
+            return self.ends(batch_id - 1, topic)
+        text = jvm.read_text(self._spark, f"{self.location}/sources/0/0")
+        if text is None:
+            return None
+        # Format: a NUL byte (Spark 2.1 compatibility), a version line, then the offsets as JSON.
+        source = json.loads(text.splitlines()[-1])
+        return {int(p): int(o) for p, o in source[topic].items()}
+
     def _batch_ids(self, log: str) -> list[int]:
         return sorted(int(name) for name in jvm.list_names(self._spark, f"{self.location}/{log}") if name.isdigit())
 

@@ -102,7 +102,7 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
             raise retention.loss_error(check.losses)
         pending = log.frozen_uncommitted()
         if check.losses and pending is not None:
-            check = check.left_to_pending(log.ends(pending, topic) or {})
+            check = check.left_to_pending(log.starts(pending, topic) or {}, log.ends(pending, topic) or {})
         retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
     return check
 

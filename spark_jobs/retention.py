@@ -81,16 +81,21 @@ class StartCheck:
         ones it should have read and finds neither in Kafka nor in the record tables."""
         return bool(self.losses) or self.pending_loss
 
-    def left_to_pending(self, pending_ends: Mapping[int, int]) -> StartCheck:
-        """This check with the losses the frozen, uncommitted batch covers left to that batch
-        (``pending_ends``: partition -> where it ends). Its crashed attempt may have written records
-        of them before retention removed them: the batch finds those in the record tables, and
-        records as lost only what neither Kafka nor the tables hold."""
+    def left_to_pending(self, pending_starts: Mapping[int, int], pending_ends: Mapping[int, int]) -> StartCheck:
+        """This check with the part of each loss the frozen, uncommitted batch covers left to that
+        batch (partition -> where it starts, where it ends). Its crashed attempt may have written
+        records of them before retention removed them: the batch finds those in the record tables,
+        and records as lost only what neither Kafka nor the tables hold. The parts below and above
+        the batch stay losses of this check (below it no batch will read them: PostgreSQL restored
+        under a crashed run lost the ledger rows of the loss and of the batches before it)."""
         kept = []
         for loss in self.losses:
-            start = max(loss.start, pending_ends.get(loss.partition, loss.start))
-            if start < loss.end:
-                kept.append(replace(loss, start=start))
+            start = pending_starts.get(loss.partition, loss.start)
+            end = pending_ends.get(loss.partition, loss.start)
+            if loss.start < start:
+                kept.append(replace(loss, end=min(loss.end, start)))
+            if max(loss.start, end) < loss.end:
+                kept.append(replace(loss, start=max(loss.start, end)))
         return replace(self, losses=kept, pending_loss=self.pending_loss or kept != self.losses)
 
     @property
@@ -100,7 +105,10 @@ class StartCheck:
 
     @property
     def loss_ends(self) -> dict[int, int]:
-        return {loss.partition: loss.end for loss in self.losses}
+        ends: dict[int, int] = {}
+        for loss in self.losses:
+            ends[loss.partition] = max(loss.end, ends.get(loss.partition, loss.end))
+        return ends
 
     def past_loss(self, partition: int, offset: int) -> int:
         """``offset``, or the end of the acknowledged loss it falls in: where a batch starting there really starts."""

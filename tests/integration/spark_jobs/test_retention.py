@@ -274,6 +274,47 @@ def test_a_batch_that_crashed_part_way_and_lost_its_records_before_the_retry_kee
     assert report.ok, report.summary()
 
 
+def test_a_loss_before_the_first_batch_is_recorded_when_postgresql_was_restored_under_a_crashed_run(
+    spark, fresh, tmp_path
+) -> None:
+    """Retention removed the oldest records before the first run; that run acknowledged the loss,
+    committed a batch and crashed in the next one; PostgreSQL is then restored to a dump taken
+    before the run (the loss and the first batch are gone from the ledger). The retry must record
+    the loss again: it lies below the frozen batch, so that batch cannot find it (fresh seed 7305)."""
+    from tests.integration.spark_jobs.checks import dump_postgres, restore_postgres
+
+    settings, prefix = fresh, "restored-loss-"
+    produce(settings, ProduceSpec(count=30, entities=4, seed=17, id_prefix=prefix), topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 4)
+    dump = tmp_path / "before-the-run.sql"
+    dump_postgres(settings, dump)
+    batches = [0]
+
+    def crash_in_the_second_batch(reached: str) -> None:
+        if reached == "after_postgres":
+            batches[0] += 1
+        elif reached == "write:events" and batches[0] == 1:
+            raise InjectedCrash(f"injected crash {reached}")
+
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(
+            spark, settings, max_offsets_per_trigger=10, allow_data_loss=True, fault=crash_in_the_second_batch
+        )
+    restore_postgres(settings, dump)
+    with pytest.raises(DataLossError):
+        ingest.run_scheduled(spark, settings, max_offsets_per_trigger=10)
+    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=10, allow_data_loss=True)
+
+    held = sorted(
+        r["offset"] for t in ("events", "duplicates", "quarantine") for r in delta_rows(spark, settings, t, "offset")
+    )
+    lost = sorted(o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
+                  for o in range(start, end))  # fmt: skip
+    assert (held, lost) == (list(range(4, 30)), [0, 1, 2, 3])
+    report = reconcile.run(settings, "after-the-restore", lambda: spark)
+    assert report.ok, report.summary()
+
+
 def test_a_backfill_that_skips_removed_offsets_records_and_prints_exactly_those(spark, fresh) -> None:
     settings = fresh
     produce(settings, ProduceSpec(count=40, entities=4, seed=8, id_prefix="d-"), topic=settings.topic, partitions=1)

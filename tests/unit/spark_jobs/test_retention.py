@@ -103,6 +103,25 @@ def test_only_a_batch_that_starts_inside_an_acknowledged_loss_moves_past_it() ->
     assert check.past_loss(1, 81) == 81
 
 
+def test_a_frozen_uncommitted_batch_takes_only_the_part_of_a_loss_inside_its_range() -> None:
+    check = check_start(PIPELINE, "events", {0: (40, 300), 1: (0, 50)}, read_to={}, recorded_starts={})
+    # The batch covers [20, 30) of the loss [0, 40) of partition 0: the crashed attempt may hold
+    # some of it. Below it (PostgreSQL restored: the ledger lost the batches before) and above it
+    # the loss stays this check's to record.
+    left = check.left_to_pending({0: 20, 1: 0}, {0: 30, 1: 10})
+    assert left.losses == [
+        Loss(PIPELINE, "events", 0, 0, 20, before_first_run=True),
+        Loss(PIPELINE, "events", 0, 30, 40, before_first_run=True),
+    ]
+    assert left.skips_removed and left.pending_loss and left.loss_ends == {0: 40}
+    # A batch that starts where the ledger ends takes the whole loss, or its part below its end.
+    assert check.left_to_pending({0: 0}, {0: 50}).losses == []
+    assert check.left_to_pending({0: 0}, {0: 25}).losses == [Loss(PIPELINE, "events", 0, 25, 40, before_first_run=True)]
+    # A batch entirely past the loss takes none of it.
+    past = check.left_to_pending({0: 40}, {0: 60})
+    assert past.losses == check.losses and not past.pending_loss
+
+
 def test_a_batch_records_as_lost_what_it_skipped_below_the_low_watermark() -> None:
     from spark_jobs.offsets import PartitionRange
     from spark_jobs.retention import lost_in_batch
