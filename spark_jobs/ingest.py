@@ -268,23 +268,22 @@ def run_backfill(
             batch_id = recorded_plan(cur, plan)
             if batch_id is None:
                 batch_id = ledger.next_batch_id(cur, pipeline)
-        # Offsets asked for that retention removed, skipped with --allow-data-loss: exactly those are
-        # acknowledged, recorded and reported (a loss during the read fails it: failOnDataLoss is on).
-        acknowledged = [
-            retention.Loss(pipeline, r.topic, r.partition, r.start, r.end, before_first_run=False) for r in plan.skipped
-        ]
-        if acknowledged:
-            with db.transaction(settings.postgres_dsn) as cur:
-                retention.record_losses(cur, acknowledged)
-        writer = BatchWriter(spark, settings, lease, pipeline, lambda _: plan.ranges, fault, topic_id=topic_id)
+        # Offsets asked for that retention removed, skipped with --allow-data-loss: the batch covers
+        # what was asked and reads what Kafka holds; of the skipped offsets it records as lost, and
+        # reports, exactly those no record table holds (an earlier attempt that crashed may have
+        # written some before retention removed them). A loss during the read fails it
+        # (failOnDataLoss is on).
+        writer = BatchWriter(
+            spark, settings, lease, pipeline, lambda _: plan.asked, fault, topic_id=topic_id,
+            watch_losses=bool(plan.skipped),
+        )  # fmt: skip
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
-    result = writer.results[-1]
-    return replace(result, lost=acknowledged + result.lost)
+    return writer.results[-1]
 
 
 def recorded_plan(cur, plan: BackfillPlan) -> int | None:
-    """The batch id of an earlier backfill with exactly these ranges, if any."""
-    return ledger.batch_with_ranges(cur, pipeline_name(BACKFILL, plan.topic), plan.ranges)
+    """The batch id of an earlier backfill that asked for exactly these ranges, if any."""
+    return ledger.batch_with_ranges(cur, pipeline_name(BACKFILL, plan.topic), plan.asked)
 
 
 def _add_common_arguments(p: argparse.ArgumentParser) -> None:

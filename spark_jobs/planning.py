@@ -8,7 +8,7 @@ module to plan and show a backfill before Spark starts.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from spark_jobs.errors import ConfigError, DataLossError
@@ -24,6 +24,13 @@ class BackfillPlan:
     @property
     def topic(self) -> str:
         return self.ranges[0].topic
+
+    @property
+    def asked(self) -> list[PartitionRange]:
+        """The ranges asked for, the skipped part included: the batch's ranges in the ledger. Its
+        read covers :attr:`ranges`; an earlier attempt may hold records of the skipped part."""
+        skipped = {r.partition: r.start for r in self.skipped}
+        return [replace(r, start=skipped.get(r.partition, r.start)) for r in self.ranges]
 
 
 def parse_offsets(text: str) -> dict[int, tuple[int, int]]:

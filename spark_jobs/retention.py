@@ -199,13 +199,19 @@ def record_losses(cur, losses: list[Loss]) -> None:
 
 
 def lost_in_batch(
-    pipeline: str, ranges: list[PartitionRange], read: list[PartitionRange], held: Mapping[int, tuple[int, int]]
+    pipeline: str,
+    ranges: list[PartitionRange],
+    read: list[PartitionRange],
+    held: Mapping[int, tuple[int, int]],
+    during_run: bool = True,
 ) -> list[Loss]:
-    """What retention removed from a batch's ``ranges`` before the batch read it, in a run whose
-    stream skips removed offsets (one that acknowledged an earlier loss): per partition, the offsets
-    of the range the batch did not ``read`` (its runs of consecutive offsets) that lie below the low
-    watermark now (``held``). Gone, and never read. (Between transactions a topic has offsets that
-    hold no record; below the low watermark they cannot be told apart, so they count as lost.) Pure."""
+    """What retention removed from a batch's ``ranges`` before the batch read it, in a run that
+    skips removed offsets (one that acknowledged a loss): per partition, the offsets of the range
+    the batch did not ``read`` (its runs of consecutive offsets, held ones included) that lie below
+    the low watermark now (``held``). Gone, and never read. (Between transactions a topic has offsets
+    that hold no record; below the low watermark they cannot be told apart, so they count as lost.)
+    ``during_run``: found by a scheduled run's batch (a backfill's are the ones its plan skipped,
+    acknowledged). Pure."""
     losses = []
     for r in ranges:
         low = min(held.get(r.partition, (0, 0))[0], r.end)
@@ -214,7 +220,7 @@ def lost_in_batch(
         for start, end in [*runs, (low, low)]:
             gap_end = min(start, low)
             if gap_end > position:
-                losses.append(Loss(pipeline, r.topic, r.partition, position, gap_end, False, during_run=True))
+                losses.append(Loss(pipeline, r.topic, r.partition, position, gap_end, False, during_run=during_run))
             position = max(position, end)
             if position >= low:
                 break

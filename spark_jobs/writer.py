@@ -92,8 +92,9 @@ class BatchWriter:
     ``scope`` goes into the batches' Delta transaction identifiers (:func:`batch_write_id`);
     ``topic_id``, the id of the topic the run checked it reads (``ledger.verify_topic``), into its ledger ranges.
 
-    ``watch_losses``: the stream skips offsets retention removed (a run that acknowledged a loss):
-    each batch records what it should have read but could not (``retention.lost_in_batch``).
+    ``watch_losses``: the read skips offsets retention removed (a run or a backfill that
+    acknowledged a loss): each batch records what it should have read but could not and no record
+    table holds (``retention.lost_in_batch``).
 
     ``scheduled``: a scheduled run's batches, which read offsets past what the pipeline read before
     (:class:`spark_jobs.batch_plan.BatchPlanner` says what that saves).
@@ -202,7 +203,9 @@ class BatchWriter:
         lost = []
         if self.planner.watch_losses and ranges:
             held = watermarks(self.settings, ranges[0].topic)
-            lost = retention.lost_in_batch(self.pipeline, ranges, plan.read_spans, held)
+            lost = retention.lost_in_batch(
+                self.pipeline, ranges, plan.read_spans, held, during_run=self.planner.scheduled
+            )
         self._on_ledger(lambda cur: self._record_attempt(cur, plan))
         # Fenced, and reconcile sees this batch in both sinks or in neither.
         with batch_commit(self.settings, self.lease) as cur:

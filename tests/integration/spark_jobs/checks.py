@@ -94,8 +94,23 @@ def assert_offset_coverage(spark, settings: Settings, committed: int) -> None:
     assert len(set(coordinates)) == committed
 
 
+def assert_settings_sinks_agree(spark, settings: Settings, prefix: str) -> None:
+    """:func:`assert_sinks_agree` over the database ``settings`` name (a test's own, from ``fresh``)."""
+    from spark_jobs.db import connect
+
+    pg = connect(settings.postgres_dsn)
+    try:
+        assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+    finally:
+        pg.close()
+
+
 def assert_sinks_agree(snap: dict[str, set]) -> None:
-    assert snap["delta_sessions_text"] == snap["postgres_sessions_text"]
+    delta_only = sorted(snap["delta_sessions_text"] - snap["postgres_sessions_text"])
+    postgres_only = sorted(snap["postgres_sessions_text"] - snap["delta_sessions_text"])
+    assert not delta_only and not postgres_only, (
+        f"sessions only in Delta: {delta_only}; only in PostgreSQL: {postgres_only}"
+    )
     assert snap["delta_sessions_text"], "expected some sessions"
 
 

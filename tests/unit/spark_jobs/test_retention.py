@@ -140,3 +140,22 @@ def test_a_batch_records_as_lost_what_it_skipped_below_the_low_watermark() -> No
         lost(1, 10, 12),  # [12, 15) is still held: no record there, nothing lost
         lost(3, 4, 25),  # skipped in the middle
     ]
+
+
+def test_a_backfill_that_skips_removed_offsets_covers_what_was_asked_and_its_losses_are_acknowledged() -> None:
+    from spark_jobs.offsets import PartitionRange
+    from spark_jobs.planning import BackfillPlan
+    from spark_jobs.retention import lost_in_batch
+
+    def r(partition: int, start: int, end: int) -> PartitionRange:
+        return PartitionRange("events", partition, start, end)
+
+    # Asked for 0:0-40, 1:5-10 and 2:0-50; the broker holds partition 0 from 30, 1 from 12, 2 from 0.
+    plan = BackfillPlan([r(0, 30, 40), r(1, 10, 10), r(2, 0, 50)], skipped=[r(0, 0, 30), r(1, 5, 10)])
+    assert plan.asked == [r(0, 0, 40), r(1, 5, 10), r(2, 0, 50)]
+    # An earlier attempt holds [0, 12) of partition 0: only the rest of the skipped part is lost.
+    read = [r(0, 0, 12), r(0, 30, 40), r(2, 0, 50)]
+    assert lost_in_batch(PIPELINE, plan.asked, read, {0: (30, 40), 1: (12, 12), 2: (0, 50)}, during_run=False) == [
+        Loss(PIPELINE, "events", 0, 12, 30, before_first_run=False),
+        Loss(PIPELINE, "events", 1, 5, 10, before_first_run=False),
+    ]
