@@ -222,6 +222,24 @@ def test_retention_during_a_run_that_acknowledged_nothing_fails_it_in_one_line_a
     assert lost == set(range(20, 40)) and held == set(range(20)) | set(range(40, 60)), (sorted(lost), results)
 
 
+def held_and_lost(spark, settings) -> tuple[dict[str, list[int]], list[int]]:
+    """The offsets each record table holds, and the offsets recorded as lost (one partition)."""
+    tables = {
+        t: [r["offset"] for r in delta_rows(spark, settings, t, "offset")]
+        for t in ("events", "duplicates", "quarantine")
+    }
+    lost = sorted(o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
+                  for o in range(start, end))  # fmt: skip
+    return tables, lost
+
+
+def assert_each_offset_held_or_lost(tables: dict[str, list[int]], lost: list[int], count: int) -> None:
+    """Each of the first ``count`` offsets is held once, or recorded as lost; never both."""
+    held = [offset for offsets in tables.values() for offset in offsets]
+    assert len(held) == len(set(held)) and not set(held) & set(lost), (tables, lost)
+    assert set(held) | set(lost) == set(range(count)), "each offset is held or recorded as lost"
+
+
 @pytest.mark.parametrize("point", ["write:sessions", "write:events"])
 def test_a_batch_that_crashed_part_way_and_lost_its_records_before_the_retry_keeps_what_it_wrote(
     spark, fresh, point
@@ -249,18 +267,11 @@ def test_a_batch_that_crashed_part_way_and_lost_its_records_before_the_retry_kee
         ingest.run_scheduled(spark, settings, max_offsets_per_trigger=20)
     ingest.run_scheduled(spark, settings, max_offsets_per_trigger=20, allow_data_loss=True)
 
-    tables = {
-        t: [r["offset"] for r in delta_rows(spark, settings, t, "offset")]
-        for t in ("events", "duplicates", "quarantine")
-    }
-    held = [offset for offsets in tables.values() for offset in offsets]
-    lost = [o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
-            for o in range(start, end)]  # fmt: skip
-    assert len(held) == len(set(held)) and not set(held) & set(lost), (sorted(held), lost)
-    assert set(held) | set(lost) == set(range(40)), "each offset is held or recorded as lost"
+    tables, lost = held_and_lost(spark, settings)
+    assert_each_offset_held_or_lost(tables, lost, 40)
     removed = set(range(20, 30))
     if point == "write:sessions":  # written last: every record table of the batch committed before the crash
-        assert removed <= set(held), (tables, lost)
+        assert removed <= {o for offsets in tables.values() for o in offsets}, (tables, lost)
     else:  # events never committed: what it would have held is lost
         assert not removed & set(tables["events"]) and removed & set(lost), (tables, lost)
     assert_sessions_follow_events(spark, settings)
@@ -300,12 +311,8 @@ def test_a_loss_before_the_first_batch_is_recorded_when_postgresql_was_restored_
         ingest.run_scheduled(spark, settings, max_offsets_per_trigger=10)
     ingest.run_scheduled(spark, settings, max_offsets_per_trigger=10, allow_data_loss=True)
 
-    held = sorted(
-        r["offset"] for t in ("events", "duplicates", "quarantine") for r in delta_rows(spark, settings, t, "offset")
-    )
-    lost = sorted(o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
-                  for o in range(start, end))  # fmt: skip
-    assert (held, lost) == (list(range(4, 30)), [0, 1, 2, 3])
+    tables, lost = held_and_lost(spark, settings)
+    assert (sorted(o for offsets in tables.values() for o in offsets), lost) == (list(range(4, 30)), [0, 1, 2, 3])
     report = reconcile.run(settings, "after-the-restore", lambda: spark)
     assert report.ok, report.summary()
 
@@ -331,15 +338,8 @@ def test_a_backfill_that_crashed_part_way_and_lost_its_records_before_the_retry_
         spark, settings, plan_backfill(settings, settings.topic, offsets={0: (0, 40)}, allow_data_loss=True)
     )
 
-    tables = {
-        t: [r["offset"] for r in delta_rows(spark, settings, t, "offset")]
-        for t in ("events", "duplicates", "quarantine")
-    }
-    held = [offset for offsets in tables.values() for offset in offsets]
-    lost = [o for start, end in query(settings, "SELECT start_offset, end_offset FROM retention_losses")
-            for o in range(start, end)]  # fmt: skip
-    assert len(held) == len(set(held)) and not set(held) & set(lost), (tables, lost)
-    assert set(held) | set(lost) == set(range(40)), "each offset is held or recorded as lost"
+    tables, lost = held_and_lost(spark, settings)
+    assert_each_offset_held_or_lost(tables, lost, 40)
     assert set(tables["events"]) & set(range(30)), "the crashed attempt's events are kept"
     assert_sessions_follow_events(spark, settings)
     assert_settings_sinks_agree(spark, settings, prefix)
