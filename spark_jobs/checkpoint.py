@@ -64,6 +64,11 @@ class OffsetLog:
         ``spark.sql.streaming.minBatchesToRetain``), in order."""
         return self._batch_ids("commits")
 
+    def last_frozen(self) -> int | None:
+        """The id of the last batch Spark froze, committed or not (None before the first)."""
+        frozen = self._batch_ids("offsets")
+        return frozen[-1] if frozen else None
+
     def frozen_uncommitted(self) -> int | None:
         """The id of the batch Spark froze but never committed, if any (the one a restart replays)."""
         frozen, committed = self._batch_ids("offsets"), self._batch_ids("commits")

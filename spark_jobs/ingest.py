@@ -90,8 +90,11 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
     """Before a scheduled run's stream starts: fail if the broker removed offsets it still needs.
 
     With ``allow_data_loss`` the loss is recorded in the ledger instead and the run goes on; the
-    part of it a frozen, uncommitted batch covers is left to that batch (its crashed attempt may
-    have written some of those records). The first run of each partition records where it starts.
+    part of it inside the batches the checkpoint froze and the ledger lacks (the frozen,
+    uncommitted batch; after a PostgreSQL restore, committed ones too) is left to those batches:
+    they may hold some of those records (a crashed attempt wrote them), and each records as lost
+    only what neither Kafka nor a record table holds. The first run of each partition records where
+    it starts.
     """
     pipeline = pipeline_name(SCHEDULED, topic)
     held = watermarks(settings, topic)
@@ -100,9 +103,9 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
         check = retention.check_start(pipeline, topic, held, read_to, recorded)
         if check.losses and not allow_data_loss:
             raise retention.loss_error(check.losses)
-        pending = log.frozen_uncommitted()
-        if check.losses and pending is not None:
-            check = check.left_to_pending(log.starts(pending, topic) or {}, log.ends(pending, topic) or {})
+        first, last = ledger.next_batch_id(cur, pipeline), log.last_frozen()
+        if check.losses and last is not None and last >= first:
+            check = check.left_to_pending(log.starts(first, topic) or {}, log.ends(last, topic) or {})
         retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
     return check
 
@@ -213,7 +216,16 @@ def record_committed_batches(
         )  # fmt: skip
         with db.transaction(settings.postgres_dsn) as cur:
             ledger.record_attempt(cur, writer.pipeline, batch_id, ranges)
-        writer.write(read_range(spark, settings, ranges), batch_id)
+        # A run that acknowledged a loss reads what Kafka still holds; the batch finds the rest
+        # in the record tables or records it as lost.
+        read = still_held(settings, ranges) if writer.planner.watch_losses else ranges
+        writer.write(read_range(spark, settings, read), batch_id)
+
+
+def still_held(settings: Settings, ranges: list[PartitionRange]) -> list[PartitionRange]:
+    """``ranges`` without the offsets below their partition's low watermark: what Kafka still holds."""
+    lows = {p: low for p, (low, _) in watermarks(settings, ranges[0].topic).items()} if ranges else {}
+    return [replace(r, start=min(max(r.start, lows.get(r.partition, 0)), r.end)) for r in ranges]
 
 
 def unfreeze_batch(settings: Settings, log: OffsetLog, pipeline: str) -> int:

@@ -82,12 +82,12 @@ class StartCheck:
         return bool(self.losses) or self.pending_loss
 
     def left_to_pending(self, pending_starts: Mapping[int, int], pending_ends: Mapping[int, int]) -> StartCheck:
-        """This check with the part of each loss the frozen, uncommitted batch covers left to that
-        batch (partition -> where it starts, where it ends). Its crashed attempt may have written
-        records of them before retention removed them: the batch finds those in the record tables,
-        and records as lost only what neither Kafka nor the tables hold. The parts below and above
-        the batch stay losses of this check (below it no batch will read them: PostgreSQL restored
-        under a crashed run lost the ledger rows of the loss and of the batches before it)."""
+        """This check with the part of each loss inside the batches the checkpoint froze and the
+        ledger lacks left to those batches (partition -> where the first starts, where the last
+        ends). An attempt of theirs may have written records there before retention removed them:
+        each batch finds those in the record tables, and records as lost only what neither Kafka
+        nor the tables hold. The parts below and above stay losses of this check (below, no batch
+        will read them: PostgreSQL restored under a crashed run lost the ledger rows of the loss)."""
         kept = []
         for loss in self.losses:
             start = pending_starts.get(loss.partition, loss.start)

@@ -468,8 +468,10 @@ def _check(trial: Trial) -> None:
                 f"{name} sessions: missing {sorted(want.sessions - set(stored))}, "
                 f"unexpected {sorted(set(stored) - want.sessions)}"
             )
-    unrecorded = trial.lost - _recorded_losses(settings)
+    recorded = _recorded_losses(settings)
+    unrecorded = trial.lost - recorded
     if unrecorded:
         problems.append(f"lost to retention but not recorded as lost: {sorted(unrecorded)}")
     if problems:
+        problems.append(f"(recorded as lost: {sorted(recorded)}; the model's lost: {sorted(trial.lost)})")
         trial.fail("differs from the model:\n" + "\n".join(problems))

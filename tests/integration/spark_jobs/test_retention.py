@@ -280,18 +280,21 @@ def test_a_batch_that_crashed_part_way_and_lost_its_records_before_the_retry_kee
     assert report.ok, report.summary()
 
 
-def test_a_loss_before_the_first_batch_is_recorded_when_postgresql_was_restored_under_a_crashed_run(
-    spark, fresh, tmp_path
+@pytest.mark.parametrize("cut", ["before the run", "into the committed batch"])
+def test_a_loss_is_recorded_once_and_held_records_kept_when_postgresql_was_restored_under_a_crashed_run(
+    spark, fresh, tmp_path, cut
 ) -> None:
-    """Retention removed the oldest records before the first run; that run acknowledged the loss,
-    committed a batch and crashed in the next one; PostgreSQL is then restored to a dump taken
-    before the run (the loss and the first batch are gone from the ledger). The retry must record
-    the loss again: it lies below the frozen batch, so that batch cannot find it (fresh seed 7305)."""
+    """A run commits batch 0 and crashes in batch 1; PostgreSQL is then restored to a dump taken
+    before the run (the ledger lacks batch 0 and any loss the run recorded). Retention removed the
+    first offsets before the run (offsets no batch read: fresh seed 7305), or after the crash, into
+    batch 0 (records Delta holds: fresh seed 7449). The retry that acknowledges the loss records as
+    lost exactly the offsets no record table holds, and keeps the rest."""
     from tests.integration.spark_jobs.checks import dump_postgres, restore_postgres
 
     settings, prefix = fresh, "restored-loss-"
     produce(settings, ProduceSpec(count=30, entities=4, seed=17, id_prefix=prefix), topic=settings.topic, partitions=1)
-    delete_records(settings, 0, 4)
+    if cut == "before the run":
+        delete_records(settings, 0, 4)
     dump = tmp_path / "before-the-run.sql"
     dump_postgres(settings, dump)
     batches = [0]
@@ -307,12 +310,18 @@ def test_a_loss_before_the_first_batch_is_recorded_when_postgresql_was_restored_
             spark, settings, max_offsets_per_trigger=10, allow_data_loss=True, fault=crash_in_the_second_batch
         )
     restore_postgres(settings, dump)
+    if cut == "into the committed batch":
+        delete_records(settings, 0, 5)
     with pytest.raises(DataLossError):
         ingest.run_scheduled(spark, settings, max_offsets_per_trigger=10)
     ingest.run_scheduled(spark, settings, max_offsets_per_trigger=10, allow_data_loss=True)
 
     tables, lost = held_and_lost(spark, settings)
-    assert (sorted(o for offsets in tables.values() for o in offsets), lost) == (list(range(4, 30)), [0, 1, 2, 3])
+    held = sorted(o for offsets in tables.values() for o in offsets)
+    if cut == "before the run":
+        assert (held, lost) == (list(range(4, 30)), [0, 1, 2, 3])
+    else:
+        assert (held, lost) == (list(range(30)), [])
     report = reconcile.run(settings, "after-the-restore", lambda: spark)
     assert report.ok, report.summary()
 
