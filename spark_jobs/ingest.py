@@ -105,7 +105,7 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
             raise retention.loss_error(check.losses)
         first, last = ledger.next_batch_id(cur, pipeline), log.last_frozen()
         if check.losses and last is not None and last >= first:
-            check = check.left_to_pending(log.starts(first, topic) or {}, log.ends(last, topic) or {})
+            check = check.left_to_unrecorded(log.starts(first, topic) or {}, log.ends(last, topic) or {})
         retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
     return check
 

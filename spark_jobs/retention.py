@@ -81,7 +81,7 @@ class StartCheck:
         ones it should have read and finds neither in Kafka nor in the record tables."""
         return bool(self.losses) or self.pending_loss
 
-    def left_to_pending(self, pending_starts: Mapping[int, int], pending_ends: Mapping[int, int]) -> StartCheck:
+    def left_to_unrecorded(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> StartCheck:
         """This check with the part of each loss inside the batches the checkpoint froze and the
         ledger lacks left to those batches (partition -> where the first starts, where the last
         ends). An attempt of theirs may have written records there before retention removed them:
@@ -90,8 +90,8 @@ class StartCheck:
         will read them: PostgreSQL restored under a crashed run lost the ledger rows of the loss)."""
         kept = []
         for loss in self.losses:
-            start = pending_starts.get(loss.partition, loss.start)
-            end = pending_ends.get(loss.partition, loss.start)
+            start = starts.get(loss.partition, loss.start)
+            end = ends.get(loss.partition, loss.start)
             if loss.start < start:
                 kept.append(replace(loss, end=min(loss.end, start)))
             if max(loss.start, end) < loss.end:

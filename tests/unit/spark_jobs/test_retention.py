@@ -108,17 +108,19 @@ def test_a_frozen_uncommitted_batch_takes_only_the_part_of_a_loss_inside_its_ran
     # The batch covers [20, 30) of the loss [0, 40) of partition 0: the crashed attempt may hold
     # some of it. Below it (PostgreSQL restored: the ledger lost the batches before) and above it
     # the loss stays this check's to record.
-    left = check.left_to_pending({0: 20, 1: 0}, {0: 30, 1: 10})
+    left = check.left_to_unrecorded({0: 20, 1: 0}, {0: 30, 1: 10})
     assert left.losses == [
         Loss(PIPELINE, "events", 0, 0, 20, before_first_run=True),
         Loss(PIPELINE, "events", 0, 30, 40, before_first_run=True),
     ]
     assert left.skips_removed and left.pending_loss and left.loss_ends == {0: 40}
     # A batch that starts where the ledger ends takes the whole loss, or its part below its end.
-    assert check.left_to_pending({0: 0}, {0: 50}).losses == []
-    assert check.left_to_pending({0: 0}, {0: 25}).losses == [Loss(PIPELINE, "events", 0, 25, 40, before_first_run=True)]
+    assert check.left_to_unrecorded({0: 0}, {0: 50}).losses == []
+    assert check.left_to_unrecorded({0: 0}, {0: 25}).losses == [
+        Loss(PIPELINE, "events", 0, 25, 40, before_first_run=True)
+    ]
     # A batch entirely past the loss takes none of it.
-    past = check.left_to_pending({0: 40}, {0: 60})
+    past = check.left_to_unrecorded({0: 40}, {0: 60})
     assert past.losses == check.losses and not past.pending_loss
 
 
