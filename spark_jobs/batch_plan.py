@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import dedupe, ledger, producers, session_changes
+from spark_jobs import dedupe, ledger, moves, producers, session_changes
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, TABLE_SCHEMAS, SessionRules
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
@@ -70,6 +70,8 @@ class BatchPlan:
     displaced: DataFrame | None  # coordinates of the stored events rows the takeovers move to duplicates
     takeovers_since_us: int | None  # earliest arrival of a takeover, bounds the takeover MERGE
     moved: list[PartitionRange]  # per partition, the offsets of the displaced rows (first to last)
+    moving: list[moves.Moved]  # the displaced rows, written down before the first write (``moves``)
+    unmoved: list[moves.Moved]  # rows an earlier attempt began to move that stay events rows
     read_spans: list[PartitionRange]  # runs of consecutive offsets read or held (only when watching for losses)
     sessions: SessionChanges
     session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
@@ -108,13 +110,20 @@ class BatchPlanner:
         return delta.table(self.spark, self.settings.table_path(name)).toDF()
 
     def plan(
-        self, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange], clock: Stopwatch | None = None
+        self,
+        batch_df: DataFrame,
+        batch_id: int,
+        ranges: list[PartitionRange],
+        clock: Stopwatch | None = None,
+        moved_before: list[moves.Moved] | None = None,
     ) -> BatchPlan:
         """Everything the batch writes, from the batch and the tables as they are now; nothing is written.
 
         A record of the batch that a record table holds already (a replay, or an earlier attempt of
         this batch) stays where it is: only records no table holds are validated, quarantined or
         ranked as new. Those ``events`` holds take part in the ranking as the stored copies they are.
+        ``moved_before``: the rows earlier attempts of the batch set out to move (``moves``); those
+        this plan does not move again and both tables hold are its ``unmoved``.
 
         The Spark jobs, in order (a replay adds two: the held coordinates, and the fresh records' totals):
         the records parsed and validated (materialised, the only read of Kafka); which ranges the
@@ -187,6 +196,8 @@ class BatchPlanner:
                 self.pipeline, batch_id, checks.describe(),
             )  # fmt: skip
         displaced_rows = dedupe.displaced(ranked) if counts.takeovers else None
+        moving = [] if displaced_rows is None else moved_rows(displaced_rows)
+        unmoved = moves.unfinished(self.spark, self.settings, moved_before or [], set(moving))
         plan = BatchPlan(
             pipeline=self.pipeline,
             batch_id=batch_id,
@@ -213,7 +224,9 @@ class BatchPlanner:
             else None,
             takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
             displaced=displaced_rows,
-            moved=moved_spans(displaced_rows),
+            moved=moved_spans(moving),
+            moving=moving,
+            unmoved=unmoved,
             read_spans=read_spans,
             takeovers_since_us=counts.takeovers_since_us,
             sessions=changes,
@@ -296,15 +309,24 @@ def held_counts(held: DataFrame) -> dict[str, int]:
     return {r["table"]: r["count"] for r in tables.select(owner.alias("table")).groupBy("table").count().collect()}
 
 
-def moved_spans(displaced: DataFrame | None) -> list[PartitionRange]:
-    """Per partition, first to last offset of the stored rows a takeover moves (a small aggregate,
-    only for a batch with takeovers): the verified ranges there get a new baseline."""
+def moved_rows(displaced: DataFrame) -> list[moves.Moved]:
+    """The displaced rows with their arrivals (one small job, only for a batch with takeovers)."""
     from pyspark.sql import functions as F
 
-    if displaced is None:
-        return []
-    spans = displaced.groupBy("topic", "partition").agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
-    return [PartitionRange(r["topic"], r["partition"], r["first"], r["last"] + 1) for r in spans.collect()]
+    rows = displaced.select(*COORDINATES, F.unix_micros("arrival_time")).collect()
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+
+def moved_spans(rows: list[moves.Moved]) -> list[PartitionRange]:
+    """Per partition, first to last offset of the stored rows a takeover moves: the verified ranges
+    there get a new baseline."""
+    spans: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, partition, offset, _ in rows:
+        first, last = spans.get((topic, partition), (offset, offset))
+        spans[(topic, partition)] = (min(first, offset), max(last, offset))
+    return [
+        PartitionRange(topic, partition, first, last + 1) for (topic, partition), (first, last) in sorted(spans.items())
+    ]
 
 
 def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:

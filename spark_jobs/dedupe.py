@@ -97,8 +97,8 @@ def takeovers(ranked: DataFrame) -> DataFrame:
 
 
 def displaced(ranked: DataFrame) -> DataFrame:
-    """The coordinates of the stored ``events`` rows that a takeover moves to ``duplicates``."""
-    return ranked.where("loser AND NOT in_batch").select(*COORDINATES)
+    """The coordinates and arrivals of the stored ``events`` rows that a takeover moves to ``duplicates``."""
+    return ranked.where("loser AND NOT in_batch").select(*COORDINATES, "arrival_time")
 
 
 def losers(ranked: DataFrame) -> DataFrame:

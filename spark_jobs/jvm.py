@@ -45,6 +45,16 @@ def read_text(spark: SparkSession, path: str) -> str | None:
         stream.close()
 
 
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write ``text`` (UTF-8) to the file at ``path``, replacing it; missing folders are created."""
+    fs, jpath = _path(spark, path)
+    stream = fs.create(jpath, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
 def delete(spark: SparkSession, path: str) -> None:
     """Delete the file at ``path`` if there is one."""
     fs, jpath = _path(spark, path)

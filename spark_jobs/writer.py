@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_jobs import db, ledger, producers, retention, session_changes
+from spark_jobs import db, ledger, moves, producers, retention, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
 from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, SESSION_COLUMNS
 from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
@@ -198,7 +198,9 @@ class BatchWriter:
 
     def _write_new_batch(self, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange]) -> BatchResult:
         clock = Stopwatch()
-        plan = self.planner.plan(batch_df, batch_id, ranges, clock)
+        batch = batch_key(self.pipeline, batch_id, ranges, self.scope)
+        moved_before = moves.recorded(self.spark, self.settings, batch)
+        plan = self.planner.plan(batch_df, batch_id, ranges, clock, moved_before)
         self.fault("planned")
         lost = []
         if self.planner.watch_losses and ranges:
@@ -207,6 +209,8 @@ class BatchWriter:
                 self.pipeline, ranges, plan.read_spans, held, during_run=self.planner.scheduled
             )
         self._on_ledger(lambda cur: self._record_attempt(cur, plan))
+        if not set(plan.moving) <= set(moved_before):  # a PostgreSQL restore must not lose them
+            moves.record(self.spark, self.settings, batch, sorted(set(moved_before) | set(plan.moving)))
         # Fenced, and reconcile sees this batch in both sinks or in neither.
         with batch_commit(self.settings, self.lease) as cur:
             proving = threading.Lock()  # the Delta writes run in threads; a cursor is not thread-safe
@@ -230,6 +234,8 @@ class BatchWriter:
             retention.record_losses(cur, lost)
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id)
         clock.lap("postgres")
+        if moved_before or plan.moving:
+            moves.forget(self.spark, self.settings, batch)
         c = plan.counts
         return BatchResult(
             self.pipeline, batch_id, ranges, c.read, c.accepted, c.duplicates, c.quarantined, written, deleted,
@@ -267,7 +273,9 @@ class BatchWriter:
         attempt finds those records held and recomputes their entities' sessions even when
         retention removed them from Kafka in between. Any subset of these commits, followed by
         another attempt (planned afresh), ends as one clean run (see docs/design.md, "Partial
-        commits and retries").
+        commits and retries"). An attempt that can no longer finish an earlier attempt's move
+        (``plan.unmoved``, see :mod:`spark_jobs.moves`) deletes its leftover ``duplicates`` copies
+        in the ``duplicates`` step, before that table's write.
         """
         spark, path = self.spark, self._path
 
@@ -279,14 +287,26 @@ class BatchWriter:
             quarantine = plan.quarantine
             write_quarantine = lambda: delta.append(quarantine, path("quarantine"), write_id("quarantine"))  # noqa: E731
             first.append(self._guard("quarantine", fence, write_quarantine))
+        duplicates: list[Callable[[], None]] = []  # run in order, one step
+        if plan.unmoved:
+            unmoved, since = moves.rows_of(spark, plan.unmoved), min(row[3] for row in plan.unmoved)
+            duplicates.append(lambda: delta.delete_rows(spark, path("duplicates"), unmoved, since))
         if plan.duplicates is not None:
             dups = plan.duplicates
             if plan.takeovers is None:
-                write_duplicates = lambda: delta.append(dups, path("duplicates"), write_id("duplicates"))  # noqa: E731
+                duplicates.append(lambda: delta.append(dups, path("duplicates"), write_id("duplicates")))
             else:  # an earlier attempt may have moved some displaced rows there already
-                write_duplicates = lambda: delta.insert_new(  # noqa: E731
-                    spark, path("duplicates"), dups, plan.duplicates_span, write_id("duplicates")
+                duplicates.append(
+                    lambda: delta.insert_new(
+                        spark, path("duplicates"), dups, plan.duplicates_span, write_id("duplicates")
+                    )
                 )
+        if duplicates:
+
+            def write_duplicates() -> None:
+                for write in duplicates:
+                    write()
+
             first.append(self._guard("duplicates", fence, write_duplicates))
         c = plan.sessions
         sessions: list[Callable[[], None]] = []
@@ -322,15 +342,21 @@ class BatchWriter:
         return run
 
 
+def batch_key(pipeline: str, batch_id: int, ranges: list[PartitionRange], scope: str = "") -> str:
+    """What names one batch's writes: the pipeline, the batch, its ranges (a batch id planned again
+    over other ranges writes afresh) and the ``scope`` (a repair's id: every repair rewrites what it
+    cleared)."""
+    spans = ",".join(f"{r.topic}/{r.partition}/{r.start}-{r.end}" for r in sorted(ranges))
+    digest = hashlib.sha256(spans.encode()).hexdigest()[:16]
+    return f"tidemark/{pipeline}/{batch_id}/{digest}{'/' + scope if scope else ''}"
+
+
 def batch_write_id(
     pipeline: str, batch_id: int, ranges: list[PartitionRange], write: str, scope: str = ""
 ) -> delta.WriteId:
-    """The Delta transaction identifier of one write of a batch: the pipeline, the batch, its ranges
-    (a batch id planned again over other ranges writes afresh), the ``scope`` (a repair's id: every
-    repair rewrites what it cleared) and the write (a table; ``events`` has two)."""
-    spans = ",".join(f"{r.topic}/{r.partition}/{r.start}-{r.end}" for r in sorted(ranges))
-    digest = hashlib.sha256(spans.encode()).hexdigest()[:16]
-    return delta.WriteId(f"tidemark/{pipeline}/{batch_id}/{digest}{'/' + scope if scope else ''}/{write}", batch_id)
+    """The Delta transaction identifier of one write of a batch (:func:`batch_key`): ``write`` is a
+    table (``events`` has two)."""
+    return delta.WriteId(f"{batch_key(pipeline, batch_id, ranges, scope)}/{write}", batch_id)
 
 
 def recompute_sessions(

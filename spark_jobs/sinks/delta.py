@@ -115,6 +115,10 @@ def create_table(spark: SparkSession, path: str, schema: str, properties: dict[s
     builder.execute()
 
 
+# A MERGE's match of a stored row (``t``) and a source row (``s``) of the same Kafka record.
+SAME_RECORD = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
+
+
 def insert_new(
     spark: SparkSession, path: str, rows: DataFrame, bound: str | None = None, write_id: WriteId | None = None
 ) -> None:
@@ -124,8 +128,7 @@ def insert_new(
     is stored already, so a retry adds nothing twice. ``bound``, a predicate on ``t`` (the stored
     rows) that holds for all of ``rows``, lets Delta compare only the files that can match.
     """
-    same_record = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
-    condition = f"({bound}) AND {same_record}" if bound else same_record
+    condition = f"({bound}) AND {SAME_RECORD}" if bound else SAME_RECORD
     with _dml_write_id(spark, write_id):
         table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
@@ -199,16 +202,28 @@ def take_over(
     source = winners.withColumn("op", F.lit("insert")).unionByName(
         displaced.withColumn("op", F.lit("delete")), allowMissingColumns=True
     )
-    same_record = " AND ".join(f"t.`{c}` = s.`{c}`" for c in COORDINATES)
     with _dml_write_id(spark, write_id):
         (
             table(spark, path)
             .alias("t")
-            .merge(source.alias("s"), f"t.arrival_time >= timestamp_micros({int(since_us)}) AND {same_record}")
+            .merge(source.alias("s"), f"t.arrival_time >= timestamp_micros({int(since_us)}) AND {SAME_RECORD}")
             .whenMatchedDelete(condition="s.op = 'delete'")
             .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in EVENT_COLUMNS})
             .execute()
         )
+
+
+def delete_rows(spark: SparkSession, path: str, rows: DataFrame, since_us: int) -> None:
+    """Delete the rows at ``rows``' coordinates from the table at ``path`` (a MERGE; run again, it
+    deletes nothing). ``since_us`` (epoch microseconds), at most their earliest arrival, lets Delta
+    rewrite only files written since."""
+    (
+        table(spark, path)
+        .alias("t")
+        .merge(rows.alias("s"), f"t.arrival_time >= timestamp_micros({int(since_us)}) AND {SAME_RECORD}")
+        .whenMatchedDelete()
+        .execute()
+    )
 
 
 def apply_session_changes(

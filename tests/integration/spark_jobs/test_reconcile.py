@@ -376,6 +376,40 @@ def test_a_takeover_retried_after_its_events_write_never_ran_counts_each_offset_
     assert reconciled(spark, settings, "after-retry").ok
 
 
+@pytest.mark.parametrize("restored", [False, True], ids=["", "postgresql restored"])
+def test_a_takeover_whose_earlier_copy_retention_removed_before_the_retry_leaves_the_stored_row_once(
+    spark, fresh, tmp_path, restored
+) -> None:
+    """e0..e4 verified; the next batch brings an earlier copy of e2 and a new e5, and crashes before
+    its events write: its duplicates write committed the displaced e2 (offset 2) while events still
+    holds it. Retention then removes the earlier copy (offset 5) before the retry, which cannot take
+    over any more: e2 stays in events, so the copy the crashed attempt moved to duplicates must go,
+    and offset 5 is recorded as lost. Also when PostgreSQL was restored to a dump taken before the
+    takeover, which lacks its attempt (found by the model test, fresh seed 7449)."""
+    settings = fresh
+    five_events_of_one_entity(spark, settings)
+    dump = tmp_path / "before-takeover.sql"
+    dump_postgres(settings, dump)
+    send(
+        settings, settings.topic, [one_entity(2), one_entity(5)], [T0 - timedelta(minutes=1), T0 + timedelta(minutes=5)]
+    )
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("write:events"))
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "duplicates")) == [2], "the move began"
+    if restored:
+        restore_postgres(settings, dump)
+    delete_records(settings, 0, 6)
+
+    [retried] = ingest.run_scheduled(spark, settings, allow_data_loss=True)
+    assert (retried.read, retried.accepted, retried.duplicates) == (1, 1, 0), retried
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "events")) == [0, 1, 2, 3, 4, 6]
+    assert delta_rows(spark, settings, "duplicates") == []
+    assert query(settings, "SELECT start_offset, end_offset FROM retention_losses") == [(5, 6)]
+    assert_sessions_follow_events(spark, settings)
+    report = reconciled(spark, settings, "after-retry")
+    assert report.ok, report.summary()
+
+
 def test_a_repair_never_deletes_rows_it_cannot_read_again(spark, fresh) -> None:
     """A changed range whose first offsets retention removed since: the repair rewrites only what
     Kafka still holds, keeps the rest as it is and says so."""

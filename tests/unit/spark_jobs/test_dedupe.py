@@ -142,7 +142,7 @@ def test_the_lookup_reads_only_the_stored_columns_the_ranking_uses(spark_session
         "arrival_time", "entity_id", "event_id", "offset", "partition", "topic",
     ]  # fmt: skip
     assert offsets(dedupe.takeovers(ranked)) == [1]
-    assert [tuple(row) for row in dedupe.displaced(ranked).collect()] == [("t", 0, 0)]
+    assert [tuple(row)[:3] for row in dedupe.displaced(ranked).collect()] == [("t", 0, 0)]
 
 
 def test_the_ranking_sorts_its_rows_once(spark_session) -> None:
