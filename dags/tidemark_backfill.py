@@ -57,6 +57,13 @@ OFFSETS_PATTERN = r"^\s*[0-9]+:[0-9]+-[0-9]+(\s*,\s*[0-9]+:[0-9]+-[0-9]+)*\s*$"
             description="Instead of times: PARTITION:START-END per partition, END exclusive, e.g. 0:100-200,1:0-50.",
         ),
         "dry_run": Param(False, type="boolean", title="Dry run", description="Only print the resolved plan."),
+        "allow_data_loss": Param(
+            False,
+            type="boolean",
+            title="Acknowledge records lost to retention",
+            description="Only when the plan failed because Kafka's retention removed offsets of the range: skip "
+            "them, record in the ledger those no table holds as lost, and process what is left.",
+        ),
     },
     **tidemark_dag(__doc__),
 )

@@ -106,7 +106,7 @@ def plan_backfill(
                 raise DataLossError(
                     f"partition {partition}: offsets [{start}, {low}) are no longer on the broker (retention or "
                     f"deletion); the earliest available is {low}. Start at {low}, or pass --allow-data-loss "
-                    "to skip what is gone."
+                    "(allow_data_loss in the DAG's form) to skip what is gone."
                 )
             skipped.append(PartitionRange(topic, partition, start, min(low, end)))
             start = min(low, end)
@@ -129,7 +129,8 @@ def _check_time_range_retained(settings: Settings, topic: str, partition: int, l
     raise DataLossError(
         f"partition {partition}: offsets [0, {low}) are no longer on the broker (retention or deletion) and may hold "
         f"records of the range: the partition's {held}, not before the range starts ({from_time.isoformat()}). "
-        f"Start the range{later}, or pass --allow-data-loss to process what is left."
+        f"Start the range{later}, or pass --allow-data-loss "
+        "(allow_data_loss in the DAG's form) to process what is left."
     )
 
 

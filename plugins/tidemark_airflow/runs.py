@@ -54,6 +54,7 @@ class BackfillRequest:
     to_time: datetime | None
     offsets: str | None
     dry_run: bool
+    allow_data_loss: bool = False  # skip (and record as lost) offsets retention removed
 
     @classmethod
     def from_params(cls, params: Mapping[str, object]) -> BackfillRequest:
@@ -69,11 +70,13 @@ class BackfillRequest:
             raise ValueError(
                 "give a time range (both from_time and to_time) or offsets like 0:100-200,1:0-50 (end exclusive)"
             )
-        return cls(topic, from_time, to_time, offsets, bool(params.get("dry_run")))
+        return cls(topic, from_time, to_time, offsets, bool(params.get("dry_run")), bool(params.get("allow_data_loss")))
 
     def arguments(self, plan_offsets: str) -> list[str]:
-        """``spark_jobs/ingest.py`` arguments for the *resolved* plan: exactly the offsets printed."""
-        return ["backfill", "--topic", self.topic, "--offsets", plan_offsets, "--wait"]
+        """``spark_jobs/ingest.py`` arguments for the *resolved* plan: exactly the offsets printed
+        (with ``allow_data_loss``, the ranges asked for: the job skips and records what is gone)."""
+        loss = ["--allow-data-loss"] if self.allow_data_loss else []
+        return ["backfill", "--topic", self.topic, "--offsets", plan_offsets, "--wait", *loss]
 
 
 def _timestamp(value: object, name: str) -> datetime | None:
@@ -107,13 +110,18 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
         request = BackfillRequest.from_params(params)
         settings = tidemark_settings()
         offsets = parse_offsets(request.offsets) if request.offsets else None
-        plan = plan_backfill(settings, request.topic, offsets, request.from_time, request.to_time)
+        plan = plan_backfill(
+            settings, request.topic, offsets, request.from_time, request.to_time, request.allow_data_loss
+        )
     except (ValueError, TidemarkError) as exc:
         raise BadRequest(f"invalid backfill parameters: {exc}") from None
     kafka = KafkaOffsetsHook()
     counts = {r.partition: kafka.count_committed(r.topic, r.partition, r.start, r.end) for r in plan.ranges}
     log.info("resolved backfill plan%s:\n%s", " (dry run: nothing will be written)" if request.dry_run else "",
              describe_plan(plan.ranges, counts))  # fmt: skip
+    if plan.skipped:
+        log.info("skipped, no longer on the broker (recorded as lost unless a record table holds them): %s",
+                 ", ".join(map(str, plan.skipped)))  # fmt: skip
     if request.dry_run:
         return None
     done = processed_before(settings, plan)
@@ -124,7 +132,7 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
             *done,
         )
         return None
-    return request.arguments(offsets_argument(plan.ranges))
+    return request.arguments(offsets_argument(plan.asked))
 
 
 def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, BackfillPlan

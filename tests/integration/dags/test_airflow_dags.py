@@ -21,7 +21,7 @@ from psycopg2.extensions import parse_dsn
 
 from spark_jobs.offsets import latest_ranges
 from spark_jobs.settings import PROJECT_ROOT, Settings
-from tests.integration.spark_jobs.checks import query
+from tests.integration.spark_jobs.checks import delete_records, query
 from tidemark.producer import ProduceSpec, produce
 
 # Airflow itself (dag.test, the api-server and a browser): `make test-airflow`, not `make test`.
@@ -164,6 +164,29 @@ def test_backfill_dag_rejects_bad_parameters_before_spark_starts_without_paging(
     assert states["plan"] == "failed" and states["backfill"] in ("upstream_failed", "skipped")
     assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 0
     assert webhook == [], "a form to fix is not an alert"
+
+
+def test_a_backfill_of_offsets_retention_removed_fails_its_plan_until_the_form_acknowledges_the_loss(
+    deployment: Settings, webhook
+) -> None:
+    settings = deployment
+    produce(settings, ProduceSpec(count=30, entities=3, seed=2), topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 10)
+    dag = load_dag("tidemark_backfill")
+    asked = {"topic": settings.topic, "offsets": "0:0-30"}
+
+    refused = dag.test(run_conf=asked)
+    assert task_states(refused)["plan"] == "failed" and task_states(refused)["backfill"] in (
+        "upstream_failed",
+        "skipped",
+    )
+    assert query(settings, "SELECT count(*) FROM ledger_batches")[0][0] == 0 and webhook == []
+
+    run = dag.test(run_conf={**asked, "allow_data_loss": True})
+    assert task_states(run)["backfill"] == "success"
+    assert query(settings, "SELECT start_offset, end_offset FROM ledger_ranges") == [(0, 30)]
+    assert query(settings, "SELECT start_offset, end_offset FROM retention_losses") == [(0, 10)]
+    assert query(settings, "SELECT records_read FROM ledger_batches") == [(20,)]
 
 
 def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_back_to_green(

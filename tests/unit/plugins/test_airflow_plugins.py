@@ -63,6 +63,8 @@ def test_a_valid_backfill_form_becomes_arguments_for_exactly_the_resolved_plan()
     assert request.dry_run and request.from_time == datetime(2026, 1, 1, tzinfo=UTC)
     offsets = offsets_argument([PartitionRange("events", 0, 5, 9), PartitionRange("events", 1, 0, 3)])
     assert request.arguments(offsets) == ["backfill", "--topic", "events", "--offsets", "0:5-9,1:0-3", "--wait"]
+    acknowledged = BackfillRequest.from_params({"topic": "events", "offsets": "0:0-9", "allow_data_loss": True})
+    assert acknowledged.arguments("0:0-9")[-1] == "--allow-data-loss", "the job skips and records what is gone"
 
 
 def test_kafka_connection_extra_becomes_settings_with_pass_through_options() -> None:
