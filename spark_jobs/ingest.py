@@ -192,8 +192,8 @@ def run_scheduled(
 def record_committed_batches(
     spark: SparkSession, settings: Settings, log: OffsetLog, topic: str, writer: BatchWriter
 ) -> None:
-    """Write again the batches the checkpoint committed and the ledger lacks (call holding the writer
-    lock, before the stream starts).
+    """Write again the batches the checkpoint committed and the ledger lacks, and record the attempt
+    of the batch it froze and did not commit (call holding the writer lock, before the stream starts).
 
     PostgreSQL restored from a backup taken before a batch committed loses its ledger rows, its
     attempt and its sessions, while Spark's checkpoint has committed it and no run replays it: the
@@ -220,6 +220,14 @@ def record_committed_batches(
         # in the record tables or records it as lost.
         read = still_held(settings, ranges) if writer.planner.watch_losses else ranges
         writer.write(read_range(spark, settings, read), batch_id)
+    frozen = log.frozen_uncommitted()
+    if frozen is not None and frozen >= recorded:
+        # The stream retries it first. An earlier attempt may have written part of it, and a restore
+        # may have lost that attempt's row, while this run may plan it over other ranges (a loss it
+        # acknowledges now) and so with other Delta write ids: record the attempt again, so the
+        # retry looks in Delta for what it holds.
+        with db.transaction(settings.postgres_dsn) as cur:
+            ledger.record_attempt(cur, writer.pipeline, frozen, writer.ranges_for(frozen))
 
 
 def still_held(settings: Settings, ranges: list[PartitionRange]) -> list[PartitionRange]:

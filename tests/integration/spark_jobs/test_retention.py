@@ -326,6 +326,41 @@ def test_a_loss_is_recorded_once_and_held_records_kept_when_postgresql_was_resto
     assert report.ok, report.summary()
 
 
+def test_a_batch_retried_over_other_ranges_after_a_restore_adds_nothing_its_crashed_attempt_wrote(
+    spark, fresh, tmp_path
+) -> None:
+    """Retention removed offset 10, the next the pipeline needs. A run that acknowledges it plans its
+    batch past the loss, [11, 30), and crashes after its duplicates and quarantine writes; PostgreSQL
+    is restored to a dump taken before the run (the loss and the attempt are gone). The retry that
+    acknowledges the loss again leaves it to the frozen batch, which it plans as [10, 30): other Delta
+    write ids than the crashed attempt's. It must still find what that attempt wrote, not append it
+    again (fresh seed 7623)."""
+    from tests.integration.spark_jobs.checks import crash_at, dump_postgres, restore_postgres
+
+    settings = fresh
+    produce(
+        settings, ProduceSpec(count=10, entities=3, seed=23, id_prefix="before-"), topic=settings.topic, partitions=1
+    )
+    ingest.run_scheduled(spark, settings)
+    spec = ProduceSpec(count=20, entities=3, duplicate_rate=0.3, malformed_rate=0.2, seed=29, id_prefix="after-")
+    produce(settings, spec, topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 11)
+    dump = tmp_path / "before-the-run.sql"
+    dump_postgres(settings, dump)
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, allow_data_loss=True, fault=crash_at("write:events"))
+    crashed = held_and_lost(spark, settings)[0]
+    assert crashed["duplicates"] and crashed["quarantine"], "the crashed attempt wrote both"
+    restore_postgres(settings, dump)
+
+    ingest.run_scheduled(spark, settings, allow_data_loss=True)
+    tables, lost = held_and_lost(spark, settings)
+    assert_each_offset_held_or_lost(tables, lost, 30)
+    assert lost == [10], (tables, lost)
+    report = reconcile.run(settings, "after-the-retry", lambda: spark)
+    assert report.ok, report.summary()
+
+
 def test_a_backfill_that_crashed_part_way_and_lost_its_records_before_the_retry_keeps_what_it_wrote(
     spark, fresh
 ) -> None:
