@@ -45,7 +45,7 @@ def tidemark_reconcile():
     reconcile = TidemarkSparkSubmitOperator(
         task_id="reconcile",
         job="reconcile",
-        application_args=["--run-id", "{{ run_id }}"],
+        application_args=["--run-id", "{{ run_id }}", "--wait"],
         execution_timeout=timedelta(hours=1),
     )
     verdict = VerdictOperator(task_id="verdict", trigger_rule="none_failed_min_one_success", retries=0)

@@ -36,6 +36,10 @@ class WriterBusy(TidemarkError):
     """Another run holds the single-writer lock."""
 
 
+class ReconcileBusy(TidemarkError):
+    """Another reconcile run is checking the sinks."""
+
+
 class WriterFenced(TidemarkError):
     """The run lost the writer lock (another run took over, or its connection was closed)."""
 

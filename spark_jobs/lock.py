@@ -9,6 +9,8 @@
   lost its lock (an idle timeout, a failover, a pooler, an operator's ``pg_terminate_backend``)
   cannot start or commit a batch once another run took over, and a run that takes over waits for a
   batch in flight to end before it does anything.
+* :func:`one_reconcile`: one reconcile run at a time (two would record the same ranges' verdicts
+  at once); a second one queues behind it, or fails at once saying which run holds it.
 * :func:`lake_snapshot`: reconcile takes the lake lock *exclusive* for the moment it fixes the
   Delta versions and its PostgreSQL snapshot; every batch holds it *shared*, so reconcile sees each
   batch entirely or not at all. Writers wait at most that moment; reconcile waits at most one batch.
@@ -25,13 +27,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from spark_jobs import db
-from spark_jobs.errors import WriterBusy, WriterFenced
+from spark_jobs.errors import ReconcileBusy, WriterBusy, WriterFenced
 from spark_jobs.settings import Settings
 
 log = logging.getLogger(__name__)
 
 WRITER_KEY = "tidemark-writer"
 LAKE_KEY = "tidemark-lake"
+RECONCILE_KEY = "tidemark-reconcile"
 EPOCH_ROW = "lake"  # writer_epochs.name
 # libpq keepalives on the lock's connection: a dead peer is noticed in about a minute, not hours.
 KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
@@ -191,6 +194,43 @@ def transaction_lock(cur, key: str) -> None:
     """Hold the advisory lock ``key`` until the transaction of ``cur`` ends (one landing of a range
     at a time)."""
     cur.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (key,))
+
+
+@contextmanager
+def one_reconcile(settings: Settings, run_id: str, wait: bool = False) -> Iterator[None]:
+    """Hold the reconcile lock for run ``run_id``; with ``wait``, queue for it, else fail at once
+    (before any counting) naming the run that holds it. A run that dies releases it with its connection."""
+    holder = describe_holder(f"reconcile {run_id}")[:63]  # PostgreSQL keeps 63 bytes of an application_name
+    with db.session(settings.postgres_dsn, application_name=holder) as conn:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (RECONCILE_KEY,))
+            if not cur.fetchone()[0]:
+                if not wait:
+                    raise ReconcileBusy(
+                        f"{_advisory_holder(cur, RECONCILE_KEY, 'another reconcile run')} is checking the sinks; "
+                        "one reconcile runs at a time. Wait for it to finish, or run with --wait to queue."
+                    )
+                log.info("waiting for %s to finish", _advisory_holder(cur, RECONCILE_KEY, "another reconcile run"))
+                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (RECONCILE_KEY,))
+        try:
+            yield
+        finally:
+            _unlock(conn, RECONCILE_KEY)
+
+
+def _advisory_holder(cur, key: str, default: str) -> str:
+    """Who holds the session-level advisory lock ``key``: its connection's application_name and since when."""
+    cur.execute(
+        """SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+             AND l.classid::bigint = (hashtext(%s)::bigint >> 32) & 4294967295
+             AND l.objid::bigint = hashtext(%s)::bigint & 4294967295""",
+        (key, key),
+    )
+    row = cur.fetchone()
+    if row is None or not row[0]:
+        return default
+    return f"{row[0]} (since {row[1]:%Y-%m-%d %H:%M:%S %Z})"
 
 
 @contextmanager

@@ -162,7 +162,7 @@ def repair(
                     f"{written:,} PostgreSQL rows written, {removed:,} removed"
                 )
         actions += [f"{r}: expired (retention removed it), cannot be re-read" for r in plan.expired]
-        recheck = reconcile.run(settings, reconcile.new_run_id("recheck"), lambda: spark, repair_of=run_id)
+        recheck = reconcile.run(settings, reconcile.new_run_id("recheck"), lambda: spark, repair_of=run_id, wait=True)
     except BaseException:
         _record(settings, repair_id, run_id, actions, None, "failed")
         raise

@@ -178,7 +178,7 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
         print(stored[2])
         return 0 if stored[1] == "ok" else 1
     run_id = args.run_id or reconcile.new_run_id()
-    report = reconcile.run(settings, run_id, lambda: build_session(settings, "tidemark-reconcile"))
+    report = reconcile.run(settings, run_id, lambda: build_session(settings, "tidemark-reconcile"), wait=args.wait)
     print(report.summary())
     return 0 if report.ok else 1
 
@@ -281,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reconcile", help="check Kafka against the sinks and the sessions against events; exit 1 on a finding"
     )
     reconcile.add_argument("--run-id", help="name of this run (default: cli__<UTC time>)")
+    reconcile.add_argument("--wait", action="store_true", help="queue behind a reconcile run in progress")
     reconcile.add_argument(
         "--show", nargs="?", const="", metavar="RUN_ID", help="print a stored run's report (default: the latest)"
     )

@@ -133,7 +133,7 @@ def reconcile_without_spark(run_id: str, log) -> bool:  # a logger
     """
     from spark_jobs import reconcile
 
-    report = reconcile.run(tidemark_settings(), run_id, spark_factory=None)
+    report = reconcile.run(tidemark_settings(), run_id, spark_factory=None, wait=True)
     if report is None:
         log.info("new ranges or commits to check: the Spark job counts them")
         return True

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import db, ledger
 from spark_jobs.contract import TABLE_SCHEMAS
-from spark_jobs.lock import lake_snapshot
+from spark_jobs.lock import lake_snapshot, one_reconcile
 from spark_jobs.offsets import check_reachable
 from spark_jobs.reconcile import history
 from spark_jobs.reconcile.findings import (
@@ -60,14 +60,23 @@ def run(
     run_id: str,
     spark_factory: Callable[[], SparkSession] | None,
     repair_of: str | None = None,
+    wait: bool = False,
 ) -> Report | None:
     """Reconcile once and record the outcome under ``run_id``.
 
     With ``spark_factory`` None (the Airflow task that runs before Spark), returns None when the
-    run needs Spark, having recorded nothing: the Spark job then runs it in full.
+    run needs Spark, having recorded nothing: the Spark job then runs it in full. One run at a
+    time: with ``wait`` it queues behind a run in progress, else it fails at once (``ReconcileBusy``).
     """
     if not run_id:
         raise ValueError("a reconcile run needs a run id (Airflow passes its run_id)")
+    with one_reconcile(settings, run_id, wait):
+        return _run(settings, run_id, spark_factory, repair_of)
+
+
+def _run(
+    settings: Settings, run_id: str, spark_factory: Callable[[], SparkSession] | None, repair_of: str | None
+) -> Report | None:
     with db.transaction(settings.postgres_dsn) as cur:
         topics = ledger.topics(cur)
     check_reachable(settings)
@@ -203,8 +212,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="tidemark reconciliation")
     parser.add_argument("--run-id", required=True, help="the reconcile run (Airflow's run_id)")
     parser.add_argument("--repair-of", help="the run a repair re-checks")
+    parser.add_argument("--wait", action="store_true", help="queue behind a reconcile run in progress")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    report = run(settings, args.run_id, lambda: build_session(settings, "tidemark-reconcile"), args.repair_of)
+    spark = lambda: build_session(settings, "tidemark-reconcile")  # noqa: E731
+    report = run(settings, args.run_id, spark, args.repair_of, args.wait)
     # The run is recorded; a finding is the verdict task's to report (and alert on), not a job failure.
     print(report.summary())

@@ -45,6 +45,34 @@ def ingest_some(spark, settings, seed: int, count: int = 400) -> None:
     ingest.run_scheduled(spark, settings, max_offsets_per_trigger=count // 2)
 
 
+def test_two_reconciles_started_at_once_run_one_after_the_other_and_both_record_their_verdict(spark, fresh) -> None:
+    """The DAG's reconcile and an operator's `tidemark reconcile --wait` at the same time: the second
+    queues behind the first instead of failing on the first one's writes."""
+    import threading
+
+    settings = fresh
+    ingest_some(spark, settings, seed=21, count=200)
+    reports, errors = {}, []
+
+    def reconcile_as(name: str) -> None:
+        try:
+            reports[name] = reconcile.run(settings, name, lambda: spark, wait=True)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reconcile_as, args=(name,)) for name in ("dag-run", "operator-run")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=600)
+    assert not errors, errors
+    assert {name: report.status for name, report in reports.items()} == {"dag-run": "ok", "operator-run": "ok"}
+    assert sorted(query(settings, "SELECT run_id, status FROM reconcile_runs")) == [
+        ("dag-run", "ok"),
+        ("operator-run", "ok"),
+    ]
+
+
 def versions(spark, settings) -> dict[str, int]:
     return delta.table_versions(spark, settings)
 

@@ -78,6 +78,18 @@ def test_an_unknown_topic_is_one_line_before_spark_starts(stack: Settings, tmp_p
     assert "topic 'no-such-topic' does not exist" in line, line
 
 
+def test_a_second_reconcile_is_one_line_naming_the_run_in_progress_before_any_counting(
+    stack: Settings, tmp_path: Path
+) -> None:
+    from spark_jobs.lock import one_reconcile
+
+    with one_reconcile(stack, "scheduled__2026-11-26T03:00:00+00:00"):
+        result = tidemark(["reconcile"], stack.to_env(), tmp_path)
+    line = one_line(result)
+    assert "reconcile scheduled__2026-11-26T03:00:00" in line and "is checking the sinks" in line, line
+    assert "--wait" in line, line
+
+
 def test_airflow_with_postgres_down_is_one_line(tmp_path: Path) -> None:
     env = {"TIDEMARK_POSTGRES_PORT": str(free_port())}
     line = one_line(tidemark(["airflow", "--port", str(free_port())], env, tmp_path), errors_only=True)
