@@ -205,12 +205,13 @@ def one_reconcile(settings: Settings, run_id: str, wait: bool = False) -> Iterat
         with conn.cursor() as cur:
             cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (RECONCILE_KEY,))
             if not cur.fetchone()[0]:
+                running = _advisory_holder(cur, RECONCILE_KEY, "another reconcile run")
                 if not wait:
                     raise ReconcileBusy(
-                        f"{_advisory_holder(cur, RECONCILE_KEY, 'another reconcile run')} is checking the sinks; "
-                        "one reconcile runs at a time. Wait for it to finish, or run with --wait to queue."
+                        f"{running} is checking the sinks; one reconcile runs at a time. Wait for it to "
+                        "finish, or run with --wait to queue."
                     )
-                log.info("waiting for %s to finish", _advisory_holder(cur, RECONCILE_KEY, "another reconcile run"))
+                log.info("waiting for %s to finish", running)
                 cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (RECONCILE_KEY,))
         try:
             yield

@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wait", action="store_true", help="queue behind a reconcile run in progress")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    spark = lambda: build_session(settings, "tidemark-reconcile")  # noqa: E731
-    report = run(settings, args.run_id, spark, args.repair_of, args.wait)
+    report = run(
+        settings, args.run_id, lambda: build_session(settings, "tidemark-reconcile"), args.repair_of, args.wait
+    )
     # The run is recorded; a finding is the verdict task's to report (and alert on), not a job failure.
     print(report.summary())
