@@ -183,6 +183,34 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def cmd_findings(settings: Settings, args: argparse.Namespace) -> int:
+    """List the open findings (exit 1 while any is open), or acknowledge some."""
+    import getpass
+
+    from spark_jobs import db, reconcile
+    from spark_jobs.reconcile import history
+
+    if args.acknowledge:
+        if args.reason is None:
+            raise TidemarkError("say why the findings are acknowledged: --reason TEXT (it is kept with them)")
+        closed = reconcile.acknowledge(settings, args.acknowledge, getpass.getuser(), args.reason)
+        for finding in closed:
+            print(f"acknowledged {finding.describe()}")
+    with db.transaction(settings.postgres_dsn) as cur:
+        still = history.open_findings(cur)
+    if not still:
+        print("no open findings")
+        return 0
+    print(f"{len(still)} open finding{'s' if len(still) > 1 else ''}:")
+    for finding in still:
+        print(f"- {finding.describe()}")
+    print(
+        "A repair re-checks and closes what it fixed (`tidemark repair`); what no repair can fix, an operator "
+        "acknowledges: `tidemark findings --acknowledge ID --reason TEXT`."
+    )
+    return 1
+
+
 def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     """Compact, checkpoint and vacuum the Delta tables; prune old reconcile history."""
     from spark_jobs import db
@@ -285,6 +313,11 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile.add_argument(
         "--show", nargs="?", const="", metavar="RUN_ID", help="print a stored run's report (default: the latest)"
     )
+    findings = sub.add_parser("findings", help="list the open findings (exit 1 while any is open), or acknowledge some")
+    findings.add_argument(
+        "--acknowledge", nargs="+", type=positive, metavar="ID", help="close these open findings (ids as listed)"
+    )
+    findings.add_argument("--reason", help="why they are acknowledged (required with --acknowledge; kept with them)")
     repair = sub.add_parser("repair", help="rewrite what a reconcile run named, then re-check")
     repair.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
     maintain = sub.add_parser(
@@ -309,6 +342,7 @@ COMMANDS = {
     "ingest": cmd_ingest,
     "backfill": cmd_ingest,
     "reconcile": cmd_reconcile,
+    "findings": cmd_findings,
     "repair": cmd_repair,
     "maintain": cmd_maintain,
     "sessions": cmd_sessions,

@@ -33,10 +33,13 @@ spark-submit entry point (the ``tidemark_reconcile`` DAG's Spark task)::
 7. **Record** (:mod:`~spark_jobs.reconcile.history`, the one module with SQL on reconcile's
    tables). ``reconcile_runs`` (the report and its findings, :mod:`~spark_jobs.reconcile.findings`),
    ``reconcile_ranges`` (per range), ``verified_ranges`` (count and checksum at verification).
+8. **Open findings** (:mod:`~spark_jobs.reconcile.open_findings`). A finding stays open, and every
+   later run reports it, until a check of the same thing finds it fixed or an operator
+   acknowledges it (:func:`acknowledge`): a run that checks nothing closes nothing.
 """
 
 from __future__ import annotations
 
-from spark_jobs.reconcile.run import new_run_id, run
+from spark_jobs.reconcile.run import acknowledge, new_run_id, run
 
-__all__ = ["new_run_id", "run"]
+__all__ = ["acknowledge", "new_run_id", "run"]

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from spark_jobs.reconcile.open_findings import describe_open
 from spark_jobs.retention import Loss
 
 SCHEDULED_PREFIX = "ingest:"  # scheduled pipelines tile their partitions batch after batch
@@ -313,6 +314,11 @@ class Report:
     lag_alert_seconds: float = float("inf")
     snapshot_seconds: float = 0.0  # how long the run held the lake lock
     losses: list[Loss] = field(default_factory=list)  # acknowledged: reported, not failed
+    # Findings of earlier runs still open that this run did not find itself (it did not check
+    # them, or they expired since): each with its "finding_id" and "open_since" run.
+    carried: list[dict] = field(default_factory=list)
+    closed: list[str] = field(default_factory=list)  # earlier findings this run found fixed, a line each
+    opened: int = 0  # findings this run found for the first time
 
     @property
     def lagging(self) -> list[Lag]:
@@ -332,8 +338,9 @@ class Report:
 
     @property
     def consistent(self) -> bool:
-        """No finding that needs a repair (expired ranges are reported, not failed)."""
-        return not self.mismatched and not self.gaps and self.sessions_match
+        """No finding that needs a repair, found now or still open from an earlier run (expired
+        ranges are reported, not failed)."""
+        return not self.mismatched and not self.gaps and self.sessions_match and not self.carried
 
     @property
     def ok(self) -> bool:
@@ -347,7 +354,12 @@ class Report:
         return "lagging" if self.lagging else "ok"
 
     def findings(self) -> list[dict[str, object]]:
-        """Every finding as JSON-ready dicts (what ``reconcile_runs.findings`` stores)."""
+        """Every finding as JSON-ready dicts (what ``reconcile_runs.findings`` stores, and a repair
+        of this run repairs): this run's own, and the earlier ones still open."""
+        return self.found() + self.carried
+
+    def found(self) -> list[dict[str, object]]:
+        """This run's own findings as JSON-ready dicts."""
         found: list[dict[str, object]] = [c.as_dict() for c in self.mismatched + self.expired]
         found += [g.as_dict() for g in self.gaps]
         found += [loss.as_dict() for loss in self.losses]
@@ -369,12 +381,20 @@ class Report:
             d, p = self.delta_sessions, self.postgres_sessions
             lines.append(f"sessions: Delta has {d.count:,} rows, PostgreSQL has {p.count:,} (checksums differ)")
         lines += [lag.describe() for lag in self.lagging]
+        lines += [f"still open: {describe_open(f)}" for f in self.carried]
         return lines
 
     def headline(self) -> str:
         new = sum(c.reason == NEW for c in self.checks)
+        if not self.checks and not self.used_spark:
+            checked = ["nothing new"]
+        else:
+            checked = [f"{len(self.checks)} ranges checked ({new} new, {len(self.checks) - new} re-checked)"]
+        if self.carried:
+            n = len(self.carried)
+            checked[-1] += f"; {n} open finding{'s' if n > 1 else ''} from earlier runs"
         parts = [
-            f"{len(self.checks)} ranges checked ({new} new, {len(self.checks) - new} re-checked)",
+            *checked,
             f"{len(self.mismatched)} mismatched",
             f"{len(self.expired)} expired",
             f"{len(self.gaps)} gaps",
@@ -393,6 +413,7 @@ class Report:
         lines += [f"- {line}" for line in self.problems()]
         lines += [f"- {c.describe()}" for c in self.expired]
         lines += [f"- {loss.describe()}" for loss in self.losses]
+        lines += [f"- closed: {line}" for line in self.closed]
         if not self.consistent:
             lines.append(self.repair_hint())
         return "\n".join(lines)
@@ -409,5 +430,6 @@ class Report:
     def repair_hint(self) -> str:
         return (
             f"Repair: `tidemark repair --run-id {self.run_id}`, or trigger the tidemark_repair DAG with "
-            f"reconcile_run_id={self.run_id}. It rewrites only what is named above, then re-checks."
+            f"reconcile_run_id={self.run_id}. It rewrites only what is named above, then re-checks. "
+            "What no repair can fix (a range retention removed): `tidemark findings --acknowledge ID --reason TEXT`."
         )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import ledger
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.reconcile.findings import MOVED, SessionsSummary
+from spark_jobs.reconcile.open_findings import GAP, RANGE, FollowUp, OpenFinding, kind_of, range_key
 from spark_jobs.reconcile.ranges import NOT_CHECKED, LedgerRange, Verified
 from spark_jobs.sinks import postgres
 
@@ -43,6 +44,7 @@ class Snapshot:
     now: datetime
     previous_buckets: dict[str, tuple[int, int]] | None = None  # Delta sessions per entity bucket, then
     to_check: list[tuple[LedgerRange, str]] = field(default_factory=list)
+    open_findings: list[OpenFinding] = field(default_factory=list)  # of earlier runs, not closed
 
 
 def snapshot_time(cur) -> datetime:
@@ -110,6 +112,7 @@ def read_snapshot(cur, versions: dict[str, int] | None, now: datetime) -> Snapsh
         postgres_sessions=SessionsSummary(*postgres.sessions_summary(cur)),
         now=now,
         previous_buckets=previous_buckets,
+        open_findings=open_findings(cur),
     )
 
 
@@ -119,8 +122,10 @@ def record_run(
     snapshot: Snapshot,
     buckets: dict[str, tuple[int, int]] | None,
     repair_of: str | None,
+    follow: FollowUp,
 ) -> None:
-    """Write (or, for a retried task, rewrite) this run's rows, and what it verified."""
+    """Write (or, for a retried task, rewrite) this run's rows, what it verified, and what it did
+    with the open findings (``follow``)."""
     run_id = report.run_id
     cur.execute("DELETE FROM reconcile_runs WHERE run_id = %s", (run_id,))
     cur.execute(
@@ -128,8 +133,9 @@ def record_run(
                                        delta_sessions_checksum, postgres_sessions, postgres_sessions_checksum,
                                        ranges_checked, ranges_mismatched, gaps, report, delta_versions, used_spark,
                                        entities_checked, findings, repair_of, alert, snapshot_seconds,
-                                       delta_session_buckets)
-           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                                       delta_session_buckets, open_findings, opened_findings)
+           VALUES (%s, %s, clock_timestamp(), %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+                   %s, %s)""",
         (
             run_id,
             snapshot.now,
@@ -150,8 +156,11 @@ def record_run(
             None if report.ok else report.alert(),
             report.snapshot_seconds,
             None if buckets is None else json.dumps({b: [n, str(c)] for b, (n, c) in sorted(buckets.items())}),
+            follow.open_count,
+            len(follow.opened),
         ),
     )
+    _record_findings(cur, run_id, follow)
     cur.executemany(
         """INSERT INTO reconcile_ranges (run_id, pipeline, batch_id, topic, kafka_partition, start_offset,
                                          end_offset, sink_records, sink_checksum, kafka_records, matches, reason,
@@ -224,6 +233,81 @@ def record_run(
             if (mp, mb) in committed
         ],
     )
+
+
+def _record_findings(cur, run_id: str, follow: FollowUp) -> None:
+    cur.executemany(
+        """INSERT INTO findings (finding_key, kind, finding, opened_by, seen_by) VALUES (%s, %s, %s, %s, %s)""",
+        [(key, kind_of(f), json.dumps(f), run_id, run_id) for key, f in follow.opened],
+    )
+    cur.executemany(
+        "UPDATE findings SET finding = %s, seen_by = %s WHERE finding_id = %s",
+        [(json.dumps(f), run_id, o.finding_id) for o, f in follow.seen + follow.carried],
+    )
+    cur.executemany(
+        "UPDATE findings SET closed_by = %s, closed_at = now(), closed_why = %s WHERE finding_id = %s",
+        [(run_id, why, o.finding_id) for o, why in follow.closed],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Open findings
+
+_FINDING = "finding_id, finding_key, finding, opened_by, opened_at"
+
+
+def open_findings(cur) -> list[OpenFinding]:
+    """The findings no check closed and no operator acknowledged, oldest first."""
+    cur.execute(f"SELECT {_FINDING} FROM findings WHERE closed_at IS NULL ORDER BY finding_id")
+    return [OpenFinding(*row) for row in cur.fetchall()]
+
+
+def recent_findings(cur, limit: int) -> list[tuple]:
+    """The open findings and the latest closed ones, up to ``limit``, open first then newest:
+    (finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why)."""
+    cur.execute(
+        """SELECT finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why
+           FROM findings ORDER BY closed_at IS NOT NULL, finding_id DESC LIMIT %s""",
+        (limit,),
+    )
+    return cur.fetchall()
+
+
+def acknowledge(cur, finding_ids: list[int], who: str, reason: str) -> list[OpenFinding]:
+    """Close the open findings ``finding_ids`` as acknowledged by ``who`` for ``reason``; the ones closed.
+    Raises ``ConfigError`` naming the ids that are not open (and closes none)."""
+    from spark_jobs.errors import ConfigError
+
+    cur.execute(
+        f"SELECT {_FINDING} FROM findings WHERE closed_at IS NULL AND finding_id = ANY(%s) ORDER BY finding_id",
+        (finding_ids,),
+    )
+    found = [OpenFinding(*row) for row in cur.fetchall()]
+    missing = sorted(set(finding_ids) - {f.finding_id for f in found})
+    if missing:
+        raise ConfigError(
+            f"no open finding {', '.join(f'#{i}' for i in missing)}: `tidemark findings` lists the open ones"
+        )
+    cur.execute(
+        """UPDATE findings SET closed_by = %s, closed_at = now(), closed_why = %s
+           WHERE finding_id = ANY(%s)""",
+        (f"acknowledged by {who}", f"acknowledged: {reason}", finding_ids),
+    )
+    # What the sinks hold of an acknowledged range is taken as it is: its next check sets a new
+    # baseline (against Kafka; expired when retention removed its start). An acknowledged gap is
+    # an acknowledged loss, reported by every run as such and no gap any more.
+    ranges = [f.finding for f in found if f.kind == RANGE]
+    cur.executemany(
+        "DELETE FROM verified_ranges WHERE pipeline = %s AND batch_id = %s AND topic = %s AND kafka_partition = %s",
+        [range_key(f) for f in ranges],
+    )
+    gaps = [f.finding for f in found if f.kind == GAP]
+    cur.executemany(
+        """INSERT INTO retention_losses (pipeline, topic, kafka_partition, start_offset, end_offset, before_first_run)
+           VALUES (%s, %s, %s, %s, %s, false) ON CONFLICT DO NOTHING""",
+        [(g["pipeline"], g["topic"], g["partition"], g["start"], g["end"]) for g in gaps],
+    )
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,12 +416,23 @@ def recent_lag(cur, limit: int) -> list[tuple]:
 
 def coverage(cur) -> list[tuple]:
     """Per partition of the checked ledger: (topic, kafka_partition, ledger offsets, verified offsets,
-    ranges, verified ranges)."""
+    ranges, verified ranges, open findings). A verified range with an open finding is not counted
+    as verified until the finding is closed."""
     cur.execute(
-        """SELECT l.topic, l.kafka_partition, sum(l.end_offset - l.start_offset),
-                  coalesce(sum(v.end_offset - v.start_offset), 0), count(*), count(v.pipeline)
+        """WITH open_ranges AS (
+               SELECT finding->>'pipeline' AS pipeline, (finding->>'batch_id')::bigint AS batch_id,
+                      finding->>'topic' AS topic, (finding->>'partition')::integer AS kafka_partition
+               FROM findings WHERE closed_at IS NULL AND kind = 'range'),
+           open_per_partition AS (
+               SELECT finding->>'topic' AS topic, (finding->>'partition')::integer AS kafka_partition, count(*) AS n
+               FROM findings WHERE closed_at IS NULL AND finding ? 'partition' GROUP BY 1, 2)
+           SELECT l.topic, l.kafka_partition, sum(l.end_offset - l.start_offset),
+                  coalesce(sum(v.end_offset - v.start_offset) FILTER (WHERE o.pipeline IS NULL), 0), count(*),
+                  count(v.pipeline) FILTER (WHERE o.pipeline IS NULL), coalesce(max(p.n), 0)
            FROM ledger_ranges AS l
            LEFT JOIN verified_ranges AS v USING (pipeline, batch_id, topic, kafka_partition)
+           LEFT JOIN open_ranges AS o USING (pipeline, batch_id, topic, kafka_partition)
+           LEFT JOIN open_per_partition AS p USING (topic, kafka_partition)
            WHERE l.pipeline <> 'land'
            GROUP BY 1, 2 ORDER BY 1, 2"""
     )
@@ -368,4 +463,6 @@ def prune(cur, history_days: float) -> int:
              AND run_id <> (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)""",
         (history_days,),
     )
-    return cur.rowcount
+    pruned = cur.rowcount
+    cur.execute("DELETE FROM findings WHERE closed_at < now() - %s * interval '1 day'", (history_days,))
+    return pruned

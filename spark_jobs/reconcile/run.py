@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import db, ledger
 from spark_jobs.contract import TABLE_SCHEMAS
+from spark_jobs.errors import ConfigError
 from spark_jobs.lock import lake_snapshot, one_reconcile
-from spark_jobs.offsets import check_reachable
+from spark_jobs.offsets import PartitionRange, check_reachable
 from spark_jobs.reconcile import history
 from spark_jobs.reconcile.findings import (
     CHANGED,
@@ -30,6 +31,7 @@ from spark_jobs.reconcile.findings import (
     find_gaps,
 )
 from spark_jobs.reconcile.history import Snapshot
+from spark_jobs.reconcile.open_findings import RANGE, OpenFinding, entities_to_recheck, follow_up, range_key
 from spark_jobs.reconcile.ranges import (
     LedgerRange,
     compare_ranges,
@@ -119,8 +121,25 @@ def _run(
             lag_alert_seconds=settings.lag_alert_minutes * 60,
             snapshot_seconds=held,
         )
-        history.record_run(cur, report, snapshot, buckets, repair_of)
+        follow = follow_up(snapshot.open_findings, report, repair_of)
+        report = replace(
+            report,
+            carried=[f.carried(finding) for f, finding in follow.carried],
+            closed=[f"{f.describe()}: {why}" for f, why in follow.closed],
+            opened=len(follow.opened),
+        )
+        history.record_run(cur, report, snapshot, buckets, repair_of, follow)
         return report
+
+
+def acknowledge(settings: Settings, finding_ids: list[int], who: str, reason: str) -> list[OpenFinding]:
+    """Close open findings as acknowledged by ``who`` (an operator's decision, with its ``reason``):
+    what no repair can fix, such as a range retention removed. Between reconcile runs, not during one."""
+    if not reason.strip():
+        raise ConfigError("say why the findings are acknowledged: --reason TEXT (it is kept with them)")
+    holder = f"acknowledging {', '.join(f'#{i}' for i in finding_ids)}"
+    with one_reconcile(settings, holder, wait=True), db.transaction(settings.postgres_dsn) as cur:
+        return history.acknowledge(cur, finding_ids, who, reason.strip())
 
 
 def _due(snapshot: Snapshot, settings: Settings) -> list[tuple[LedgerRange, str]]:
@@ -173,6 +192,12 @@ def _check_with_spark(
     touched = touched_since(spark, settings, snapshot.previous_versions, versions, frozen)
     to_check = list(snapshot.to_check)
     listed = {key(r) for r, _ in to_check}
+    for f in snapshot.open_findings:  # every run with Spark checks the ranges of open findings again
+        if f.kind == RANGE and range_key(f.finding) not in listed:
+            r = LedgerRange(f.finding["pipeline"], f.finding["batch_id"], PartitionRange(
+                f.finding["topic"], f.finding["partition"], f.finding["start"], f.finding["end"]))  # fmt: skip
+            to_check.append((r, reason_to_check(r, snapshot.verified, CHANGED)))
+            listed.add(key(r))
     if touched.coordinates is not None:
         changed = ranges_holding(spark, touched.coordinates, [r for r in snapshot.ranges if key(r) not in listed])
         to_check += [(r, CHANGED) for r in changed]
@@ -188,7 +213,8 @@ def _check_with_spark(
         pairs = sessions_differing_from_postgres(tables["sessions"], buckets, cur)
         differences.append(SessionDifference.of("sinks", pairs))
     rules = ledger.stored_session_rules(cur) or settings.session_rules
-    anchored = frozen.freeze(anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules))
+    reopened = entities_to_recheck(snapshot.open_findings)
+    anchored = frozen.freeze(anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules, reopened))
     checked = anchored.count()
     if checked:
         pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules, frozen)

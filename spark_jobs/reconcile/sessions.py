@@ -84,13 +84,18 @@ def sessions_buckets(
 
 
 def anchors_to_recompute(
-    tables: dict[str, DataFrame], ranges: list[PartitionRange], touched: Touched, rules: SessionRules
+    tables: dict[str, DataFrame],
+    ranges: list[PartitionRange],
+    touched: Touched,
+    rules: SessionRules,
+    entities: list[str] = (),
 ) -> DataFrame:
     """``(entity_id, anchor)``: whose sessions to recompute from events, and from when.
 
     The entities with events in the checked ranges (from those events' arrival), and those in any
     events or sessions file a commit touched since the previous run (from the rows' times); on a
     first run, every entity from its first event. Sessions before an anchor were checked before.
+    ``entities`` (those of open findings) are recomputed from their first event.
     """
     from pyspark.sql import functions as F
 
@@ -101,6 +106,8 @@ def anchors_to_recompute(
     if ranges:
         in_ranges = events.alias("t").where(delta.range_filter(merged_spans(ranges), "t"))
         frames.append(in_ranges.select("entity_id", "arrival_time"))
+    if entities:
+        frames.append(events.where(F.col("entity_id").isin(list(entities))).select("entity_id", "arrival_time"))
     if touched.times is not None:
         frames.append(touched.times)
     if not frames:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs import ingest, reconcile, repair
+from spark_jobs import db, ingest, reconcile, repair
 from spark_jobs.errors import ConfigError
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.planning import plan_backfill
@@ -473,3 +473,110 @@ def test_a_repair_rechecks_each_finding_and_leaves_one_that_no_longer_holds(spar
     assert versions(spark, settings) == before, "a finding that no longer holds is not repaired"
     assert any("no longer holds" in a for a in fixed.actions), fixed.describe()
     assert fixed.recheck.ok, fixed.describe()
+
+
+def tidemark(settings, *args: str):
+    """The installed ``tidemark`` script, as an operator runs it, against ``settings``."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}, **settings.to_env()}
+    return subprocess.run([script, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def open_findings(settings) -> list[tuple]:
+    return query(settings, "SELECT finding_id, finding_key FROM findings WHERE closed_at IS NULL ORDER BY 1")
+
+
+def test_a_finding_stays_open_until_a_repairs_recheck_closes_it_and_a_run_that_checked_nothing_says_so(
+    spark, fresh
+) -> None:
+    """Rows deleted from Delta ``events``; the next ingest brings nothing new and its reconcile
+    checks nothing: it must stay red (verdict, CLI, exit codes, coverage), not turn green."""
+    from spark_jobs.reconcile import history
+
+    settings = fresh
+    ingest_some(spark, settings, seed=21)
+    assert reconciled(spark, settings, "baseline").ok
+    victims = delta_rows(spark, settings, "events", "partition", "offset")[:3]
+    delta.table(spark, settings.table_path("events")).delete(
+        " OR ".join(f"(partition = {v['partition']} AND offset = {v['offset']})" for v in victims)
+    )
+    found = reconciled(spark, settings, "found")
+    assert found.status == "mismatch" and found.mismatched and found.opened == len(open_findings(settings))
+    opened = open_findings(settings)
+    damaged = {(c.topic, c.partition) for c in found.mismatched}
+
+    # The next scheduled ingest: nothing new. Its reconcile needs no Spark and checks nothing.
+    ingest.run_scheduled(spark, settings)
+    quiet = reconcile.run(settings, "nothing-new", spark_factory=None)
+    assert quiet is not None and not quiet.used_spark and not quiet.checks
+    n = len(opened)
+    assert quiet.status == "mismatch", quiet.summary()
+    assert f"MISMATCH: nothing new; {n} open finding{'s' if n > 1 else ''} from earlier runs" in quiet.headline()
+    assert {f["finding_id"] for f in quiet.carried} == {i for i, _ in opened}
+    assert "still open: #" in quiet.alert()
+
+    # What the operator looks at: the stored report and the CLI's exit codes, and the coverage.
+    shown = tidemark(settings, "reconcile", "--show")
+    assert shown.returncode == 1 and shown.stdout.startswith("tidemark reconcile nothing-new: MISMATCH: nothing new")
+    again = tidemark(settings, "reconcile", "--run-id", "from-the-cli")
+    assert again.returncode == 1 and ": MISMATCH: nothing new" in again.stdout, again.stdout + again.stderr
+    listed = tidemark(settings, "findings")
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    for finding_id, _ in opened:
+        assert f"- #{finding_id} (open since run found): " in listed.stdout, listed.stdout
+    with db.transaction(settings.postgres_dsn) as cur:
+        coverage = history.coverage(cur)
+    for topic, partition, offsets, verified, *_, open_here in coverage:
+        if (topic, partition) in damaged:
+            assert verified < offsets and open_here >= 1, coverage
+        else:
+            assert verified == offsets, coverage
+
+    # New records: a run with Spark checks the open ranges again and finds them, as the same findings.
+    ingest_some(spark, settings, seed=22)
+    later = reconciled(spark, settings, "later")
+    assert later.status == "mismatch" and later.opened == 0 and open_findings(settings) == opened
+
+    # The repair of the latest run (whose findings hold every open one) closes them by its re-check.
+    fixed = repair.repair(spark, settings)
+    assert fixed.plan.run_id == "later" and fixed.recheck.ok, fixed.describe()
+    assert open_findings(settings) == []
+    closed = query(settings, "SELECT DISTINCT closed_by, closed_why FROM findings")
+    assert closed == [(fixed.recheck.run_id, "the repair's re-check found it fixed")]
+    assert tidemark(settings, "findings").returncode == 0
+    assert reconcile.run(settings, "after", spark_factory=None).ok
+
+
+def test_a_finding_no_repair_can_fix_stays_open_until_an_operator_acknowledges_it(spark, fresh) -> None:
+    """A range missing records whose offsets retention removed since: the repair cannot read them
+    again, so the finding stays open (as expired) until `tidemark findings --acknowledge` closes it."""
+    settings = fresh
+    five_events_of_one_entity(spark, settings)
+    assert reconciled(spark, settings, "baseline").ok
+    delta.table(spark, settings.table_path("events")).delete("offset = 1")
+    assert [c.outcome for c in reconciled(spark, settings, "found").mismatched] == ["missing"]
+    [(finding_id, _)] = [f for f in open_findings(settings) if f[1].startswith("range ")]
+    delete_records(settings, 0, 5)
+
+    fixed = repair.repair(spark, settings, "found")
+    assert fixed.recheck.status == "mismatch", fixed.describe()
+    assert [c.outcome for c in fixed.recheck.mismatched] == ["missing"], fixed.describe()
+    assert finding_id in [i for i, _ in open_findings(settings)]
+    assert "--acknowledge" in fixed.recheck.summary()
+
+    refused = tidemark(settings, "findings", "--acknowledge", str(finding_id))
+    assert refused.returncode == 2 and "--reason" in refused.stderr and len(refused.stderr.splitlines()) == 1
+    unknown = tidemark(settings, "findings", "--acknowledge", "999999", "--reason", "x")
+    assert unknown.returncode == 2 and "no open finding #999999" in unknown.stderr, unknown.stderr
+    done = tidemark(settings, "findings", "--acknowledge", str(finding_id), "--reason", "offset 1 lost for good")
+    assert done.returncode == 0 and f"acknowledged #{finding_id}" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith("no open findings")
+    [(closed_by, why)] = query(settings, "SELECT closed_by, closed_why FROM findings WHERE finding_id = %s", finding_id)
+    assert closed_by.startswith("acknowledged by ") and why == "acknowledged: offset 1 lost for good"
+    assert reconcile.run(settings, "after", lambda: spark).ok
