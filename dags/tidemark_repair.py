@@ -2,7 +2,8 @@
 ### tidemark_repair
 
 Repair what a reconcile run named, and only that, then re-check. Give the run id from the alert
-(empty: the latest run that found a mismatch). ``plan`` checks it before Spark starts and logs
+(empty: the latest run that found a mismatch, whose findings hold every finding still open); the
+alert's link opens the tidemark page's repair form with it filled in. ``plan`` checks it before Spark starts and logs
 what will be rewritten; ``repair`` (``spark_jobs/repair.py``) re-reads the named offset ranges
 from Kafka (records a sink holds stay as they are), clears and rewrites ranges with extra or
 changed rows, recomputes the named entities' sessions from ``events`` in both sinks, and runs a
@@ -25,8 +26,8 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOpera
     schedule=None,
     params={
         "reconcile_run_id": Param(
-            "",
-            type="string",
+            None,
+            type=["null", "string"],  # optional: the form does not mark it required
             title="Reconcile run",
             description="The tidemark_reconcile run whose findings to repair, as the alert names it. "
             "Leave empty for the latest run that found a mismatch.",

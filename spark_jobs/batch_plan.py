@@ -63,8 +63,9 @@ class BatchPlan:
     ranges: list[PartitionRange]
     counts: ledger.BatchCounts  # where the batch's records are after it
     quarantine: DataFrame | None  # records no table held that are invalid
-    duplicates: DataFrame | None  # later copies, from the batch and displaced stored rows
-    duplicates_span: str  # bounds the duplicates MERGE to the losers' offsets
+    duplicates: DataFrame | None  # later copies from the batch, appended after events
+    displaced_copies: DataFrame | None  # the stored rows the takeovers displace, inserted before events
+    duplicates_span: str  # bounds the displaced copies' MERGE to the losers' offsets
     first_arrivals: DataFrame | None  # new event_ids, appended to events
     takeovers: DataFrame | None  # earlier copies of stored event_ids, inserted into events
     displaced: DataFrame | None  # coordinates of the stored events rows the takeovers move to duplicates
@@ -217,7 +218,10 @@ class BatchPlanner:
             )
             if totals["invalid"]
             else None,
-            duplicates=delta.in_files(dedupe.losers(ranked), counts.losers) if counts.losers else None,
+            duplicates=delta.in_files(dedupe.later_copies(ranked), counts.later_copies)
+            if counts.later_copies
+            else None,
+            displaced_copies=dedupe.displaced_copies(ranked) if counts.takeovers else None,
             duplicates_span=f"t.offset >= {counts.losers_from} AND t.offset <= {counts.losers_to}",
             first_arrivals=delta.in_files(dedupe.first_arrivals(ranked), counts.first_arrivals)
             if counts.first_arrivals

@@ -54,7 +54,8 @@ def rank(
       ``has_stored``: an earlier copy found after a later one was stored);
     * ``loser``: a later copy that belongs in ``duplicates``: a batch record behind an earlier
       copy, or a stored row that a ``new`` copy displaces. A stored row behind an older stored
-      copy stays where it is: both were first arrivals within their own horizon.
+      copy stays where it is: both were first arrivals within their own horizon;
+    * ``stored_here``: ``events`` holds a row at these coordinates (the row itself, or its replay).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -82,7 +83,6 @@ def rank(
         .withColumn("stored_here", F.max(~F.col("in_batch")).over(by_record))
         .withColumn("new", F.col("in_batch") & (F.col("rank") == 1) & ~stored_first)
         .withColumn("loser", (F.col("rank") > 1) & (~F.col("stored_here") | F.max("new").over(by_event)))
-        .drop("stored_here")
     )
 
 
@@ -101,14 +101,21 @@ def displaced(ranked: DataFrame) -> DataFrame:
     return ranked.where("loser AND NOT in_batch").select(*COORDINATES, "arrival_time")
 
 
-def losers(ranked: DataFrame) -> DataFrame:
-    """Later copies of an event_id, batch or stored: the ``duplicates`` rows, one per record.
+def later_copies(ranked: DataFrame) -> DataFrame:
+    """Later copies no ``events`` row holds: batch records behind an earlier copy. They go to
+    ``duplicates`` after the ``events`` write, so a duplicate is never held while the copy it
+    is a duplicate of is in no table (that copy may be gone from Kafka before a retry)."""
+    return ranked.where("loser AND NOT stored_here").select(*STORED_COLUMNS)
 
-    A record can be in the ranking twice (stored in ``events`` and replayed in the batch, both
-    displaced by an earlier copy); it is one duplicate, and Delta's MERGE needs a source without
-    two rows for one target row.
-    """
-    return ranked.where("loser").select(*STORED_COLUMNS).dropDuplicates(["topic", "partition", "offset"])
+
+def displaced_copies(ranked: DataFrame) -> DataFrame:
+    """Later copies an ``events`` row holds: stored rows a takeover moves to ``duplicates`` (before
+    the ``events`` write removes them), one per record. A record can be in the ranking twice
+    (stored in ``events`` and replayed in the batch, both displaced by an earlier copy); it is one
+    duplicate, and Delta's MERGE needs a source without two rows for one target row."""
+    return (
+        ranked.where("loser AND stored_here").select(*STORED_COLUMNS).dropDuplicates(["topic", "partition", "offset"])
+    )
 
 
 def copies_in(duplicates: DataFrame, records: DataFrame) -> DataFrame:
@@ -123,6 +130,7 @@ class DedupeCounts:
     first_arrivals: int
     takeovers: int
     losers: int  # duplicates rows the batch implies (batch and stored)
+    later_copies: int  # of those, batch records no events row holds (the rest a takeover displaces)
     losers_from: int | None  # offset span of the losers, to bound the duplicates MERGE
     losers_to: int | None
     takeovers_since_us: int | None  # earliest arrival of a takeover (its displaced rows arrived later)
@@ -139,6 +147,7 @@ def count(ranked: DataFrame) -> DedupeCounts:
         F.count_if(F.col("new") & ~F.col("has_stored")).alias("first_arrivals"),
         F.count_if(F.col("new") & F.col("has_stored")).alias("takeovers"),
         F.count_if(F.col("loser")).alias("losers"),  # at least one when there are any
+        F.count_if(F.col("loser") & ~F.col("stored_here")).alias("later_copies"),
         F.min(F.when(F.col("loser"), F.col("offset"))).alias("losers_from"),
         F.max(F.when(F.col("loser"), F.col("offset"))).alias("losers_to"),
         F.unix_micros(F.min(F.when(F.col("new") & F.col("has_stored"), F.col("arrival_time")))).alias(

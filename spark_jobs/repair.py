@@ -64,6 +64,17 @@ class RepairPlan:
     def empty(self) -> bool:
         return not self.reread and self.entities == []
 
+    def lines(self) -> list[str]:
+        """What the repair will do, a line each (the Airflow plan task's log, the repair page)."""
+        lines = [f"repair of reconcile run {self.run_id}:"]
+        lines += [f"  re-read {r}" + (" (cleared first)" if r in self.clear else "") for r in self.reread]
+        if self.entities is None:
+            lines.append("  recompute every entity's sessions from events")
+        elif self.entities:
+            lines.append(f"  recompute the sessions of {len(self.entities):,} entities from events")
+        lines += [f"  expired, cannot be re-read: {r}" for r in self.expired]
+        return lines
+
 
 def plan_repair(run_id: str, findings: list[dict]) -> RepairPlan:
     """The repair of ``findings`` (``reconcile_runs.findings``), pure."""

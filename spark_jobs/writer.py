@@ -267,11 +267,13 @@ class BatchWriter:
 
         A takeover removes a row from ``events`` that only ``duplicates`` will hold, and the next
         attempt of the batch can only find it there: so with takeovers ``events`` is written after
-        ``quarantine`` and ``duplicates`` committed, and the displaced rows go to ``duplicates`` with
-        an insert-only MERGE (an earlier attempt may have moved them already). ``sessions`` is
-        written last, once the record tables hold every record its sessions are made of: the next
-        attempt finds those records held and recomputes their entities' sessions even when
-        retention removed them from Kafka in between. Any subset of these commits, followed by
+        ``quarantine`` and the displaced rows' copies committed (an insert-only MERGE: an earlier
+        attempt may have moved them already). The batch's own later copies go to ``duplicates``
+        after ``events``: a duplicate is never held while no table holds the copy it is a duplicate
+        of (that copy may be gone from Kafka before the next attempt). ``sessions`` is written with
+        them, once the record tables hold every record its sessions are made of: the next attempt
+        finds those records held and recomputes their entities' sessions even when retention
+        removed them from Kafka in between. Any subset of these commits, followed by
         another attempt (planned afresh), ends as one clean run (see docs/design.md, "Partial
         commits and retries"). An attempt that can no longer finish an earlier attempt's move
         (``plan.unmoved``, see :mod:`spark_jobs.moves`) deletes its leftover ``duplicates`` copies
@@ -282,39 +284,40 @@ class BatchWriter:
         def write_id(write: str) -> delta.WriteId:
             return batch_write_id(plan.pipeline, plan.batch_id, plan.ranges, write, self.scope)
 
-        first: list[Callable[[], None]] = []  # the record tables but events
+        first: list[Callable[[], None]] = []  # before events: quarantine, the displaced rows' copies
         if plan.quarantine is not None:
             quarantine = plan.quarantine
             write_quarantine = lambda: delta.append(quarantine, path("quarantine"), write_id("quarantine"))  # noqa: E731
             first.append(self._guard("quarantine", fence, write_quarantine))
-        duplicates: list[Callable[[], None]] = []  # run in order, one step
+        moving: list[Callable[[], None]] = []  # run in order, one step
         if plan.unmoved:
             unmoved, since = moves.rows_of(spark, plan.unmoved), min(row[3] for row in plan.unmoved)
-            duplicates.append(lambda: delta.delete_rows(spark, path("duplicates"), unmoved, since))
-        if plan.duplicates is not None:
-            dups = plan.duplicates
-            if plan.takeovers is None:
-                duplicates.append(lambda: delta.append(dups, path("duplicates"), write_id("duplicates")))
-            else:  # an earlier attempt may have moved some displaced rows there already
-                duplicates.append(
-                    lambda: delta.insert_new(
-                        spark, path("duplicates"), dups, plan.duplicates_span, write_id("duplicates")
-                    )
+            moving.append(lambda: delta.delete_rows(spark, path("duplicates"), unmoved, since))
+        if plan.displaced_copies is not None:  # an earlier attempt may have moved some of them already
+            displaced = plan.displaced_copies
+            moving.append(
+                lambda: delta.insert_new(
+                    spark, path("duplicates"), displaced, plan.duplicates_span, write_id("duplicates:displaced")
                 )
-        if duplicates:
+            )
+        if moving:
 
-            def write_duplicates() -> None:
-                for write in duplicates:
+            def move_duplicates() -> None:
+                for write in moving:
                     write()
 
-            first.append(self._guard("duplicates", fence, write_duplicates))
+            first.append(self._guard("duplicates", fence, move_duplicates))
+        after: list[Callable[[], None]] = []  # once events holds the copies they are later copies of
+        if plan.duplicates is not None:
+            later = plan.duplicates
+            write_later = lambda: delta.append(later, path("duplicates"), write_id("duplicates"))  # noqa: E731
+            after.append(self._guard("duplicates", fence, write_later))
         c = plan.sessions
-        sessions: list[Callable[[], None]] = []
         if c.changed or c.inserted:
             write_sessions = lambda: delta.apply_session_changes(  # noqa: E731
                 spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, write_id("sessions")
             )
-            sessions.append(self._guard("sessions", fence, write_sessions))
+            after.append(self._guard("sessions", fence, write_sessions))
         last: list[Callable[[], None]] = []
         if plan.first_arrivals is not None or plan.takeovers is not None:
 
@@ -330,7 +333,7 @@ class BatchWriter:
 
             last.append(self._guard("events", fence, write_events))
         stages = [first + last] if plan.takeovers is None else [first, last]
-        for stage in [*stages, sessions]:
+        for stage in [*stages, after]:
             delta.run_concurrently(stage)
 
     def _guard(self, table: str, fence: Callable[[], None], write: Callable[[], None]) -> Callable[[], None]:

@@ -31,6 +31,12 @@ class BadRequest(AirflowFailException):
     """A trigger form or parameter the user must fix: the task fails at once and pages no one."""
 
 
+class StillOpen(AirflowFailException):
+    """A reconcile run that found nothing new while earlier findings are open: the run fails (the
+    findings are not fixed) but pages no one again; the run that found them, the daily scheduled
+    run and a run triggered by hand alert."""
+
+
 class AlertNotifier(BaseNotifier):
     """Send a tidemark alert about the task in ``context``.
 
@@ -41,7 +47,8 @@ class AlertNotifier(BaseNotifier):
       names recipients (comma-separated) and that connection exists.
 
     A channel that fails is logged and does not hide the others. A :class:`BadRequest` (a form to
-    fix) is logged and not sent: alerts are for findings and failures, not for typos.
+    fix) is logged and not sent: alerts are for findings and failures, not for typos. Neither is a
+    :class:`StillOpen` (findings already alerted on, and not fixed yet).
 
     :param webhook_conn_id: connection of the webhook
     :param smtp_conn_id: SMTP connection for email
@@ -71,6 +78,9 @@ class AlertNotifier(BaseNotifier):
     def notify(self, context: Context) -> None:
         if isinstance(context.get("exception"), BadRequest):
             self.log.warning("not alerting: the request was bad (%s)", context["exception"])
+            return
+        if isinstance(context.get("exception"), StillOpen):
+            self.log.warning("not alerting again: nothing new, the open findings were alerted on when found")
             return
         self.send(self.message(context))
 

@@ -15,6 +15,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
+from tidemark_airflow.notifiers import StillOpen
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -142,13 +143,14 @@ def reconcile_without_spark(run_id: str, log) -> bool:  # a logger
 
 
 def repair_form_url(run_id: str) -> str:
-    """The ``tidemark_repair`` trigger form, pre-filled with ``run_id`` (Airflow's ``[api] base_url``)."""
+    """The tidemark page's repair form for ``run_id`` (under Airflow's ``[api] base_url``): what the
+    repair will do, and a button that triggers ``tidemark_repair`` with the run id filled in."""
     from urllib.parse import urlencode
 
     from airflow.configuration import conf
 
     base = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
-    return f"{base.rstrip('/')}/dags/tidemark_repair/trigger/single?{urlencode({'reconcile_run_id': run_id})}"
+    return f"{base.rstrip('/')}/tidemark/repair?{urlencode({'reconcile_run_id': run_id})}"
 
 
 class VerdictOperator(BaseOperator):
@@ -191,10 +193,15 @@ class VerdictOperator(BaseOperator):
             row = history.run_verdict(cur, run_id)
         if row is None:
             raise AirflowFailException(f"reconcile run {run_id} recorded nothing: see the reconcile task's log")
-        status, report, alert, checked, used_spark = row
+        status, report, alert, checked, used_spark, opened = row
         self.log.info("%s", report)
         if status == "mismatch":
-            raise AirflowFailException(f"{alert}\nRepair form: {repair_form_url(run_id)}")
+            message = f"{alert}\nRepair: {repair_form_url(run_id)}"
+            run_type = getattr(context.get("dag_run"), "run_type", None)
+            if not self.repair and not opened and getattr(run_type, "value", run_type) == "asset_triggered":
+                # Red as long as a finding is open, but alerted when found, daily, and on request.
+                raise StillOpen(message)
+            raise AirflowFailException(message)
         if status != "ok":
             raise AirflowFailException(alert)
         return {"run_id": run_id, "status": status, "ranges_checked": checked, "used_spark": used_spark}

@@ -159,12 +159,5 @@ def repair_arguments(params: Mapping[str, object], repair_id: str, log) -> list[
         plan = load_plan(tidemark_settings(), run_id)
     except TidemarkError as exc:
         raise BadRequest(f"cannot repair: {exc}") from None
-    lines = [f"repair of reconcile run {plan.run_id}:"]
-    lines += [f"  re-read {r}" + (" (cleared first)" if r in plan.clear else "") for r in plan.reread]
-    if plan.entities is None:
-        lines.append("  recompute every entity's sessions from events")
-    elif plan.entities:
-        lines.append(f"  recompute the sessions of {len(plan.entities):,} entities from events")
-    lines += [f"  expired, cannot be re-read: {r}" for r in plan.expired]
-    log.info("%s", "\n".join(lines))
+    log.info("%s", "\n".join(plan.lines()))
     return ["--run-id", plan.run_id, "--repair-id", repair_id]

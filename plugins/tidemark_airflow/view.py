@@ -75,8 +75,10 @@ def _number(value: float) -> str:
 class Overview:
     runs: list[tuple]  # run_id, counted_at, status, ranges_checked, mismatched, used_spark, entities, repair_of, lag
     lag: list[tuple]  # counted_at, topic, partition, behind_records, behind_seconds, processed_to, high_watermark
-    coverage: list[tuple]  # topic, partition, ledger offsets, verified offsets, ranges, verified ranges, lost offsets
+    coverage: list[tuple]  # topic, partition, ledger offsets, verified offsets, ranges, verified ranges, open
+    #                        findings, lost offsets
     mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
+    findings: list[tuple] = ()  # finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why
 
 
 def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
@@ -90,8 +92,8 @@ def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
     coverage = history.coverage(cur)
     lost = retention.lost_per_partition(cur)
     coverage = [(*row, lost.pop((row[0], row[1]), 0)) for row in coverage]
-    coverage = sorted(coverage + [(topic, partition, 0, 0, 0, 0, n) for (topic, partition), n in lost.items()])
-    return Overview(runs, lag, coverage, history.latest_findings(cur))
+    coverage = sorted(coverage + [(topic, partition, 0, 0, 0, 0, 0, n) for (topic, partition), n in lost.items()])
+    return Overview(runs, lag, coverage, history.latest_findings(cur), history.recent_findings(cur, 20))
 
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
@@ -122,6 +124,7 @@ def render_overview(o: Overview) -> str:
         )
     else:
         body.append("<p>No reconcile run yet: trigger tidemark_reconcile.</p>")
+    body.append(render_findings(o.findings))
     body.append(
         line_chart("Lag behind Kafka (records)", "records", lag_records)
         + line_chart("Lag behind Kafka (minutes)", "min", lag_minutes)
@@ -129,12 +132,13 @@ def render_overview(o: Overview) -> str:
     )
     body.append("<h3>Coverage per partition</h3><table id=\"coverage\"><tr><th>topic</th><th>partition</th>"
                 "<th class=num>ledger offsets</th><th class=num>verified offsets</th><th class=num>ranges</th>"
-                "<th class=num>verified ranges</th><th class=num>lost to retention</th></tr>")  # fmt: skip
-    for topic, partition, offsets, verified, ranges, verified_ranges, lost in o.coverage:
+                "<th class=num>verified ranges</th><th class=num>open findings</th>"
+                "<th class=num>lost to retention</th></tr>")  # fmt: skip
+    for topic, partition, offsets, verified, ranges, verified_ranges, open_here, lost in o.coverage:
         body.append(
             f"<tr><td>{e(topic)}</td><td>{partition}</td><td class=num>{offsets:,}</td>"
             f"<td class=num>{verified:,}</td><td class=num>{ranges:,}</td><td class=num>{verified_ranges:,}</td>"
-            f"<td class=num>{lost:,}</td></tr>"
+            f"<td class=num>{open_here:,}</td><td class=num>{lost:,}</td></tr>"
         )
     body.append("</table><h3>Last findings and their repair</h3><table id=\"findings\"><tr><th>run</th><th>when</th>"
                 "<th>status</th><th>alert</th><th>repair</th></tr>")  # fmt: skip
@@ -143,8 +147,7 @@ def render_overview(o: Overview) -> str:
             f"{e(repair_id)}: {e(repair_status)}"
             + (f' (re-check <a href="runs/{e(recheck)}">{e(recheck)}</a>)' if recheck else "")
             if repair_id
-            else f'not repaired: <a target="_top" href="../dags/tidemark_repair/trigger/single?'
-            f'{e(urlencode({"reconcile_run_id": run_id}))}">repair form</a> or '
+            else f'not repaired: <a target="_top" href="{e(repair_href(run_id))}">repair</a> or '
             f"<code>tidemark repair --run-id {e(run_id)}</code>"
         )
         body.append(
@@ -166,6 +169,63 @@ def render_overview(o: Overview) -> str:
         )
     body.append("</table>")
     return PAGE.format(title="tidemark", body="\n".join(body))
+
+
+def repair_href(run_id: str | None) -> str:
+    """The repair page of reconcile run ``run_id``, relative to the tidemark page."""
+    return "repair" + (f"?{urlencode({'reconcile_run_id': run_id})}" if run_id else "")
+
+
+def render_findings(findings: list[tuple]) -> str:
+    """The open findings (and the latest closed ones): what is still wrong, since when, how it closed."""
+    from spark_jobs.reconcile.open_findings import describe
+
+    e = html.escape
+    still = [f for f in findings if f[5] is None]
+    head = (
+        f'<h3>Open findings: <span id="open-findings">{len(still)}</span></h3>'
+        + (
+            f'<p><a target="_top" href="{repair_href(None)}">Repair them</a> (a repair re-checks and closes what '
+            "it fixed), or acknowledge what no repair can fix: "
+            "<code>tidemark findings --acknowledge ID --reason TEXT</code></p>"
+            if still
+            else ""
+        )
+        + '<table id="open-findings-table"><tr><th>#</th><th>finding</th><th>opened by</th><th>last seen by</th>'
+        "<th>closed</th></tr>"
+    )
+    rows = []
+    for finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, why in findings:
+        closed = "open" if closed_by is None else f"{closed_at:%Y-%m-%d %H:%M} by {e(closed_by)}: {e(why or '')}"
+        rows.append(
+            f"<tr><td>{finding_id}</td><td>{e(describe(finding))}</td>"
+            f'<td><a href="runs/{e(opened_by)}">{e(opened_by)}</a> {opened_at:%Y-%m-%d %H:%M}</td>'
+            f"<td>{e(seen_by)}</td><td>{closed}</td></tr>"
+        )
+    return head + "".join(rows) + "</table>"
+
+
+def render_repair(run_id: str | None, plan_lines: list[str], error: str | None = None) -> str:
+    """The repair page: what a repair of ``run_id`` (None: the latest mismatch) would do, and the
+    form that triggers ``tidemark_repair`` for it."""
+    e = html.escape
+    what = f"reconcile run {e(run_id)}" if run_id else "the latest reconcile run that found a mismatch"
+    body = [f'<p><a href="./">tidemark</a> / repair</p><h2>Repair {what}</h2>']
+    if error:
+        body.append(f'<p class="error" id="repair-error" style="color:#c62828">{e(error)}</p>')
+    if plan_lines:
+        body.append('<pre id="repair-plan">' + e("\n".join(plan_lines)) + "</pre>")
+    body.append(
+        '<form method="post" action="repair"><label>Reconcile run '
+        f'<input name="reconcile_run_id" size="60" value="{e(run_id or "")}" '
+        'placeholder="empty: the latest run that found a mismatch"></label> '
+        '<button type="submit" id="trigger-repair">Trigger tidemark_repair</button></form>'
+        "<p>The repair rewrites only what the run named, then re-checks; the re-check closes the findings it "
+        "finds fixed. From a shell: <code>tidemark repair"
+        + (f" --run-id {e(run_id)}" if run_id else "")
+        + "</code></p>"
+    )
+    return PAGE.format(title="tidemark: repair", body="".join(body))
 
 
 def render_run(run: tuple | None, ranges: list[tuple]) -> str:
@@ -202,7 +262,7 @@ def create_app():  # -> fastapi.FastAPI
     """The FastAPI app; every route needs an Airflow user who :func:`may_read` it."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.core_api.security import get_user
-    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi import Depends, FastAPI, HTTPException, Request
     from fastapi.responses import HTMLResponse
 
     # The dependency comes from the default, not from an annotation: this module's annotations are
@@ -217,6 +277,26 @@ def create_app():  # -> fastapi.FastAPI
     def overview() -> str:
         return render_overview(_query(read_overview))
 
+    @app.get("/repair", response_class=HTMLResponse)
+    def repair_page(reconcile_run_id: str = "") -> str:
+        return render_repair(reconcile_run_id.strip() or None, *_repair_plan(reconcile_run_id))
+
+    @app.post("/repair")
+    async def trigger_repair(request: Request):
+        """Trigger ``tidemark_repair`` through Airflow's own REST API, as the signed-in user (who
+        needs the permission to trigger it), then open the new run's page in the Airflow UI."""
+        from urllib.parse import parse_qs, quote
+
+        from fastapi.responses import RedirectResponse
+
+        form = parse_qs((await request.body()).decode(), keep_blank_values=True)
+        run_id = (form.get("reconcile_run_id") or [""])[0].strip() or None
+        status, answer = await _trigger(request, REPAIR_DAG, {"reconcile_run_id": run_id})
+        if status != 200:
+            error = f"Airflow refused to trigger {REPAIR_DAG} ({status}): {answer.get('detail', answer)}"
+            return HTMLResponse(render_repair(run_id, *_repair_plan(run_id or "", error)), status_code=status)
+        return RedirectResponse(f"../dags/{REPAIR_DAG}/runs/{quote(answer['dag_run_id'], safe='')}", 303)
+
     @app.get("/runs/{run_id:path}", response_class=HTMLResponse)
     def run(run_id: str) -> str:
         from spark_jobs.reconcile import history
@@ -227,6 +307,43 @@ def create_app():  # -> fastapi.FastAPI
         return render_run(*_query(read))
 
     return app
+
+
+REPAIR_DAG = "tidemark_repair"
+
+
+def _repair_plan(run_id: str, error: str | None = None) -> tuple[list[str], str | None]:
+    """The repair plan's lines for the repair page, or why there is nothing to repair."""
+    from spark_jobs.errors import TidemarkError
+    from spark_jobs.repair import load_plan
+    from tidemark_airflow.connections import tidemark_settings
+
+    try:
+        return load_plan(tidemark_settings(), run_id.strip() or None).lines(), error
+    except TidemarkError as exc:
+        return [], error or f"cannot repair: {exc}"
+
+
+async def _trigger(request, dag_id: str, conf: dict) -> tuple[int, dict]:  # a starlette Request
+    """POST a run of ``dag_id`` to Airflow's public REST API in this process (the api-server's own
+    app, no network), with the caller's credentials: Airflow checks them and the params."""
+    import os
+
+    import httpx
+    from airflow.api_fastapi.app import cached_app
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    token = request.cookies.get(COOKIE_NAME_JWT_TOKEN) or request.headers.get("authorization", "")[7:]
+    airflow = cached_app(apps=os.environ.get("AIRFLOW_API_APPS", "all"))
+    headers = {"Authorization": f"Bearer {token}", "Referer": str(request.url)}  # a referer: triggered from the UI
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=airflow), base_url="http://api-server") as client:
+        # As Airflow's own trigger form does: a paused DAG is unpaused (a manual-only DAG, it runs nothing else).
+        response = await client.patch(f"/api/v2/dags/{dag_id}", json={"is_paused": False}, headers=headers)
+        if response.status_code == 200:
+            response = await client.post(
+                f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}, headers=headers
+            )
+    return response.status_code, response.json()
 
 
 def _query(read):

@@ -341,9 +341,11 @@ def run_ranges(cur, run_id: str) -> list[tuple]:
 
 
 def run_verdict(cur, run_id: str) -> tuple | None:
-    """(status, report, alert, ranges_checked, used_spark) of run ``run_id``, None when there is no such run."""
+    """(status, report, alert, ranges_checked, used_spark, opened_findings) of run ``run_id``, None
+    when there is no such run."""
     cur.execute(
-        "SELECT status, report, alert, ranges_checked, used_spark FROM reconcile_runs WHERE run_id = %s",
+        """SELECT status, report, alert, ranges_checked, used_spark, opened_findings
+           FROM reconcile_runs WHERE run_id = %s""",
         (run_id,),
     )
     return cur.fetchone()

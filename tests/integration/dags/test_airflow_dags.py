@@ -244,11 +244,31 @@ def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_ba
     assert f"partition {p} offsets [{start}, {end})" in text
     assert all(session_id[:8] in text for _, session_id in gone), text
     assert f"tidemark repair --run-id {failed.run_id}" in text and text.count(failed.run_id) <= 4
-    assert "/dags/tidemark_repair/trigger/single?reconcile_run_id=" in text  # the form, pre-filled
+    assert f"/tidemark/repair?reconcile_run_id={failed.run_id}" in text  # the form, filled in (test_airflow_ui)
+
+    # Nothing repaired yet: a run by hand stays red and alerts again, as the daily run does.
+    still = reconcile.test()
+    assert task_states(still)["verdict"] == "failed" and len(webhook) == 2
+    assert f"partition {p} offsets [{start}, {end})" in webhook[1]["json"]["text"]
+    assert query(settings, "SELECT opened_findings FROM reconcile_runs WHERE run_id = %s", still.run_id) == [(0,)]
+    # The run an ingest's asset triggers, finding nothing new, is red too but pages no one again.
+    from types import SimpleNamespace
+
+    from airflow.utils.types import DagRunType
+
+    from tidemark_airflow.notifiers import AlertNotifier, StillOpen
+    from tidemark_airflow.operators import VerdictOperator
+
+    verdict = VerdictOperator(task_id="verdict", reconcile_run_id=still.run_id)
+    with pytest.raises(StillOpen) as raised:
+        verdict.execute({"dag_run": SimpleNamespace(run_type=DagRunType.ASSET_TRIGGERED)})
+    assert f"partition {p} offsets [{start}, {end})" in str(raised.value)
+    AlertNotifier().notify({"exception": raised.value, "run_id": still.run_id})
+    assert len(webhook) == 2
 
     repair = load_dag("tidemark_repair")
     unknown = repair.test(run_conf={"reconcile_run_id": "no-such-run"})
-    assert task_states(unknown)["plan"] == "failed" and len(webhook) == 1, "a bad request pages no one"
+    assert task_states(unknown)["plan"] == "failed" and len(webhook) == 2, "a bad request pages no one"
     fixed = repair.test(run_conf={"reconcile_run_id": failed.run_id})
     assert task_states(fixed) == {"plan": "success", "repair": "success", "verdict": "success"}
     [(repair_status, recheck)] = query(
@@ -257,7 +277,7 @@ def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_ba
     assert repair_status == "ok" and recheck
     assert len(query(settings, "SELECT 1 FROM sessions WHERE session_id = ANY(%s)", [s for _, s in gone])) == 2
     green = reconcile.test()
-    assert task_states(green)["verdict"] == "success" and len(webhook) == 1
+    assert task_states(green)["verdict"] == "success" and len(webhook) == 2
 
 
 def test_a_failing_task_alerts_without_the_password_in_the_alert_or_any_log(

@@ -302,3 +302,57 @@ def test_the_tidemark_page_in_the_airflow_ui_shows_real_reconcile_numbers_and_ch
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(airflow.url + "/tidemark/", timeout=30)
     assert refused.value.code in (401, 403)
+
+
+def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button_repairs(
+    airflow: AirflowServices, browser, spark, monkeypatch
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from spark_jobs import ingest, reconcile
+    from tidemark_airflow.operators import repair_form_url
+
+    settings = airflow.settings
+    produce(settings, ProduceSpec(count=120, entities=5, seed=17, id_prefix="link-"), topic=settings.topic)
+    ingest.run_scheduled(spark, settings, wait=True)
+    gone = query(
+        settings,
+        "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM sessions ORDER BY 1 LIMIT 2) "
+        "RETURNING session_id",
+    )
+    found = reconcile.run(settings, "link-found", lambda: spark)
+    assert found.status == "mismatch", found.summary()
+    # The link the verdict's alert carries, under the api-server's base URL.
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", airflow.url)
+    link = repair_form_url("link-found")
+
+    sign_in(browser, airflow)
+    browser.get(link)
+    field = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.NAME, "reconcile_run_id"))
+    assert field.get_attribute("value") == "link-found"
+    plan = browser.find_element(By.ID, "repair-plan").text
+    assert plan.startswith("repair of reconcile run link-found:") and "recompute the sessions of" in plan, plan
+    browser.find_element(By.ID, "trigger-repair").click()
+
+    # Airflow's page of the new run opens; its state badge must reach Success.
+    WebDriverWait(browser, 30).until(lambda d: "/dags/tidemark_repair/runs/" in d.current_url)
+    run_url = browser.current_url
+    badge = "//*[@data-testid='header-card']//*[@data-testid='state-badge']"
+    deadline, state = time.monotonic() + 600, ""
+    while time.monotonic() < deadline:
+        browser.get(run_url)
+        state = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.XPATH, badge)).text.strip().lower()
+        if state in ("success", "failed"):
+            break
+        time.sleep(5)
+    assert state == "success", f"the repair run at {run_url} ended {state!r}"
+    [(status, recheck)] = query(settings, "SELECT status, recheck_run FROM repairs WHERE reconcile_run = 'link-found'")
+    assert status == "ok" and recheck
+    assert len(query(settings, "SELECT 1 FROM sessions WHERE session_id = ANY(%s)", [s for (s,) in gone])) == 2
+    assert query(settings, "SELECT count(*) FROM findings WHERE closed_at IS NULL") == [(0,)]
+
+    # The page's own link goes to the same form; with no run given it names the latest mismatch.
+    browser.get(airflow.url + "/tidemark/repair")
+    assert "the latest reconcile run that found a mismatch" in browser.find_element(By.TAG_NAME, "h2").text
+    assert browser.find_element(By.NAME, "reconcile_run_id").get_attribute("value") == ""

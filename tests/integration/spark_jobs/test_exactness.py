@@ -286,7 +286,7 @@ def test_records_a_failed_batch_wrote_before_attempts_were_recorded_are_found_he
     settings, prefix = run
     send_takeover_batch(spark, settings, prefix)
     with pytest.raises(Exception, match="injected crash"):
-        ingest.run_scheduled(spark, settings, fault=crash_at("write:events"))  # quarantine, duplicates committed
+        ingest.run_scheduled(spark, settings, fault=crash_at("write:events"))  # quarantine, displaced copy in
     with pg, pg.cursor() as cur:  # what the older version left: no attempt, no floor
         cur.execute("DELETE FROM write_attempts WHERE topic = %s", (settings.topic,))
         cur.execute("DELETE FROM write_floors WHERE lake_root = %s", (settings.lake_root,))

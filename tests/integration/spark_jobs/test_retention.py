@@ -330,7 +330,7 @@ def test_a_batch_retried_over_other_ranges_after_a_restore_adds_nothing_its_cras
     spark, fresh, tmp_path
 ) -> None:
     """Retention removed offset 10, the next the pipeline needs. A run that acknowledges it plans its
-    batch past the loss, [11, 30), and crashes after its duplicates and quarantine writes; PostgreSQL
+    batch past the loss, [11, 30), and crashes after its record tables' writes; PostgreSQL
     is restored to a dump taken before the run (the loss and the attempt are gone). The retry that
     acknowledges the loss again leaves it to the frozen batch, which it plans as [10, 30): other Delta
     write ids than the crashed attempt's. It must still find what that attempt wrote, not append it
@@ -348,9 +348,9 @@ def test_a_batch_retried_over_other_ranges_after_a_restore_adds_nothing_its_cras
     dump = tmp_path / "before-the-run.sql"
     dump_postgres(settings, dump)
     with pytest.raises(Exception, match="injected crash"):
-        ingest.run_scheduled(spark, settings, allow_data_loss=True, fault=crash_at("write:events"))
+        ingest.run_scheduled(spark, settings, allow_data_loss=True, fault=crash_at("write:sessions"))
     crashed = held_and_lost(spark, settings)[0]
-    assert crashed["duplicates"] and crashed["quarantine"], "the crashed attempt wrote both"
+    assert all(crashed.values()), f"the crashed attempt wrote every record table: {crashed}"
     restore_postgres(settings, dump)
 
     ingest.run_scheduled(spark, settings, allow_data_loss=True)
@@ -404,3 +404,45 @@ def test_a_backfill_that_skips_removed_offsets_records_and_prints_exactly_those(
     assert query(settings, "SELECT pipeline, start_offset, end_offset, during_run FROM retention_losses") == [
         (f"backfill:{settings.topic}", 5, 15, False)
     ]
+
+
+def test_a_later_copy_is_never_left_in_duplicates_when_retention_took_its_earlier_copy_before_the_retry(
+    spark, fresh
+) -> None:
+    """One batch holds two copies of an event; the one at the later offset arrived first (a
+    CreateTime topic), so it is the events row and the other its duplicate. The attempt crashes at
+    its events write; retention removes both before the retry, which acknowledges the loss. The
+    duplicate must not be left in ``duplicates`` with no copy of its event in ``events``: nothing
+    holds either copy, and both are recorded lost (fresh seed 8012)."""
+    from datetime import UTC, datetime
+
+    from spark_jobs.offsets import ensure_topic
+    from tests.integration.spark_jobs.checks import assert_sessions_follow_events, crash_at, send_to
+
+    settings = fresh
+    ensure_topic(settings, settings.topic, 1, "CreateTime")
+    at = datetime(2026, 10, 24, 22, tzinfo=UTC)
+    send_to(
+        settings,
+        settings.topic,
+        [
+            (0, "u1", "a", at),
+            (0, "u2", "twice", at + timedelta(minutes=40)),  # offset 1: arrived later, the duplicate
+            (0, "u2", "twice", at + timedelta(minutes=30)),  # offset 2: arrived first, the events row
+            (0, "u1", "b", at + timedelta(minutes=50)),
+        ],
+    )
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("write:events"))
+    delete_records(settings, 0, 3)
+    ingest.run_scheduled(spark, settings, allow_data_loss=True)
+
+    tables, lost = held_and_lost(spark, settings)
+    assert_each_offset_held_or_lost(tables, lost, 4)
+    stored = {r["event_id"] for r in delta_rows(spark, settings, "events", "event_id")}
+    copies = {r["event_id"] for r in delta_rows(spark, settings, "duplicates", "event_id")}
+    assert copies <= stored, f"duplicates of events no table holds: {copies - stored} ({tables}, lost {lost})"
+    assert lost == [0, 1, 2] and tables["events"] == [3], (tables, lost)
+    assert_sessions_follow_events(spark, settings)
+    report = reconcile.run(settings, "after-the-retry", lambda: spark)
+    assert report.ok, report.summary()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tidemark_airflow.view import Overview, Point, line_chart, render_overview, render_run
+from tidemark_airflow.view import Overview, Point, line_chart, render_overview, render_repair, render_run
 
 T0 = datetime(2026, 11, 21, 8, tzinfo=UTC)
 
@@ -25,16 +25,54 @@ def test_the_overview_shows_the_latest_verdict_coverage_findings_and_runs() -> N
             ("r1", T0, "ok", 5, 0, False, 0, None, 0.0),
         ],
         lag=[(T0, "events", 0, 0, 0.0, 100, 100), (T0 + timedelta(hours=1), "events", 0, 40, 120.0, 100, 140)],
-        coverage=[("events", 0, 140, 100, 3, 2, 0), ("events", 1, 30, 30, 1, 1, 120)],
+        coverage=[("events", 0, 140, 100, 3, 2, 1, 0), ("events", 1, 30, 30, 1, 1, 0, 120)],
         mismatches=[("r2", T0, "mismatch", "tidemark reconcile r2: MISMATCH <b>", None, None, None)],
+        findings=[
+            (7, RANGE_FINDING, "r2", T0, "r2", None, None, None),
+            (
+                6,
+                {
+                    "kind": "gap",
+                    "pipeline": "ingest:events",
+                    "topic": "events",
+                    "partition": 1,
+                    "start": 5,
+                    "end": 9,
+                    "after_batch": 1,
+                    "before_batch": 3,
+                },
+                "r0",
+                T0,
+                "r1",
+                "r1",
+                T0,
+                "checked again: fixed",
+            ),
+        ],  # fmt: skip
     )
     page = render_overview(overview)
     assert 'id="latest-status"' in page and "MISMATCH" in page
     assert page.count("<svg") == 3 and page.count("<polyline") == 3
     assert "<td class=num>140</td><td class=num>100</td>" in page
-    assert "<td class=num>1</td><td class=num>1</td><td class=num>120</td>" in page  # offsets lost to retention
+    assert "<td class=num>1</td><td class=num>1</td><td class=num>0</td><td class=num>120</td>" in page  # lost
     assert "tidemark repair --run-id r2" in page and "&lt;b&gt;" in page  # alert text is escaped
+    assert '<a target="_top" href="repair?reconcile_run_id=r2">repair</a>' in page
     assert '<a href="runs/r1">r1</a>' in page
+    assert '<span id="open-findings">1</span>' in page
+    assert "missing: topic events partition 0 offsets [10, 20) (ingest:events batch 2)" in page
+    assert "by r1: checked again: fixed" in page
+
+
+RANGE_FINDING = {"kind": "range", "outcome": "missing", "pipeline": "ingest:events", "batch_id": 2, "topic": "events",
+                 "partition": 0, "start": 10, "end": 20}  # fmt: skip
+
+
+def test_the_repair_page_shows_the_plan_and_a_form_with_the_run_id_filled_in() -> None:
+    page = render_repair("r2", ["repair of reconcile run r2:", "  re-read events[0] [10, 20)"])
+    assert 'name="reconcile_run_id" size="60" value="r2"' in page and 'method="post" action="repair"' in page
+    assert "re-read events[0] [10, 20)" in page and "tidemark repair --run-id r2" in page
+    refused = render_repair(None, [], "cannot repair: no reconcile run found a mismatch: nothing to repair")
+    assert 'id="repair-error"' in refused and 'value=""' in refused and "the latest reconcile run" in refused
 
 
 def test_a_run_page_shows_its_report_and_ranges_or_says_it_does_not_exist() -> None:

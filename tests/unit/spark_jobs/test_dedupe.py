@@ -27,6 +27,14 @@ def offsets(df) -> list[int]:
     return sorted(row["offset"] for row in df.collect())
 
 
+def losers(ranked) -> list[int]:
+    """The duplicates rows a batch implies: its later copies (written after events) and the stored
+    rows its takeovers displace (written before), never the same record in both."""
+    later, displaced = offsets(dedupe.later_copies(ranked)), offsets(dedupe.displaced_copies(ranked))
+    assert not set(later) & set(displaced), (later, displaced)
+    return sorted(later + displaced)
+
+
 @pytest.fixture
 def rank(spark_session):
     def run(batch: list[tuple], stored: list[tuple]):
@@ -39,7 +47,7 @@ def rank(spark_session):
 def test_the_first_arrival_in_a_batch_wins_and_later_copies_are_duplicates(rank) -> None:
     ranked, counts = rank([(0, 0, "e1", "a"), (1, 1, "e2", "a"), (2, 2, "e1", "a")], [])
     assert offsets(dedupe.first_arrivals(ranked)) == [0, 1]
-    assert offsets(dedupe.losers(ranked)) == [2]
+    assert losers(ranked) == [2]
     assert (counts.accepted, counts.duplicates, counts.first_arrivals, counts.takeovers) == (2, 1, 2, 0)
     assert (counts.losers_from, counts.losers_to) == (2, 2)
 
@@ -47,13 +55,13 @@ def test_the_first_arrival_in_a_batch_wins_and_later_copies_are_duplicates(rank)
 def test_a_replayed_record_is_neither_new_nor_a_duplicate(rank) -> None:
     ranked, counts = rank([(0, 0, "e1", "a")], [(0, 0, "e1", "a")])
     assert offsets(dedupe.first_arrivals(ranked)) == []
-    assert offsets(dedupe.losers(ranked)) == []
+    assert losers(ranked) == []
     assert (counts.accepted, counts.duplicates, counts.losers) == (1, 0, 0)
 
 
 def test_a_later_copy_of_a_stored_event_is_a_duplicate(rank) -> None:
     ranked, counts = rank([(3, 5, "e1", "a")], [(0, 0, "e1", "a")])
-    assert offsets(dedupe.losers(ranked)) == [3]
+    assert losers(ranked) == [3]
     assert (counts.accepted, counts.duplicates, counts.first_arrivals, counts.takeovers) == (0, 1, 0, 0)
 
 
@@ -61,14 +69,15 @@ def test_an_earlier_copy_found_later_takes_over_the_stored_row(rank) -> None:
     # CreateTime topics: offset 1 arrived (by its timestamp) before the stored offset 0.
     ranked, counts = rank([(1, 0, "e1", "a")], [(0, 10, "e1", "a")])
     assert offsets(dedupe.takeovers(ranked)) == [1]
-    assert offsets(dedupe.losers(ranked)) == [0], "the displaced stored row becomes a duplicate"
+    assert losers(ranked) == [0], "the displaced stored row becomes a duplicate"
+    assert offsets(dedupe.displaced_copies(ranked)) == [0] and offsets(dedupe.later_copies(ranked)) == []
     assert (counts.accepted, counts.duplicates, counts.first_arrivals, counts.takeovers) == (1, 0, 0, 1)
 
 
 def test_ties_in_arrival_time_are_broken_by_partition_then_offset(rank) -> None:
     ranked, _ = rank([(7, 0, "e1", "a"), (4, 0, "e1", "a")], [])
     assert offsets(dedupe.first_arrivals(ranked)) == [4]
-    assert offsets(dedupe.losers(ranked)) == [7]
+    assert losers(ranked) == [7]
 
 
 def test_a_stored_record_replayed_beside_an_earlier_copy_is_one_duplicate(rank) -> None:
@@ -77,7 +86,8 @@ def test_a_stored_record_replayed_beside_an_earlier_copy_is_one_duplicate(rank) 
         [(0, 0, "e1", "a"), (1, 0, "x", "a"), (2, 0, "e1", "a")], [(1, 0, "x", "a"), (2, 0, "e1", "a")]
     )
     assert offsets(dedupe.takeovers(ranked)) == [0]
-    assert offsets(dedupe.losers(ranked)) == [2], "offset 2 is one duplicate row, not two"
+    assert losers(ranked) == [2], "offset 2 is one duplicate row, not two"
+    assert offsets(dedupe.displaced_copies(ranked)) == [2], "stored: moved before the events write"
     assert (counts.accepted, counts.duplicates) == (2, 1)
 
 
@@ -106,7 +116,7 @@ def test_a_stored_copy_behind_an_older_stored_copy_stays_an_event(spark_session)
     batch = [(2, 41 * DAY_MINUTES, "e1", "a")]
     ranked = dedupe.rank(events(spark_session, batch), events(spark_session, stored), since(-DAY_MINUTES))
     counts = dedupe.count(ranked)
-    assert offsets(dedupe.losers(ranked)) == [2]
+    assert losers(ranked) == [2]
     assert offsets(dedupe.displaced(ranked)) == []
     assert (counts.accepted, counts.duplicates, counts.takeovers) == (0, 1, 0)
 
@@ -115,7 +125,7 @@ def test_a_replayed_second_generation_stays_an_event(spark_session) -> None:
     stored = [(0, 0, "e1", "a"), (1, 40 * DAY_MINUTES, "e1", "a")]
     ranked = dedupe.rank(events(spark_session, stored[1:]), events(spark_session, stored), since(-DAY_MINUTES))
     counts = dedupe.count(ranked)
-    assert offsets(dedupe.losers(ranked)) == []
+    assert losers(ranked) == []
     assert (counts.accepted, counts.duplicates, counts.first_arrivals) == (1, 0, 0)
 
 
@@ -126,7 +136,7 @@ def test_an_earlier_copy_displaces_every_stored_copy_it_sees(spark_session) -> N
     counts = dedupe.count(ranked)
     assert offsets(dedupe.takeovers(ranked)) == [2]
     assert offsets(dedupe.displaced(ranked)) == [0, 1]
-    assert offsets(dedupe.losers(ranked)) == [0, 1]
+    assert losers(ranked) == [0, 1]
     assert counts.takeovers_since_us == since(0)
 
 
