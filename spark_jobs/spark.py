@@ -82,9 +82,8 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         builder = builder.appName(app_name)
         master = settings.spark_master
-        if master.startswith("local"):
-            # Stay on loopback: nothing outside this machine needs to reach a local driver.
-            builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        for key, value in driver_conf(settings, master).items():
+            builder = builder.config(key, value)
         jars = spark_jars(settings)
         if master.startswith("local"):
             # One JVM: the s3a jars (the AWS SDK bundle is 690 MB) go on its class path instead of
@@ -96,7 +95,6 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
         builder = (
             builder.master(master)
             .config("spark.jars", ",".join(str(j) for j in jars))
-            .config("spark.ui.enabled", str(settings.spark_ui).lower())
             .config("spark.driver.memory", settings.driver_memory)
         )
         # Python workers must run this interpreter (the venv), not whatever python3 is on PATH.
@@ -109,6 +107,16 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     if spark.sparkContext.getConf().get(LISTING_PARALLELISM) is None:
         spark.conf.set(LISTING_PARALLELISM, str(LISTING_TASKS_PER_CORE * spark.sparkContext.defaultParallelism))
     return spark
+
+
+def driver_conf(settings: Settings, master: str) -> dict[str, str]:
+    """What a tidemark driver sets however it starts (from Python, or spark-submitted by a DAG): the
+    Spark UI only when ``TIDEMARK_SPARK_UI`` asks for it, and a local driver on loopback only
+    (nothing outside this machine needs to reach it)."""
+    conf = {"spark.ui.enabled": str(settings.spark_ui).lower()}
+    if master.startswith("local"):
+        conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    return conf
 
 
 class FrozenFrames:

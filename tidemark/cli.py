@@ -1,7 +1,8 @@
 """``tidemark``: run the embedded stack, migrate the database, produce events, run jobs.
 
 Every command builds :class:`Settings` once from the environment (``TIDEMARK_*``) and its flags.
-Errors that a user can fix print one line that says how, and exit with status 2.
+Errors that a user can fix print one line that says how, and exit with status 2 (so do ``status``
+and ``doctor`` when something is stopped or missing: their output says what to do).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
     user, password = airflow.login()
     print(
         f"\nAirflow is ready: {airflow.url}\n  log in as {user} / {password}  (stored in {airflow.password_file})\n"
-        f"  DAGs: tidemark_ingest, tidemark_backfill, tidemark_reconcile; component logs in {airflow.home / 'logs'}\n"
+        "  DAGs: tidemark_ingest, tidemark_backfill, tidemark_reconcile, tidemark_repair, tidemark_maintenance\n"
+        f"  the tidemark page: {airflow.url}/tidemark/; component logs in {airflow.home / 'logs'}\n"
         "  Ctrl-C stops every component.",
         flush=True,
     )
@@ -87,7 +89,7 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
     for name, (running, pid) in states.items():
         print(f"{name:40} {'running (pid ' + str(pid) + ')' if running else 'stopped'}")
     print(f"state     {settings.home}")
-    return 0 if all(running for running, _ in states.values()) else 1
+    return 0 if all(running for running, _ in states.values()) else EXIT_USAGE  # `tidemark up` starts them
 
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
@@ -258,7 +260,7 @@ def sessions_table(rows: list[tuple]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tidemark", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tidemark", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("up", help="start Kafka (KRaft) and PostgreSQL; waits until both accept connections")

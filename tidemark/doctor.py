@@ -61,4 +61,4 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         check(name, probe)
     for name, ok, detail in checks:
         print(f"{'ok  ' if ok else 'FAIL'}  {name:22} {detail}")
-    return 0 if all(ok for _, ok, _ in checks) else 1
+    return 0 if all(ok for _, ok, _ in checks) else 2  # each failed check says what to fix

@@ -52,7 +52,9 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self.postgres_conn_id = postgres_conn_id
 
     def execute(self, context: Context) -> None:
-        from spark_jobs.spark import spark_jars
+        from airflow.sdk import BaseHook
+
+        from spark_jobs.spark import driver_conf, spark_jars
 
         settings = tidemark_settings(self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
@@ -61,7 +63,8 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         python = os.environ.get("PYSPARK_PYTHON", sys.executable)
         env = {"PYSPARK_PYTHON": python, **settings.to_env()}
         self.env_vars = env | dict(self.env_vars or {})  # what the task sets explicitly wins
-        self.conf = {"spark.pyspark.python": python, **(self.conf or {})}
+        master = BaseHook.get_connection(self._conn_id).host or ""  # local[2], spark://…, k8s://…, yarn
+        self.conf = {"spark.pyspark.python": python, **driver_conf(settings, master), **(self.conf or {})}
         started = datetime.now(UTC)
         super().execute(context)
         if self.outlets:

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -105,12 +106,52 @@ def task_states(run) -> dict[str, str]:  # DagRun
     return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in run.get_task_instances()}
 
 
+class ListeningSockets:
+    """The listening TCP sockets of the Spark jobs a DAG task submits (the ``spark-submit`` JVM, its
+    Python driver and their workers), sampled while it runs."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.seen = name, set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        import psutil
+
+        while not self._stop.is_set():
+            for proc in psutil.process_iter(["cmdline"]):
+                command = " ".join(proc.info["cmdline"] or [])
+                if "org.apache.spark.deploy.SparkSubmit" not in command or self.name not in command:
+                    continue
+                try:
+                    for p in [proc, *proc.children(recursive=True)]:
+                        self.seen |= {(c.laddr.ip, c.laddr.port) for c in p.net_connections("tcp")
+                                      if c.status == psutil.CONN_LISTEN}  # fmt: skip
+                except psutil.Error:  # it ended meanwhile
+                    pass
+            time.sleep(0.2)
+
+    def __enter__(self) -> ListeningSockets:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: Settings) -> None:
     settings = deployment
     report = produce(settings, ProduceSpec(count=400, entities=8, duplicate_rate=0.05, seed=3), topic=settings.topic)
 
-    run = load_dag("tidemark_ingest").test()
+    with ListeningSockets("tidemark-ingest") as sockets:
+        run = load_dag("tidemark_ingest").test()
     assert state(run) == "success", task_states(run)
+    # The embedded default (a local master) listens on loopback only, and without the Spark UI.
+    assert sockets.seen, "the Spark job listens on some port (its driver)"
+    assert {ip for ip, _ in sockets.seen} == {"127.0.0.1"} and 4040 not in {port for _, port in sockets.seen}, (
+        sockets.seen
+    )
     pipeline = f"ingest:{settings.topic}"
     [(read, batches)] = query(
         settings, "SELECT sum(records_read), count(*) FROM ledger_batches WHERE pipeline = %s", pipeline

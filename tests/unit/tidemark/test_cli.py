@@ -84,3 +84,16 @@ def test_sessions_table_keeps_its_columns_aligned_whatever_the_timestamps() -> N
     for line in lines[1:]:
         assert line[started:].startswith("2026-11-24T") and line[ended:].startswith("2026-11-24T")
         assert len(line) == len(lines[0])
+
+
+def test_status_with_the_services_stopped_exits_2_as_every_fixable_problem_does(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TIDEMARK_HOME", str(tmp_path))  # nothing was started from here
+    assert main(["status"]) == 2
+    out = capsys.readouterr().out
+    assert "kafka" in out and "stopped" in out
+
+
+def test_help_shows_plain_text_not_restructuredtext() -> None:
+    from tidemark.cli import build_parser
+
+    assert "``" not in build_parser().format_help()
