@@ -288,3 +288,14 @@ def committed_batches(cur, topic: str, since: datetime) -> list[tuple]:
         (topic, since),
     )
     return cur.fetchall()
+
+
+def pipeline_totals(cur) -> list[tuple]:
+    """Per pipeline and topic: (pipeline, topic, batches, records read, accepted, duplicates,
+    quarantined, the last batch's commit time), over every committed batch."""
+    cur.execute(
+        """SELECT pipeline, topic, count(*), sum(records_read), sum(accepted), sum(duplicates), sum(quarantined),
+                  max(committed_at)
+           FROM ledger_batches GROUP BY 1, 2 ORDER BY 1, 2"""
+    )
+    return cur.fetchall()

@@ -208,7 +208,7 @@ class Settings:
     shuffle_partitions: int = setting("TIDEMARK_SHUFFLE_PARTITIONS", WHOLE, 4, "`spark.sql.shuffle.partitions`")
     driver_memory: str = setting("TIDEMARK_SPARK_DRIVER_MEMORY", TEXT, "2g", "(jobs started from Python)")
     spark_ui: bool = setting("TIDEMARK_SPARK_UI", FLAG, False,
-        "(jobs started from Python; `true` turns Spark's web UI on)")
+        "(`true` turns Spark's web UI on, for jobs started from Python and those the DAGs submit)")
     spark_log_level: str = setting("TIDEMARK_SPARK_LOG_LEVEL", TEXT, "WARN", "(jobs started from Python)")
     # fmt: on
 

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import urlencode
 
+# FastAPI reads a route's annotations from this module's globals (they are strings here).
+from fastapi import Request
+
 STATUS_COLOURS = {"ok": "#2e7d32", "mismatch": "#c62828", "lagging": "#ef6c00", "counted": "#757575"}
 SERIES_COLOURS = ("#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457", "#4e342e", "#37474f")
 
@@ -259,29 +262,45 @@ def may_read(auth_manager, user) -> bool:  # an Airflow auth manager and one of 
 
 
 def create_app():  # -> fastapi.FastAPI
-    """The FastAPI app; every route needs an Airflow user who :func:`may_read` it."""
+    """The FastAPI app. Every page needs an Airflow user who :func:`may_read` it; the metrics take
+    that too, or the static bearer token ``TIDEMARK_METRICS_TOKEN`` (a scraper's)."""
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.core_api.security import get_user
-    from fastapi import Depends, FastAPI, HTTPException, Request
-    from fastapi.responses import HTMLResponse
+    from fastapi import APIRouter, Depends, FastAPI, HTTPException
+    from fastapi.responses import HTMLResponse, Response
 
-    # The dependency comes from the default, not from an annotation: this module's annotations are
-    # strings (``from __future__ import annotations``) that FastAPI would look up in its globals.
+    refused = f"reading tidemark's reports needs the permission to read the {RESOURCE} view"
+
+    # The dependency comes from the default, not from an annotation: see the import of Request.
     def read_permission(user=Depends(get_user)) -> None:  # noqa: B008
         if not may_read(get_auth_manager(), user):
-            raise HTTPException(403, f"reading tidemark's reports needs the permission to read the {RESOURCE} view")
+            raise HTTPException(403, refused)
 
-    app = FastAPI(title="tidemark", dependencies=[Depends(read_permission)])
+    app = FastAPI(title="tidemark")
+    pages = APIRouter(dependencies=[Depends(read_permission)])
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        from airflow.api_fastapi.core_api.security import resolve_user_from_token
+
+        from tidemark_airflow.metrics import exposition, read_state
+
+        if not scraper_token_matches(request.headers.get("authorization", "")):
+            user = await resolve_user_from_token(airflow_token(request))  # 401 without a login
+            if not may_read(get_auth_manager(), user):
+                raise HTTPException(403, refused)
+        body = exposition(_query(read_state))
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @pages.get("/", response_class=HTMLResponse)
     def overview() -> str:
         return render_overview(_query(read_overview))
 
-    @app.get("/repair", response_class=HTMLResponse)
+    @pages.get("/repair", response_class=HTMLResponse)
     def repair_page(reconcile_run_id: str = "") -> str:
         return render_repair(reconcile_run_id.strip() or None, *_repair_plan(reconcile_run_id))
 
-    @app.post("/repair")
+    @pages.post("/repair")
     async def trigger_repair(request: Request):
         """Trigger ``tidemark_repair`` through Airflow's own REST API, as the signed-in user (who
         needs the permission to trigger it), then open the new run's page in the Airflow UI."""
@@ -297,7 +316,7 @@ def create_app():  # -> fastapi.FastAPI
             return HTMLResponse(render_repair(run_id, *_repair_plan(run_id or "", error)), status_code=status)
         return RedirectResponse(f"../dags/{REPAIR_DAG}/runs/{quote(answer['dag_run_id'], safe='')}", 303)
 
-    @app.get("/runs/{run_id:path}", response_class=HTMLResponse)
+    @pages.get("/runs/{run_id:path}", response_class=HTMLResponse)
     def run(run_id: str) -> str:
         from spark_jobs.reconcile import history
 
@@ -306,7 +325,27 @@ def create_app():  # -> fastapi.FastAPI
 
         return render_run(*_query(read))
 
+    app.include_router(pages)
     return app
+
+
+def airflow_token(request) -> str | None:  # a starlette Request
+    """The Airflow login a request carries: a bearer token, or the UI's session cookie."""
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    header = request.headers.get("authorization", "")
+    if header[:7].lower() == "bearer ":
+        return header[7:]
+    return request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+
+
+def scraper_token_matches(authorization: str) -> bool:
+    """Whether ``authorization`` is ``Bearer $TIDEMARK_METRICS_TOKEN`` (unset: no scraper token)."""
+    import hmac
+    import os
+
+    token = os.environ.get("TIDEMARK_METRICS_TOKEN", "")
+    return bool(token) and hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
 REPAIR_DAG = "tidemark_repair"
@@ -331,9 +370,8 @@ async def _trigger(request, dag_id: str, conf: dict) -> tuple[int, dict]:  # a s
 
     import httpx
     from airflow.api_fastapi.app import cached_app
-    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
 
-    token = request.cookies.get(COOKIE_NAME_JWT_TOKEN) or request.headers.get("authorization", "")[7:]
+    token = airflow_token(request)
     airflow = cached_app(apps=os.environ.get("AIRFLOW_API_APPS", "all"))
     headers = {"Authorization": f"Bearer {token}", "Referer": str(request.url)}  # a referer: triggered from the UI
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=airflow), base_url="http://api-server") as client:

@@ -452,6 +452,28 @@ def latest_findings(cur) -> list[tuple]:
     return cur.fetchall()
 
 
+def latest_verdict(cur) -> tuple | None:
+    """(run_id, status, counted_at) of the latest run, None before the first."""
+    cur.execute("SELECT run_id, status, counted_at FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1")
+    return cur.fetchone()
+
+
+def latest_lag(cur) -> list[tuple]:
+    """The lag the latest run measured: (topic, kafka_partition, behind_records, behind_seconds)."""
+    cur.execute(
+        """SELECT topic, kafka_partition, behind_records, behind_seconds FROM reconcile_lag
+           WHERE run_id = (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)
+           ORDER BY 1, 2"""
+    )
+    return cur.fetchall()
+
+
+def open_findings_by_kind(cur) -> dict[str, int]:
+    """How many findings of each kind are open."""
+    cur.execute("SELECT kind, count(*) FROM findings WHERE closed_at IS NULL GROUP BY 1")
+    return dict(cur.fetchall())
+
+
 # ---------------------------------------------------------------------------------------------
 # Pruning
 

@@ -356,3 +356,43 @@ def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button
     browser.get(airflow.url + "/tidemark/repair")
     assert "the latest reconcile run that found a mismatch" in browser.find_element(By.TAG_NAME, "h2").text
     assert browser.find_element(By.NAME, "reconcile_run_id").get_attribute("value") == ""
+
+
+def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow: AirflowServices) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    settings = airflow.settings
+    token = Api(airflow).token
+    scrape = urllib.request.Request(airflow.url + "/tidemark/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(scrape, timeout=30) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = response.read().decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    totals = query(
+        settings,
+        "SELECT pipeline, topic, count(*), sum(records_read), sum(accepted), sum(duplicates), sum(quarantined) "
+        "FROM ledger_batches GROUP BY 1, 2",
+    )
+    assert totals, "the module's earlier tests committed batches"
+    for pipeline, topic, batches, *outcomes in totals:
+        labels = (("pipeline", pipeline), ("topic", topic))
+        assert samples[("tidemark_batches_total", labels)] == batches
+        for outcome, n in zip(("read", "accepted", "duplicate", "quarantined"), outcomes, strict=True):
+            assert samples[("tidemark_records_total", (("outcome", outcome), *labels))] == n, (pipeline, outcome)
+    [(status,)] = query(settings, "SELECT status FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1")
+    assert samples[("tidemark_verdict", (("status", status),))] == 1
+    [(open_findings,)] = query(settings, "SELECT count(*) FROM findings WHERE closed_at IS NULL")
+    assert sum(v for (name, _), v in samples.items() if name == "tidemark_open_findings") == open_findings
+    lag = query(settings, "SELECT topic, kafka_partition, behind_records FROM reconcile_lag WHERE run_id = (SELECT "
+                          "run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)")  # fmt: skip
+    for topic, partition, behind in lag:
+        assert samples[("tidemark_lag_records", (("partition", str(partition)), ("topic", topic)))] == behind
+
+    # A scrape without a login is refused (a scraper uses an Airflow token, or TIDEMARK_METRICS_TOKEN).
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(airflow.url + "/tidemark/metrics", timeout=30)
+    assert refused.value.code == 401

@@ -92,3 +92,43 @@ def test_reading_the_pages_takes_the_permission_on_the_tidemark_view() -> None:
     manager = SimpleAuthManager()
     assert may_read(manager, SimpleAuthManagerUser(username="viewer", role="viewer"))
     assert not may_read(manager, SimpleAuthManagerUser(username="nobody", role=None))
+
+
+def test_the_metrics_say_the_state_in_prometheus_text_format() -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tidemark_airflow.metrics import State, exposition
+
+    state = State(
+        totals=[("ingest:events", "events", 3, 600, 540, 30, 30, T0)],
+        lag=[("events", 0, 40, 120.0)],
+        verdict=("r2", "mismatch", T0 + timedelta(hours=1)),
+        open_findings={"range": 2},
+        lost={("events", 1): 120},
+    )
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(exposition(state).decode())
+        for s in family.samples
+    }
+    pipeline = (("pipeline", "ingest:events"), ("topic", "events"))
+    assert samples[("tidemark_records_total", (("outcome", "quarantined"), *pipeline))] == 30
+    assert samples[("tidemark_records_total", (("outcome", "read"), *pipeline))] == 600
+    assert samples[("tidemark_batches_total", pipeline)] == 3
+    assert samples[("tidemark_last_batch_timestamp_seconds", pipeline)] == T0.timestamp()
+    assert samples[("tidemark_lag_records", (("partition", "0"), ("topic", "events")))] == 40
+    assert samples[("tidemark_open_findings", (("kind", "range"),))] == 2
+    assert samples[("tidemark_open_findings", (("kind", "gap"),))] == 0
+    assert samples[("tidemark_verdict", (("status", "mismatch"),))] == 1
+    assert samples[("tidemark_verdict", (("status", "ok"),))] == 0
+    assert samples[("tidemark_lost_offsets_total", (("partition", "1"), ("topic", "events")))] == 120
+
+
+def test_a_scraper_token_is_only_what_tidemark_metrics_token_says(monkeypatch) -> None:
+    from tidemark_airflow.view import scraper_token_matches
+
+    monkeypatch.delenv("TIDEMARK_METRICS_TOKEN", raising=False)
+    assert not scraper_token_matches("Bearer ") and not scraper_token_matches("")
+    monkeypatch.setenv("TIDEMARK_METRICS_TOKEN", "s3cret-scrape")
+    assert scraper_token_matches("Bearer s3cret-scrape")
+    assert not scraper_token_matches("Bearer s3cret-scrapex") and not scraper_token_matches("s3cret-scrape")
