@@ -7,6 +7,31 @@ exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+# Where a spark-submitted job writes its one-line cause when it fails with a TidemarkError: the
+# Airflow task that submitted it makes that the first line of its error (and of the alert).
+ERROR_FILE = "TIDEMARK_ERROR_FILE"
+
+
+def run_job(main: Callable[[], None]) -> None:
+    """A job's entry under spark-submit: a :class:`TidemarkError` is one line on stderr (and in the
+    file ``TIDEMARK_ERROR_FILE`` names), exit status 2; anything else keeps its traceback."""
+    import os
+    import sys
+
+    try:
+        main()
+    except TidemarkError as exc:
+        from spark_jobs.secrets import redact
+
+        line = redact(str(exc))
+        if os.environ.get(ERROR_FILE):
+            with open(os.environ[ERROR_FILE], "w") as f:
+                f.write(line)
+        print(f"tidemark: {line}", file=sys.stderr)
+        sys.exit(2)
+
 
 class TidemarkError(Exception):
     """A failure the user can fix; the message says how."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import db, ledger, retention
 from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.contract import SessionRules
-from spark_jobs.errors import ConfigError
+from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range, stream_reader
 from spark_jobs.lock import WriterLease, single_writer
 from spark_jobs.offsets import PartitionRange, check_reachable, watermarks
@@ -436,4 +436,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_job(main)

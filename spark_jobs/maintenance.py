@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import db, jvm
 from spark_jobs.contract import TABLE_SCHEMAS
+from spark_jobs.errors import run_job
 from spark_jobs.lock import single_writer
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
@@ -178,4 +179,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_job(main)

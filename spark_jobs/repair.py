@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import db, ledger, reconcile
 from spark_jobs.contract import RECORD_TABLES
-from spark_jobs.errors import ConfigError
+from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
 from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
@@ -294,4 +294,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_job(main)

@@ -25,8 +25,15 @@ EXIT_USAGE = 2
 
 def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     # Postgres first: it starts in about a second and fails fast on a bad setup.
-    print(PostgresServer(settings).start())
-    print(KafkaBroker(settings).start())
+    postgres = PostgresServer(settings)
+    was_running = postgres.is_running()
+    print(postgres.start())
+    try:
+        print(KafkaBroker(settings).start())
+    except ServiceError:
+        if not was_running:  # a failed start leaves nothing of its own running
+            print(postgres.stop())
+        raise
     return 0
 
 

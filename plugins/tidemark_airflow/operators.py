@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib.util import find_spec
@@ -12,8 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from spark_jobs.errors import ERROR_FILE
 from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
 from tidemark_airflow.notifiers import StillOpen
 
@@ -66,7 +68,20 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         master = BaseHook.get_connection(self._conn_id).host or ""  # local[2], spark://…, k8s://…, yarn
         self.conf = {"spark.pyspark.python": python, **driver_conf(settings, master), **(self.conf or {})}
         started = datetime.now(UTC)
-        super().execute(context)
+        with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:
+            cause = Path(scratch) / "error"
+            self.env_vars[ERROR_FILE] = str(cause)
+            try:
+                super().execute(context)
+            except AirflowException:
+                # The job's one-line cause (spark_jobs.errors.run_job) leads, not spark-submit's command line.
+                if cause.exists() and cause.read_text().strip():
+                    raise AirflowFailException(
+                        f"{cause.read_text().strip()}\n(the {self.job} job failed: its output is in this task's log)"
+                    ) from None
+                raise
+            finally:
+                self.env_vars.pop(ERROR_FILE, None)
         if self.outlets:
             extra = committed_since(settings, started)
             self.log.info("batches committed: %s", extra)

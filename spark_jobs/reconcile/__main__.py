@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
+from spark_jobs.errors import run_job
 from spark_jobs.reconcile.run import main
 
 if __name__ == "__main__":
-    main()
+    run_job(main)

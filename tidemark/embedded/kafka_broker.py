@@ -10,8 +10,10 @@ from pathlib import Path
 
 from spark_jobs.settings import Settings
 from tidemark.embedded.process import (
+    FATAL,
     ServiceError,
     ensure_port_free,
+    log_cause,
     log_tail,
     port_open,
     read_pid,
@@ -101,6 +103,7 @@ class KafkaBroker:
             )
             if formatted.returncode != 0:
                 raise ServiceError(f"Kafka's storage format failed: {(formatted.stderr or formatted.stdout).strip()}")
+        logged = self.log_file.stat().st_size if self.log_file.exists() else 0  # this start-up's lines follow
         with open(self._dir / "stdout.log", "ab") as out:
             process = subprocess.Popen(
                 [*base, "-XX:+UseG1GC", "kafka.Kafka", str(properties)],
@@ -110,16 +113,31 @@ class KafkaBroker:
                 start_new_session=True,
             )
         self.pid_file.write_text(f"{process.pid}\n")
-        self._wait_ready(timeout)
+        self._wait_ready(timeout, logged)
         return f"Kafka started (pid {process.pid}) on {self.settings.bootstrap_servers}"
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, timeout: float, logged: int | None = None) -> None:
+        """Wait until the broker answers. A start-up of this call's (its log from byte ``logged``)
+        that fails names the cause its log gives, and stops the broker (it may hang on after a
+        failed bind)."""
+
         def ready() -> bool:
             if self.pid() is None:
-                raise ServiceError(f"Kafka exited during start-up.{log_tail(self.log_file)}")
+                raise ServiceError("Kafka exited during start-up")
+            if logged is not None and log_cause(self.log_file, logged, FATAL):
+                raise ServiceError("Kafka failed during start-up")
             return port_open(self.settings.kafka_port) and self._answers_metadata()
 
-        wait_until(ready, timeout, "Kafka", self.log_file)
+        try:
+            wait_until(ready, timeout, "Kafka", self.log_file)
+        except ServiceError as exc:
+            if logged is None:
+                raise
+            self.stop()
+            cause = log_cause(self.log_file, logged)
+            if cause is None:
+                raise ServiceError(f"{exc}.{log_tail(self.log_file)}") from None
+            raise ServiceError(f"{str(exc).split(' within')[0]}: {cause} (its log: {self.log_file})") from None
 
     def _answers_metadata(self) -> bool:
         from confluent_kafka.admin import AdminClient

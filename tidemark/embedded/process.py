@@ -87,6 +87,29 @@ def log_tail(log: Path | None, lines: int = 15) -> str:
     return f"\nLast lines of {log}:\n" + "\n".join(tail)
 
 
+# What a failed start-up's log says about why, most telling first: the line the user needs is
+# often thousands of lines before the shutdown noise at the end.
+FATAL = ("Address already in use", "failed to bind", "FATAL")
+CAUSES = (*FATAL, "ERROR", "Exception")
+
+
+def log_cause(log: Path, offset: int = 0, causes: tuple[str, ...] = CAUSES) -> str | None:
+    """The first line of ``log`` (from byte ``offset``: this start-up's part) that says why a
+    service failed (``causes``, most telling first), without its timestamp and logger prefix; None
+    when none does."""
+    if not log.exists():
+        return None
+    with open(log, "rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+    for cause in causes:
+        for line in lines:
+            if cause in line:
+                text = line.split("] ", 1)[-1] if line.startswith("[") else line  # "[2026-… ] ERROR …"
+                return text.strip()[:400]
+    return None
+
+
 def java_major_version(java: str | None = None) -> int:
     """Major version of the ``java`` on JAVA_HOME or PATH; raises ServiceError if there is none."""
     java = java or java_executable()

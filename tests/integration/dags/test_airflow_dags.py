@@ -387,3 +387,23 @@ def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Sett
     run = load_dag("tidemark_maintenance").test()
     assert state(run) == "success", task_states(run)
     assert live_files(spark, events) == 1
+
+
+def test_a_spark_job_that_fails_on_something_to_fix_alerts_with_the_cause_first(deployment: Settings, webhook) -> None:
+    """Records retention removed before the first run: the ingest job refuses in one line. The task's
+    error, and the alert, begin with that line, not with spark-submit's command and its output."""
+    settings = deployment
+    produce(settings, ProduceSpec(count=40, entities=4, seed=31), topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 10)
+    dag = load_dag("tidemark_ingest")
+    for task in dag.tasks:  # the alert comes with the last try
+        task.retries = 0
+    run = dag.test()
+    assert task_states(run)["ingest"] == "failed"
+    [alert] = webhook
+    subject, cause, *rest = alert["json"]["text"].splitlines()
+    assert subject.startswith("tidemark alert: tidemark_ingest.ingest failed in run"), subject
+    removed = f"topic {settings.topic}: partition 0 offsets [0, 10) were removed by Kafka's retention"
+    assert cause.startswith(removed), cause
+    assert "allow_data_loss" in cause and "Cannot execute" not in alert["json"]["text"]
+    assert rest == ["(the ingest job failed: its output is in this task's log)"], rest

@@ -109,3 +109,23 @@ def test_doctor_run_by_path_finds_the_virtual_environments_spark_submit(tmp_path
     result = tidemark(["doctor"], {}, tmp_path, path="/usr/bin:/bin")
     [spark_submit] = [line for line in result.stdout.splitlines() if "spark-submit" in line]
     assert spark_submit.startswith("ok"), result.stdout
+
+
+def test_up_with_kafkas_port_taken_names_the_cause_and_leaves_nothing_running(stack: Settings, tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))  # bound, not listening: only Kafka's own bind finds it taken
+        port = taken.getsockname()[1]
+        env = {
+            "TIDEMARK_HOME": str(stack.home / "runs" / f"up-{port}"),  # PostgreSQL's user can traverse it
+            "TIDEMARK_KAFKA_PORT": str(port),
+            "TIDEMARK_KAFKA_CONTROLLER_PORT": str(free_port()),
+            "TIDEMARK_POSTGRES_PORT": str(free_port()),
+            "TIDEMARK_JARS_DIR": str(stack.jars_dir),
+        }
+        result = tidemark(["up"], env, tmp_path)
+    line = one_line(result, errors_only=True)
+    assert line.startswith("tidemark up: Kafka failed during start-up: ") and f"127.0.0.1:{port}" in line, line
+    assert "Address already in use" in line, line
+    assert "PostgreSQL started" in result.stdout and "PostgreSQL stopped" in result.stdout, result.stdout
+    status = tidemark(["status"], env, tmp_path)
+    assert status.returncode == 2 and status.stdout.count("stopped") == 2, status.stdout
