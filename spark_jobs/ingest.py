@@ -30,8 +30,8 @@ from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range, stream_reader
-from spark_jobs.lock import WriterLease, single_writer
-from spark_jobs.offsets import PartitionRange, check_reachable, watermarks
+from spark_jobs.lock import WriterLease, check_writer_free, single_writer
+from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.settings import Settings
 from spark_jobs.writer import BatchResult, BatchWriter, Fault, recompute_sessions
@@ -268,18 +268,11 @@ def run_backfill(
     spark: SparkSession,
     settings: Settings,
     plan: BackfillPlan,
-    dry_run: bool = False,
     wait: bool = False,
     rebuild_sessions: bool = False,
     fault: Fault | None = None,
-) -> BatchResult | DryRun:
+) -> BatchResult:
     """Process ``plan`` as one bounded batch; a plan processed before is a no-op."""
-    if dry_run:
-        from pyspark.sql import functions as F
-
-        counted = read_range(spark, settings, plan.ranges).groupBy("partition").agg(F.count("*").alias("n")).collect()
-        records = {r.partition: 0 for r in plan.ranges} | {row["partition"]: row["n"] for row in counted}
-        return DryRun(plan.ranges, records)
     pipeline = pipeline_name(BACKFILL, plan.topic)
     with single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, plan.topic)
@@ -377,6 +370,8 @@ def run_from_arguments(
     topic = settings.topic
     if args.mode == "scheduled":
         check_services(settings, topic)
+        if not args.wait:
+            check_writer_free(settings)
         return run_scheduled(
             spark_factory(),
             settings,
@@ -391,9 +386,11 @@ def run_from_arguments(
     partitions = parse_partitions(args.partitions) if args.partitions else None
     check_services(settings, topic)
     plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss, partitions)
-    return run_backfill(
-        spark_factory(), settings, plan, args.dry_run, wait=args.wait, rebuild_sessions=args.rebuild_sessions
-    )
+    if args.dry_run:  # Kafka's metadata and a count of committed records answer it: no Spark
+        return DryRun(plan.ranges, {r.partition: count_committed(settings, r) for r in plan.ranges})
+    if not args.wait:
+        check_writer_free(settings)
+    return run_backfill(spark_factory(), settings, plan, wait=args.wait, rebuild_sessions=args.rebuild_sessions)
 
 
 def describe(result: list[BatchResult] | BatchResult | DryRun) -> str:

@@ -108,10 +108,7 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
             cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (WRITER_KEY,))
             if not cur.fetchone()[0]:
                 if not wait:
-                    raise WriterBusy(
-                        f"{_current_holder(cur)} is writing the lake; one run (scheduled ingest, backfill or repair, "
-                        f"of any topic) writes at a time. Wait for it to finish, or run with --wait to queue."
-                    )
+                    raise _busy(cur)
                 cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (WRITER_KEY,))
             # Waits for a batch in flight of a run that lost the lock (it holds the row FOR SHARE).
             cur.execute(
@@ -127,6 +124,28 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
         finally:
             heartbeat.stop()
             _unlock(conn, WRITER_KEY)
+
+
+def check_writer_free(settings: Settings) -> None:
+    """Fail at once (``WriterBusy``, naming the run) when a run holds the writer lock: what a run
+    that would not wait finds, said before it starts Spark. A look, not a claim: the run still takes
+    the lock itself, and a run that starts in between is found then."""
+    with db.session(settings.postgres_dsn) as conn, conn.cursor() as cur:
+        cur.execute(
+            """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
+                 AND classid::bigint = (hashtext(%s)::bigint >> 32) & 4294967295
+                 AND objid::bigint = hashtext(%s)::bigint & 4294967295""",
+            (WRITER_KEY, WRITER_KEY),
+        )
+        if cur.fetchone()[0]:
+            raise _busy(cur)
+
+
+def _busy(cur) -> WriterBusy:
+    return WriterBusy(
+        f"{_current_holder(cur)} is writing the lake; one run (scheduled ingest, backfill or repair, "
+        f"of any topic) writes at a time. Wait for it to finish, or run with --wait to queue."
+    )
 
 
 def _current_holder(cur) -> str:

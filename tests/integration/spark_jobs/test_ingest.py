@@ -231,6 +231,7 @@ def test_backfill_dry_run_from_the_command_line_prints_the_plan_and_writes_nothi
     window = ["--from-time", (now - hour).isoformat(), "--to-time", (now + hour).isoformat()]
     done = subprocess.run(command + window, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    assert "Spark" not in done.stderr, f"a dry run needs no Spark: {done.stderr[-2000:]}"
     assert "dry run: nothing written" in done.stdout
     assert "total 40 records" in done.stdout
     assert f"{settings.topic} p0 [0, " in done.stdout and f"{settings.topic} p1 [0, " in done.stdout

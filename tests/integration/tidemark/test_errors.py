@@ -129,3 +129,18 @@ def test_up_with_kafkas_port_taken_names_the_cause_and_leaves_nothing_running(st
     assert "PostgreSQL started" in result.stdout and "PostgreSQL stopped" in result.stdout, result.stdout
     status = tidemark(["status"], env, tmp_path)
     assert status.returncode == 2 and status.stdout.count("stopped") == 2, status.stdout
+
+
+@pytest.mark.parametrize("command", [["ingest"], ["backfill", "--offsets", "0:0-1"]])
+def test_a_busy_writer_is_one_line_naming_the_run_before_spark_starts(
+    stack: Settings, tmp_path: Path, command: list[str]
+) -> None:
+    from spark_jobs.lock import single_writer
+    from tidemark.producer import ProduceSpec, produce
+
+    topic = f"busy-{tmp_path.name[-12:]}"
+    produce(stack, ProduceSpec(count=2, entities=1), topic=topic, partitions=1)
+    with single_writer(stack, "backfill:elsewhere"):
+        result = tidemark([*command, "--topic", topic], stack.to_env(), tmp_path)
+    line = one_line(result)  # one line: no Spark banner before it
+    assert "backfill:elsewhere" in line and "is writing the lake" in line and "--wait" in line, line
