@@ -21,8 +21,6 @@ from tidemark_airflow.assets import SINKS
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 
-OFFSETS_PATTERN = r"^\s*[0-9]+:[0-9]+-[0-9]+(\s*,\s*[0-9]+:[0-9]+-[0-9]+)*\s*$"
-
 
 @dag(
     schedule=None,
@@ -40,19 +38,19 @@ OFFSETS_PATTERN = r"^\s*[0-9]+:[0-9]+-[0-9]+(\s*,\s*[0-9]+:[0-9]+-[0-9]+)*\s*$"
             type=["null", "string"],
             format="date-time",
             title="From (arrival time)",
-            description="Start of the arrival-time range, inclusive, with a UTC offset. Leave empty to give offsets.",
+            description="Start of the arrival-time range, inclusive, in UTC (the picker's time is UTC). "
+            "Leave empty to give offsets.",
         ),
         "to_time": Param(
             None,
             type=["null", "string"],
             format="date-time",
             title="To (arrival time)",
-            description="End of the arrival-time range, exclusive.",
+            description="End of the arrival-time range, exclusive, in UTC.",
         ),
         "offsets": Param(
             None,
-            type=["null", "string"],
-            pattern=OFFSETS_PATTERN,
+            type=["null", "string"],  # checked by the plan task, which says how to write them
             title="Offsets",
             description="Instead of times: PARTITION:START-END per partition, END exclusive, e.g. 0:100-200,1:0-50.",
         ),

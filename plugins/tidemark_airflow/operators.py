@@ -15,7 +15,6 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs.errors import ERROR_FILE
 from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
 from tidemark_airflow.notifiers import StillOpen
 
@@ -56,6 +55,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> None:
         from airflow.sdk import BaseHook
 
+        from spark_jobs.errors import ERROR_FILE
         from spark_jobs.spark import driver_conf, spark_jars
 
         settings = tidemark_settings(self.kafka_conn_id, self.postgres_conn_id)

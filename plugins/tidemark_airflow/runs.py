@@ -70,6 +70,10 @@ class BackfillRequest:
             raise ValueError(
                 "give a time range (both from_time and to_time) or offsets like 0:100-200,1:0-50 (end exclusive)"
             )
+        if offsets:
+            from spark_jobs.planning import parse_offsets
+
+            parse_offsets(offsets)  # one line that says how to write them (ConfigError is a ValueError)
         return cls(topic, from_time, to_time, offsets, bool(params.get("dry_run")), bool(params.get("allow_data_loss")))
 
     def arguments(self, plan_offsets: str) -> list[str]:

@@ -49,6 +49,8 @@ def test_a_backfill_run_rereads_its_data_interval_by_arrival_time() -> None:
         ({"topic": "e", "from_time": "2026-01-01T00:00:00+00:00"}, "give a time range"),
         ({"topic": "e", "from_time": "yesterday", "to_time": "2026-01-01T00:00:00+00:00"}, "not an ISO-8601"),
         ({"topic": "e", "from_time": "2026-01-01T00:00:00", "to_time": "2026-01-02T00:00:00+00:00"}, "no UTC offset"),
+        ({"topic": "e", "offsets": "zero:0-5"}, r"bad offset range 'zero:0-5': write PARTITION:START-END"),
+        ({"topic": "e", "offsets": "0:9-5"}, "end"),
     ],
 )
 def test_the_backfill_form_is_checked_with_a_message_that_says_what_to_fix(params: dict, message: str) -> None:
