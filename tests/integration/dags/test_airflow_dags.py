@@ -16,6 +16,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from psycopg2.extensions import parse_dsn
@@ -293,7 +294,8 @@ def test_reconcile_alerts_once_naming_the_damage_and_the_repair_dag_brings_it_ba
     assert f"partition {p} offsets [{start}, {end})" in text
     assert all(session_id[:8] in text for _, session_id in gone), text
     assert f"tidemark repair --run-id {failed.run_id}" in text and text.count(failed.run_id) <= 4
-    assert f"/tidemark/repair?reconcile_run_id={failed.run_id}" in text  # the form, filled in (test_airflow_ui)
+    form = "/tidemark/repair?" + urlencode({"reconcile_run_id": failed.run_id})
+    assert form in text, text  # the repair form, filled in (followed in a browser by test_airflow_ui)
 
     # Nothing repaired yet: a run by hand stays red and alerts again, as the daily run does.
     still = reconcile.test()
