@@ -30,12 +30,14 @@ class Point:
 
 
 def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int = 640, height: int = 220) -> str:
-    """An SVG line chart, one polyline per series, time on x (oldest left)."""
+    """An SVG step chart, one polyline per series, time on x (oldest left): a sample holds until the
+    next one (a backlog that stays flat between two samples is drawn flat, not as a slope)."""
     points = [p for line in series.values() for p in line]
     head = f'<figure class="chart"><figcaption>{html.escape(title)}</figcaption>'
     if not points:
         return head + '<p class="empty">no runs yet</p></figure>'
-    left, right, top, bottom = 56, 12, 10, 28
+    top_label = f"{_number(max(max(p.value for p in points), 1.0))} {unit}".strip()
+    left, right, top, bottom = max(56, 12 + 7 * len(top_label)), 12, 10, 28  # room for the whole label
     t0, t1 = min(p.at for p in points).timestamp(), max(p.at for p in points).timestamp()
     v1 = max(max(p.value for p in points), 1.0)
 
@@ -51,7 +53,7 @@ def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
         f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" stroke="#999"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y(0):.1f}" stroke="#999"/>',
-        f'<text x="{left - 6}" y="{top + 4}" text-anchor="end" font-size="11">{_number(v1)} {html.escape(unit)}</text>',
+        f'<text x="{left - 6}" y="{top + 4}" text-anchor="end" font-size="11">{html.escape(top_label)}</text>',
         f'<text x="{left - 6}" y="{y(0):.1f}" text-anchor="end" font-size="11">0</text>',
         f'<text x="{left}" y="{height - 8}" font-size="11">{datetime.fromtimestamp(t0):%Y-%m-%d %H:%M}</text>',
         f'<text x="{width - right}" y="{height - 8}" text-anchor="end" font-size="11">'
@@ -60,7 +62,12 @@ def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int
     legend = []
     for i, (name, line) in enumerate(sorted(series.items())):
         colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
-        coords = " ".join(f"{x(p.at):.1f},{y(p.value):.1f}" for p in sorted(line, key=lambda p: p.at))
+        steps: list[str] = []
+        for p in sorted(line, key=lambda p: p.at):
+            if steps:  # the previous value holds until this sample
+                steps.append(f"{x(p.at):.1f},{steps[-1].split(',')[1]}")
+            steps.append(f"{x(p.at):.1f},{y(p.value):.1f}")
+        coords = " ".join(steps)
         parts.append(
             f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" points="{coords}">'
             f"<title>{html.escape(name)}</title></polyline>"

@@ -246,6 +246,16 @@ class Lag:
         }
 
 
+def lag_summary(lags: list[Lag]) -> str:
+    """How far behind Kafka, in records and in the age of the oldest record waiting."""
+    behind = sum(lag.behind_records for lag in lags)
+    if not behind:
+        return "caught up with Kafka"
+    oldest = max(lag.behind_seconds for lag in lags) / 60
+    age = f"{oldest:,.0f} min" if oldest >= 1 else "under a minute"
+    return f"behind Kafka by {behind:,} records (the oldest waiting {age})"
+
+
 @dataclass(frozen=True)
 class SessionsSummary:
     count: int
@@ -403,8 +413,7 @@ class Report:
             f"{self.entities_checked:,} entities recomputed from events)",
         ]
         if self.lags:
-            worst = max(self.lags, key=lambda lag: lag.behind_seconds)
-            parts.append(f"behind Kafka by at most {worst.behind_seconds / 60:,.0f} min")
+            parts.append(lag_summary(self.lags))
         return f"tidemark reconcile {self.run_id}: {self.status.upper()}: " + ", ".join(parts)
 
     def summary(self) -> str:

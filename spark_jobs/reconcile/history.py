@@ -418,8 +418,9 @@ def recent_lag(cur, limit: int) -> list[tuple]:
 
 def coverage(cur) -> list[tuple]:
     """Per partition of the checked ledger: (topic, kafka_partition, ledger offsets, verified offsets,
-    ranges, verified ranges, open findings). A verified range with an open finding is not counted
-    as verified until the finding is closed."""
+    ranges, verified ranges, open findings). Offsets are counted once however many ranges hold them
+    (a replay, a backfill or a repair reads offsets again). A verified range with an open finding is
+    not counted as verified until the finding is closed."""
     cur.execute(
         """WITH open_ranges AS (
                SELECT finding->>'pipeline' AS pipeline, (finding->>'batch_id')::bigint AS batch_id,
@@ -427,16 +428,25 @@ def coverage(cur) -> list[tuple]:
                FROM findings WHERE closed_at IS NULL AND kind = 'range'),
            open_per_partition AS (
                SELECT finding->>'topic' AS topic, (finding->>'partition')::integer AS kafka_partition, count(*) AS n
-               FROM findings WHERE closed_at IS NULL AND finding ? 'partition' GROUP BY 1, 2)
-           SELECT l.topic, l.kafka_partition, sum(l.end_offset - l.start_offset),
-                  coalesce(sum(v.end_offset - v.start_offset) FILTER (WHERE o.pipeline IS NULL), 0), count(*),
-                  count(v.pipeline) FILTER (WHERE o.pipeline IS NULL), coalesce(max(p.n), 0)
-           FROM ledger_ranges AS l
-           LEFT JOIN verified_ranges AS v USING (pipeline, batch_id, topic, kafka_partition)
-           LEFT JOIN open_ranges AS o USING (pipeline, batch_id, topic, kafka_partition)
-           LEFT JOIN open_per_partition AS p USING (topic, kafka_partition)
-           WHERE l.pipeline <> 'land'
-           GROUP BY 1, 2 ORDER BY 1, 2"""
+               FROM findings WHERE closed_at IS NULL AND finding ? 'partition' GROUP BY 1, 2),
+           ranges AS (
+               SELECT l.topic, l.kafka_partition, int8range(l.start_offset, l.end_offset) AS offsets,
+                      v.pipeline IS NOT NULL AND o.pipeline IS NULL AS verified
+               FROM ledger_ranges AS l
+               LEFT JOIN verified_ranges AS v USING (pipeline, batch_id, topic, kafka_partition)
+               LEFT JOIN open_ranges AS o USING (pipeline, batch_id, topic, kafka_partition)
+               WHERE l.pipeline <> 'land'),
+           per_partition AS (
+               SELECT topic, kafka_partition, range_agg(offsets) AS offsets,
+                      range_agg(offsets) FILTER (WHERE verified) AS verified_offsets,
+                      count(*) AS ranges, count(*) FILTER (WHERE verified) AS verified_ranges
+               FROM ranges GROUP BY 1, 2)
+           SELECT p.topic, p.kafka_partition,
+                  (SELECT coalesce(sum(upper(r) - lower(r)), 0)::bigint FROM unnest(p.offsets) AS r),
+                  (SELECT coalesce(sum(upper(r) - lower(r)), 0)::bigint FROM unnest(p.verified_offsets) AS r),
+                  p.ranges, p.verified_ranges, coalesce(o.n, 0)
+           FROM per_partition AS p LEFT JOIN open_per_partition AS o USING (topic, kafka_partition)
+           ORDER BY 1, 2"""
     )
     return cur.fetchall()
 

@@ -580,3 +580,15 @@ def test_a_finding_no_repair_can_fix_stays_open_until_an_operator_acknowledges_i
     [(closed_by, why)] = query(settings, "SELECT closed_by, closed_why FROM findings WHERE finding_id = %s", finding_id)
     assert closed_by.startswith("acknowledged by ") and why == "acknowledged: offset 1 lost for good"
     assert reconcile.run(settings, "after", lambda: spark).ok
+
+
+def test_coverage_counts_each_offset_once_however_many_ranges_read_it(spark, fresh) -> None:
+    """A backfill replays offsets an ingest read: the partition still has 5 offsets, all verified."""
+    from spark_jobs.reconcile import history
+
+    settings = fresh
+    five_events_of_one_entity(spark, settings)
+    ingest.run_backfill(spark, settings, plan_backfill(settings, settings.topic, offsets={0: (0, 5)}))
+    assert reconciled(spark, settings, "after-the-replay").ok
+    with db.transaction(settings.postgres_dsn) as cur:
+        assert history.coverage(cur) == [(settings.topic, 0, 5, 5, 2, 2, 0)]

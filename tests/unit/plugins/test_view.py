@@ -18,6 +18,20 @@ def test_a_line_chart_draws_one_polyline_per_series_scaled_to_the_largest_value(
     assert "no runs yet" in line_chart("Lag", "min", {})
 
 
+def test_a_chart_draws_steps_and_keeps_its_axis_label_whole() -> None:
+    import re
+
+    hour = timedelta(hours=1)
+    svg = line_chart(
+        "Lag (records)", "records", {"p0": [Point(T0, 839), Point(T0 + hour, 839), Point(T0 + 2 * hour, 0)]}
+    )
+    [points] = re.findall(r'<polyline[^>]* points="([^"]+)"', svg)
+    xy = [tuple(map(float, p.split(","))) for p in points.split()]
+    assert len(xy) == 5 and xy[1][1] == xy[0][1] and xy[3] == (xy[4][0], xy[2][1]), "each value holds until the next"
+    [(x, label)] = re.findall(r'<text x="([0-9.]+)" y="14" text-anchor="end" font-size="11">([^<]+)</text>', svg)
+    assert label == "839 records" and float(x) >= 6.5 * len(label), "the whole label fits left of the axis"
+
+
 def test_the_overview_shows_the_latest_verdict_coverage_findings_and_runs() -> None:
     overview = Overview(
         runs=[

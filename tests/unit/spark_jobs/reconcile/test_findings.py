@@ -123,3 +123,15 @@ def test_a_run_too_far_behind_kafka_is_lagging_not_a_mismatch() -> None:
     assert expected in report.alert()
     assert "tidemark repair" not in report.alert() and [f["kind"] for f in report.findings()] == ["lag"]
     assert Report("r", [], [], summary, summary, lags=[fresh, late], lag_alert_seconds=3 * 3600).ok
+    assert "behind Kafka by 300 records (the oldest waiting 120 min)" in report.headline()
+
+
+def test_the_headline_counts_the_records_waiting_even_when_they_arrived_a_moment_ago() -> None:
+    from spark_jobs.reconcile.findings import Lag
+
+    summary = SessionsSummary(1, 1)
+    just_now = Lag("events", 0, 2_100, 100, datetime(2026, 11, 21, 9, tzinfo=UTC), behind_seconds=12)
+    report = Report("r", [], [], summary, summary, lags=[just_now])
+    assert "behind Kafka by 2,000 records (the oldest waiting under a minute)" in report.headline()
+    caught_up = Lag("events", 0, 100, 100, None, behind_seconds=0)
+    assert "caught up with Kafka" in Report("r", [], [], summary, summary, lags=[caught_up]).headline()
