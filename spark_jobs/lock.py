@@ -126,15 +126,19 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
             _unlock(conn, WRITER_KEY)
 
 
+# A session-level advisory lock on hashtext(key) is granted (the key given twice as parameters).
+_HELD = """l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+           AND l.classid::bigint = (hashtext(%s)::bigint >> 32) & 4294967295
+           AND l.objid::bigint = hashtext(%s)::bigint & 4294967295"""
+
+
 def check_writer_free(settings: Settings) -> None:
     """Fail at once (``WriterBusy``, naming the run) when a run holds the writer lock: what a run
     that would not wait finds, said before it starts Spark. A look, not a claim: the run still takes
     the lock itself, and a run that starts in between is found then."""
     with db.session(settings.postgres_dsn) as conn, conn.cursor() as cur:
         cur.execute(
-            """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1
-                 AND classid::bigint = (hashtext(%s)::bigint >> 32) & 4294967295
-                 AND objid::bigint = hashtext(%s)::bigint & 4294967295""",
+            f"SELECT count(*) FROM pg_locks AS l WHERE {_HELD}",
             (WRITER_KEY, WRITER_KEY),
         )
         if cur.fetchone()[0]:
@@ -241,10 +245,8 @@ def one_reconcile(settings: Settings, run_id: str, wait: bool = False) -> Iterat
 def _advisory_holder(cur, key: str, default: str) -> str:
     """Who holds the session-level advisory lock ``key``: its connection's application_name and since when."""
     cur.execute(
-        """SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-             AND l.classid::bigint = (hashtext(%s)::bigint >> 32) & 4294967295
-             AND l.objid::bigint = hashtext(%s)::bigint & 4294967295""",
+        f"SELECT a.application_name, a.backend_start FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        f"WHERE {_HELD}",
         (key, key),
     )
     row = cur.fetchone()
