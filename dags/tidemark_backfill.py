@@ -21,6 +21,10 @@ from tidemark_airflow.assets import SINKS
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 
+# Runs that may be active at once: a form is checked when it is triggered, not after the backfill
+# before it (their Spark tasks still run one at a time).
+BACKFILLS_AT_ONCE = 8
+
 
 @dag(
     schedule=None,
@@ -63,7 +67,7 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator
             "them, record in the ledger those no table holds as lost, and process what is left.",
         ),
     },
-    **tidemark_dag(__doc__),
+    **tidemark_dag(__doc__, max_active_runs=BACKFILLS_AT_ONCE),
 )
 def tidemark_backfill():
     @task(retries=0)
@@ -87,6 +91,8 @@ def tidemark_backfill():
         application_args=arguments,
         outlets=[SINKS],
         execution_timeout=timedelta(hours=6),
+        # One backfill writes at a time; the plans of runs triggered meanwhile are checked at once.
+        max_active_tis_per_dag=1,
     )
     anything_to_do(arguments) >> backfill
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import dedupe, ledger, moves, producers, session_changes
+from spark_jobs import dedupe, ledger, moves, producers, quarantine, session_changes
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, TABLE_SCHEMAS, SessionRules
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
@@ -63,6 +63,7 @@ class BatchPlan:
     ranges: list[PartitionRange]
     counts: ledger.BatchCounts  # where the batch's records are after it
     quarantine: DataFrame | None  # records no table held that are invalid
+    quarantine_reasons: list[quarantine.ReasonCount]  # the quarantine's count and samples per reason
     duplicates: DataFrame | None  # later copies from the batch, appended after events
     displaced_copies: DataFrame | None  # the stored rows the takeovers displace, inserted before events
     duplicates_span: str  # bounds the displaced copies' MERGE to the losers' offsets
@@ -198,6 +199,9 @@ class BatchPlanner:
             )  # fmt: skip
         displaced_rows = dedupe.displaced(ranked) if counts.takeovers else None
         moving = [] if displaced_rows is None else moved_rows(displaced_rows)
+        invalid = parsed.where("quarantine_reason IS NOT NULL").select(
+            *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
+        )
         unmoved = moves.unfinished(self.spark, self.settings, moved_before or [], set(moving))
         plan = BatchPlan(
             pipeline=self.pipeline,
@@ -210,14 +214,8 @@ class BatchPlanner:
                 quarantined=totals["invalid"] + held_in.get("quarantine", 0),
                 producer=checks,
             ),
-            quarantine=delta.in_files(
-                parsed.where("quarantine_reason IS NOT NULL").select(
-                    *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
-                ),
-                totals["invalid"],
-            )
-            if totals["invalid"]
-            else None,
+            quarantine=delta.in_files(invalid, totals["invalid"]) if totals["invalid"] else None,
+            quarantine_reasons=quarantine.summarize(invalid) if totals["invalid"] else [],
             duplicates=delta.in_files(dedupe.later_copies(ranked), counts.later_copies)
             if counts.later_copies
             else None,

@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 import logging
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, retention
+from spark_jobs import db, ledger, retention, runs
 from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError, run_job
@@ -97,10 +97,8 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
     it starts.
     """
     pipeline = pipeline_name(SCHEDULED, topic)
-    held = watermarks(settings, topic)
     with db.transaction(settings.postgres_dsn) as cur:
-        read_to, recorded = retention.positions(cur, pipeline, topic)
-        check = retention.check_start(pipeline, topic, held, read_to, recorded)
+        check = start_check(settings, cur, topic)
         if check.losses and not allow_data_loss:
             raise retention.loss_error(check.losses)
         first, last = ledger.next_batch_id(cur, pipeline), log.last_frozen()
@@ -108,6 +106,13 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
             check = check.left_to_unrecorded(log.starts(first, topic) or {}, log.ends(last, topic) or {})
         retention.record(cur, pipeline, topic, check, acknowledged=allow_data_loss)
     return check
+
+
+def start_check(settings: Settings, cur, topic: str) -> retention.StartCheck:  # psycopg2 cursor
+    """Where a scheduled run of ``topic`` starts in each partition, against what Kafka still holds."""
+    pipeline = pipeline_name(SCHEDULED, topic)
+    read_to, recorded = retention.positions(cur, pipeline, topic)
+    return retention.check_start(pipeline, topic, watermarks(settings, topic), read_to, recorded)
 
 
 def run_scheduled(
@@ -144,6 +149,7 @@ def run_scheduled(
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
     log = OffsetLog(spark, checkpoint)
     pipeline = pipeline_name(SCHEDULED, topic)
+    started = datetime.now(UTC)
     with single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
         start = check_retention(settings, log, topic, allow_data_loss)
@@ -186,6 +192,7 @@ def run_scheduled(
             if writer.failure is not None:  # one the user can fix: its own message, not Spark's wrapper
                 raise writer.failure from None
             raise
+    runs.record(settings, runs.summarize(pipeline, topic, started, writer.results), measure_lag=True)
     return writer.results
 
 
@@ -274,6 +281,7 @@ def run_backfill(
 ) -> BatchResult:
     """Process ``plan`` as one bounded batch; a plan processed before is a no-op."""
     pipeline = pipeline_name(BACKFILL, plan.topic)
+    started = datetime.now(UTC)
     with single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, plan.topic)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
@@ -291,6 +299,7 @@ def run_backfill(
             watch_losses=bool(plan.skipped),
         )  # fmt: skip
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
+    runs.record(settings, runs.summarize(pipeline, plan.topic, started, writer.results), measure_lag=False)
     return writer.results[-1]
 
 
@@ -372,6 +381,11 @@ def run_from_arguments(
         check_services(settings, topic)
         if not args.wait:
             check_writer_free(settings)
+        if not args.allow_data_loss:  # the run's own check, once it holds the writer lock, says the same
+            with db.transaction(settings.postgres_dsn) as cur:
+                losses = start_check(settings, cur, topic).losses
+            if losses:
+                raise retention.loss_error(losses)
         return run_scheduled(
             spark_factory(),
             settings,

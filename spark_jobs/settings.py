@@ -8,6 +8,7 @@ default and on a cluster. Each setting is declared once, as a :class:`Settings` 
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -209,7 +210,8 @@ class Settings:
     driver_memory: str = setting("TIDEMARK_SPARK_DRIVER_MEMORY", TEXT, "2g", "(jobs started from Python)")
     spark_ui: bool = setting("TIDEMARK_SPARK_UI", FLAG, False,
         "(`true` turns Spark's web UI on, for jobs started from Python and those the DAGs submit)")
-    spark_log_level: str = setting("TIDEMARK_SPARK_LOG_LEVEL", TEXT, "WARN", "(jobs started from Python)")
+    spark_log_level: str = setting("TIDEMARK_SPARK_LOG_LEVEL", TEXT, "ERROR",
+        "Spark's own log lines, in every tidemark driver: `WARN` or `INFO` shows more (`tidemark --verbose` is `WARN`)")
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -283,7 +285,13 @@ class Settings:
         """confluent-kafka configuration for this cluster, pass-through options included."""
         from spark_jobs.kafka_clients import librdkafka_options
 
-        return {"bootstrap.servers": self.bootstrap_servers, **librdkafka_options(self.kafka_options), **extra}
+        # librdkafka's own log lines go to Python's logging (warnings and errors show), not straight to stderr.
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": logging.getLogger("tidemark.kafka"),
+            **librdkafka_options(self.kafka_options),
+            **extra,
+        }
 
 
 def settings_table() -> str:

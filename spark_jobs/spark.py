@@ -19,6 +19,7 @@ S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 CODEGEN_CACHE_ENTRIES = 2000
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 LISTING_TASKS_PER_CORE = 4  # listing waits on storage more than it computes
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def _cached(directory: Path, prefixes: tuple[str, ...], target: str) -> list[Path]:
@@ -111,9 +112,15 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
 
 def driver_conf(settings: Settings, master: str) -> dict[str, str]:
     """What a tidemark driver sets however it starts (from Python, or spark-submitted by a DAG): the
-    Spark UI only when ``TIDEMARK_SPARK_UI`` asks for it, and a local driver on loopback only
-    (nothing outside this machine needs to reach it)."""
-    conf = {"spark.ui.enabled": str(settings.spark_ui).lower()}
+    Spark UI only when ``TIDEMARK_SPARK_UI`` asks for it, Spark's log lines at
+    ``TIDEMARK_SPARK_LOG_LEVEL``, and a local driver on loopback only (nothing outside this machine
+    needs to reach it)."""
+    conf = {
+        "spark.ui.enabled": str(settings.spark_ui).lower(),
+        # Spark's own log lines at TIDEMARK_SPARK_LOG_LEVEL from the driver's start (spark_jobs/log4j2.properties).
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
+        f"-Dtidemark.spark.log.level={settings.spark_log_level}",
+    }
     if master.startswith("local"):
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     return conf

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_jobs import db, ledger, moves, producers, retention, session_changes
+from spark_jobs import db, ledger, moves, producers, quarantine, retention, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
 from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, SESSION_COLUMNS
 from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
@@ -233,6 +233,7 @@ class BatchWriter:
             )
             retention.record_losses(cur, lost)
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id)
+            quarantine.record(cur, self.pipeline, batch_id, plan.quarantine_reasons)
         clock.lap("postgres")
         if moved_before or plan.moving:
             moves.forget(self.spark, self.settings, batch)
@@ -286,8 +287,8 @@ class BatchWriter:
 
         first: list[Callable[[], None]] = []  # before events: quarantine, the displaced rows' copies
         if plan.quarantine is not None:
-            quarantine = plan.quarantine
-            write_quarantine = lambda: delta.append(quarantine, path("quarantine"), write_id("quarantine"))  # noqa: E731
+            invalid = plan.quarantine
+            write_quarantine = lambda: delta.append(invalid, path("quarantine"), write_id("quarantine"))  # noqa: E731
             first.append(self._guard("quarantine", fence, write_quarantine))
         moving: list[Callable[[], None]] = []  # run in order, one step
         if plan.unmoved:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import timedelta
+from dataclasses import replace
+from datetime import UTC, timedelta
 
 from spark_jobs.errors import TidemarkError
+from spark_jobs.quarantine import SAMPLES
 from spark_jobs.secrets import redact
 from spark_jobs.settings import Settings
 from tidemark import demo, doctor
@@ -110,7 +112,10 @@ def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
+    from spark_jobs.offsets import check_reachable
     from tidemark.producer import ProduceSpec, print_progress, produce
+
+    check_reachable(settings)  # Kafka down: one line, not the client's retries
 
     spec = ProduceSpec(
         count=args.count,
@@ -220,6 +225,42 @@ def cmd_findings(settings: Settings, args: argparse.Namespace) -> int:
     return 1
 
 
+def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
+    """Quarantined records by reason, with the latest sample records of each (from PostgreSQL, no Spark)."""
+    from spark_jobs import db, quarantine
+
+    with db.transaction(settings.postgres_dsn) as cur:
+        totals = quarantine.totals(cur, args.reason)
+        samples = {t.reason: quarantine.latest_samples(cur, t.reason, args.limit) for t in totals}
+    if not totals:
+        print(f"no record quarantined for {args.reason!r}" if args.reason else "no record quarantined")
+        return 0
+    print("\n".join(quarantine_table(totals)))
+    for t in totals:
+        print(f"\n{t.reason}: the latest {len(samples[t.reason])} of {t.records:,}")
+        print("\n".join(f"  {sample.describe()}" for sample in samples[t.reason]))
+    print(
+        f"\nThe samples are the first {quarantine.SAMPLES} records of each reason in each batch; every quarantined "
+        f"record, with its whole key and value, is in the Delta table {settings.table_path('quarantine')}."
+    )
+    return 0
+
+
+def quarantine_table(totals: list) -> list[str]:  # quarantine.ReasonTotal
+    """``tidemark quarantine``'s table: a line per reason, most records first."""
+    header = ("records", "reason", "first seen (UTC)", "last seen (UTC)")
+    cells = [
+        (
+            f"{t.records:,}",
+            t.reason,
+            f"{t.first_at.astimezone(UTC):%Y-%m-%d %H:%M}",
+            f"{t.last_at.astimezone(UTC):%Y-%m-%d %H:%M}",
+        )
+        for t in totals
+    ]
+    return aligned([header, *cells], right={0}, rule=True)
+
+
 def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     """Compact, checkpoint and vacuum the Delta tables; prune old reconcile history."""
     from spark_jobs import db
@@ -327,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--acknowledge", nargs="+", type=positive, metavar="ID", help="close these open findings (ids as listed)"
     )
     findings.add_argument("--reason", help="why they are acknowledged (required with --acknowledge; kept with them)")
+    quarantine = sub.add_parser("quarantine", help="quarantined records by reason, with sample records")
+    quarantine.add_argument("--reason", help="only this reason (as listed, e.g. invalid_json)")
+    quarantine.add_argument("--limit", type=positive, default=SAMPLES, metavar="N", help="sample records per reason")
     repair = sub.add_parser("repair", help="rewrite what a reconcile run named, then re-check")
     repair.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
     maintain = sub.add_parser(
@@ -338,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="produce demo events and run the Spark job; prints a summary")
     demo.add_argument("--count", type=positive, default=5_000)
+    for command in sub.choices.values():
+        command.add_argument(
+            "--verbose", action="store_true", help="show Spark's warnings too (TIDEMARK_SPARK_LOG_LEVEL=WARN)"
+        )
     return parser
 
 
@@ -352,6 +400,7 @@ COMMANDS = {
     "backfill": cmd_ingest,
     "reconcile": cmd_reconcile,
     "findings": cmd_findings,
+    "quarantine": cmd_quarantine,
     "repair": cmd_repair,
     "maintain": cmd_maintain,
     "sessions": cmd_sessions,
@@ -367,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     secrets: list[str] = []
     try:
         settings = Settings.from_env()
+        if args.verbose and settings.spark_log_level == "ERROR":
+            settings = replace(settings, spark_log_level="WARN")
         secrets = settings.secrets()
         handler = cmd_migrate if args.command == "db" else COMMANDS[args.command]
         return handler(settings, args)

@@ -23,6 +23,17 @@ def sink_fingerprint(spark, settings: Settings) -> dict[str, tuple]:  # SparkSes
     return fingerprint
 
 
+def fingerprint_table(before: dict[str, tuple], after: dict[str, tuple]) -> list[str]:
+    """Each sink's rows and checksum before and after the replay, and whether they are the same."""
+    from tidemark.tables import aligned
+
+    rows = [("sink", "rows", "checksum before the replay", "checksum after", "")]
+    for name, (count, checksum) in after.items():
+        was = before.get(name, (None, None))
+        rows.append((name, f"{count:,}", str(was[1]), str(checksum), "same" if was == (count, checksum) else "CHANGED"))
+    return aligned(rows, right={1})
+
+
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Produce, ingest, produce more, ingest again, replay a range with a backfill; show nothing changed."""
     from spark_jobs.offsets import latest_ranges
@@ -60,8 +71,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     print(
         f"6. sinks after the replay are {'IDENTICAL' if after == before else 'DIFFERENT'} (row counts and checksums):"
     )
-    for name, (rows, _) in after.items():
-        print(f"   {name:18} {rows:>8,} rows")
+    print("\n".join(f"   {line}" for line in fingerprint_table(before, after)))
     print(f"\nSessions of one entity: .venv/bin/tidemark sessions {run_id}entity-000000")
     print(f"Delta tables: {settings.lake_root}/{{events,duplicates,quarantine,sessions}}")
     print(f"PostgreSQL:   psql -h 127.0.0.1 -p {settings.postgres_port} -U tidemark tidemark -c 'TABLE ledger_batches'")

@@ -3,12 +3,15 @@
 Read from the tidemark database at each scrape (a few small aggregates), written with the
 Prometheus client library in its text format. Per pipeline, topic and partition:
 
-* ``tidemark_lag_records`` / ``tidemark_lag_seconds``: how far the sinks were behind Kafka when
-  the latest reconcile run looked (offsets not processed yet; minutes since the oldest arrived);
+* ``tidemark_lag_records`` / ``tidemark_lag_seconds``: how far the sinks were behind Kafka at the
+  latest sample, which each reconcile run and each scheduled ingest run takes (offsets not
+  processed yet; seconds since the oldest arrived);
 * ``tidemark_records_total{outcome=read|accepted|duplicate|quarantined}`` and
   ``tidemark_batches_total``: what committed batches processed (``increase()`` gives per run or
   per hour);
 * ``tidemark_last_batch_timestamp_seconds``: when the pipeline last committed a batch;
+* ``tidemark_last_run_timestamp_seconds``: when an ingest or backfill run of the pipeline last
+  finished, with or without new records (alert when it is too old: the pipeline stopped running);
 * ``tidemark_open_findings{kind}``: findings no check or operator has closed;
 * ``tidemark_verdict{status}`` (1 for the latest run's status) and
   ``tidemark_verdict_timestamp_seconds``: the latest reconcile verdict and when it was counted;
@@ -34,10 +37,11 @@ class State:
     verdict: tuple | None  # run_id, status, counted_at
     open_findings: dict[str, int]
     lost: dict[tuple[str, int], int]  # (topic, partition) -> offsets
+    last_runs: list[tuple] = ()  # pipeline, topic, when its latest run finished
 
 
 def read_state(cur) -> State:  # psycopg2 cursor
-    from spark_jobs import ledger, retention
+    from spark_jobs import ledger, retention, runs
     from spark_jobs.reconcile import history
 
     return State(
@@ -46,6 +50,7 @@ def read_state(cur) -> State:  # psycopg2 cursor
         history.latest_verdict(cur),
         history.open_findings_by_kind(cur),
         retention.lost_per_partition(cur),
+        runs.last_finished(cur),
     )
 
 
@@ -75,14 +80,21 @@ class StateCollector:
                 records.add_metric([pipeline, topic, outcome], float(value))
             batches.add_metric([pipeline, topic], float(n))
             last.add_metric([pipeline, topic], at.timestamp())
-        yield from (records, batches, last)
+        finished = GaugeMetricFamily(
+            "tidemark_last_run_timestamp_seconds",
+            "When an ingest or backfill run of the pipeline last finished",
+            labels=["pipeline", "topic"],
+        )
+        for pipeline, topic, at in s.last_runs:
+            finished.add_metric([pipeline, topic], at.timestamp())
+        yield from (records, batches, last, finished)
 
         lag_records = GaugeMetricFamily(
-            "tidemark_lag_records", "Offsets Kafka holds that no batch processed yet, at the latest reconcile run",
+            "tidemark_lag_records", "Offsets Kafka holds that no batch processed yet, at the latest sample",
             labels=["topic", "partition"],
         )  # fmt: skip
         lag_seconds = GaugeMetricFamily(
-            "tidemark_lag_seconds", "Age of the oldest record not processed yet, at the latest reconcile run",
+            "tidemark_lag_seconds", "Age of the oldest record not processed yet, at the latest sample",
             labels=["topic", "partition"],
         )  # fmt: skip
         for topic, partition, behind, seconds in s.lag:

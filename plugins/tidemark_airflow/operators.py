@@ -56,6 +56,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         from airflow.sdk import BaseHook
 
         from spark_jobs.errors import ERROR_FILE
+        from spark_jobs.runs import STARTED_BY
         from spark_jobs.spark import driver_conf, spark_jars
 
         settings = tidemark_settings(self.kafka_conn_id, self.postgres_conn_id)
@@ -63,7 +64,8 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
         # Python workers and the driver run this interpreter's environment unless told otherwise.
         python = os.environ.get("PYSPARK_PYTHON", sys.executable)
-        env = {"PYSPARK_PYTHON": python, **settings.to_env()}
+        started_by = f"airflow {context['dag'].dag_id} {context['run_id']}"  # on the tidemark page's runs
+        env = {"PYSPARK_PYTHON": python, STARTED_BY: started_by, **settings.to_env()}
         self.env_vars = env | dict(self.env_vars or {})  # what the task sets explicitly wins
         master = BaseHook.get_connection(self._conn_id).host or ""  # local[2], spark://…, k8s://…, yarn
         self.conf = {"spark.pyspark.python": python, **driver_conf(settings, master), **(self.conf or {})}

@@ -1,4 +1,5 @@
-"""The tidemark page inside the Airflow UI: reconcile history, coverage and lag over time, mismatches and repairs.
+"""The tidemark page inside the Airflow UI: reconcile history, coverage and lag over time, mismatches and
+repairs, ingest runs and quarantine.
 
 A FastAPI app that ``plugins/tidemark_plugin.py`` mounts on Airflow's api-server at ``/tidemark``
 and adds to the UI's navigation. It reads the tidemark database through the ``tidemark_postgres``
@@ -89,21 +90,39 @@ class Overview:
     #                        findings, lost offsets
     mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
     findings: list[tuple] = ()  # finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why
+    ingest_runs: list = ()  # spark_jobs.runs.Run, newest first
+    quarantine: list = ()  # spark_jobs.quarantine.ReasonTotal, most records first
+    quarantine_samples: dict | None = None  # reason -> its latest spark_jobs.quarantine.Sample
+    quarantine_days: list[tuple] = ()  # day, reason, records
 
 
 def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
     """The overview's rows from the reconcile history (the latest ``limit`` runs), the ledger's
     coverage and the offsets lost to retention (spark_jobs/retention.py), per partition."""
-    from spark_jobs import retention
+    from spark_jobs import quarantine, retention, runs
     from spark_jobs.reconcile import history
 
-    runs = history.recent_runs(cur, limit)
+    reconciles = history.recent_runs(cur, limit)
     lag = history.recent_lag(cur, limit)
     coverage = history.coverage(cur)
     lost = retention.lost_per_partition(cur)
     coverage = [(*row, lost.pop((row[0], row[1]), 0)) for row in coverage]
     coverage = sorted(coverage + [(topic, partition, 0, 0, 0, 0, 0, n) for (topic, partition), n in lost.items()])
-    return Overview(runs, lag, coverage, history.latest_findings(cur), history.recent_findings(cur, 20))
+    reasons = quarantine.totals(cur)
+    return Overview(
+        reconciles,
+        lag,
+        coverage,
+        history.latest_findings(cur),
+        history.recent_findings(cur, 20),
+        runs.recent(cur, limit),
+        reasons,
+        {r.reason: quarantine.latest_samples(cur, r.reason, quarantine.SAMPLES) for r in reasons},
+        quarantine.over_time(cur, QUARANTINE_DAYS),
+    )
+
+
+QUARANTINE_DAYS = 30  # the quarantine chart's span
 
 
 PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title><style>
@@ -164,7 +183,10 @@ def render_overview(o: Overview) -> str:
             f'<tr><td><a href="runs/{e(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M}</td>'
             f"<td>{e(status)}</td><td><pre>{e(alert or '')}</pre></td><td>{repair}</td></tr>"
         )
-    body.append("</table><h3>Reconcile runs</h3><table id=\"runs\"><tr><th>run</th><th>when</th><th>status</th>"
+    body.append("</table>")
+    body.append(render_ingest_runs(o.ingest_runs))
+    body.append(render_quarantine(o.quarantine, o.quarantine_samples or {}, o.quarantine_days))
+    body.append("<h3>Reconcile runs</h3><table id=\"runs\"><tr><th>run</th><th>when</th><th>status</th>"
                 "<th class=num>ranges checked</th><th class=num>mismatched</th><th>Spark</th>"
                 "<th class=num>entities recomputed</th><th class=num>max lag (min)</th>"
                 "<th>repair of</th></tr>")  # fmt: skip
@@ -179,6 +201,70 @@ def render_overview(o: Overview) -> str:
         )
     body.append("</table>")
     return PAGE.format(title="tidemark", body="\n".join(body))
+
+
+def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
+    """The ingest and backfill runs: what each did and how fast, as charts and a table."""
+    e = html.escape
+    records: dict[str, list[Point]] = defaultdict(list)
+    throughput: dict[str, list[Point]] = defaultdict(list)
+    for r in runs:
+        for outcome, n in (("accepted", r.accepted), ("duplicates", r.duplicates), ("quarantined", r.quarantined)):
+            records[outcome].append(Point(r.finished_at, float(n)))
+        throughput[r.pipeline].append(Point(r.finished_at, r.records_per_second))
+    rows = [
+        '<h3>Ingest runs</h3><table id="ingest-runs"><tr><th>finished</th><th>pipeline</th><th>started by</th>'
+        "<th class=num>batches</th><th class=num>read</th><th class=num>accepted</th><th class=num>duplicates</th>"
+        "<th class=num>quarantined</th><th class=num>sessions written</th><th class=num>duration (s)</th>"
+        "<th class=num>records/s</th></tr>"
+    ]
+    for r in runs:
+        rows.append(
+            f"<tr><td>{r.finished_at:%Y-%m-%d %H:%M:%S}</td><td>{e(r.pipeline)}</td><td>{started_by(r.started_by)}</td>"
+            f"<td class=num>{r.batches:,}</td><td class=num>{r.records_read:,}</td><td class=num>{r.accepted:,}</td>"
+            f"<td class=num>{r.duplicates:,}</td><td class=num>{r.quarantined:,}</td>"
+            f"<td class=num>{r.sessions_written:,}</td><td class=num>{r.seconds:,.1f}</td>"
+            f"<td class=num>{r.records_per_second:,.0f}</td></tr>"
+        )
+    charts = line_chart("Records per run", "records", records) + line_chart("Throughput", "records/s", throughput)
+    return charts + "".join(rows) + "</table>"
+
+
+def started_by(who: str) -> str:
+    """Who started a run, as HTML: an Airflow DAG run links to its page in the Airflow UI."""
+    from urllib.parse import quote
+
+    parts = who.split(" ", 2)
+    if len(parts) == 3 and parts[0] == "airflow":
+        _, dag_id, run_id = parts
+        href = f"../dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+        return f'<a target="_top" href="{html.escape(href)}">{html.escape(dag_id)} {html.escape(run_id)}</a>'
+    return html.escape(who)
+
+
+def render_quarantine(totals: list, samples: dict, days: list[tuple]) -> str:
+    """Quarantine by reason: per day as a chart, and per reason its count and latest sample records."""
+    e = html.escape
+    per_day: dict[str, list[Point]] = defaultdict(list)
+    for day, reason, n in days:
+        per_day[reason].append(Point(day, float(n)))
+    rows = [
+        f"<h3>Quarantine</h3>{line_chart(f'Quarantined per day (last {QUARANTINE_DAYS} days)', 'records', per_day)}"
+        '<table id="quarantine"><tr><th>reason</th><th class=num>records</th><th>first seen</th><th>last seen</th>'
+        "<th>latest records (coordinates, key, value)</th></tr>"
+    ]
+    for t in totals:
+        shown = "<br>".join(e(sample.describe()) for sample in samples.get(t.reason, []))
+        rows.append(
+            f"<tr><td>{e(t.reason)}</td><td class=num>{t.records:,}</td><td>{t.first_at:%Y-%m-%d %H:%M}</td>"
+            f"<td>{t.last_at:%Y-%m-%d %H:%M}</td><td><code>{shown}</code></td></tr>"
+        )
+    if not totals:
+        rows.append('<tr><td colspan="5">no record quarantined</td></tr>')
+    return (
+        "".join(rows) + "</table><p>Every quarantined record is in the quarantine Delta table; from a shell: "
+        "<code>tidemark quarantine [--reason R] [--limit N]</code></p>"
+    )
 
 
 def repair_href(run_id: str | None) -> str:

@@ -402,15 +402,26 @@ def recent_runs(cur, limit: int) -> list[tuple]:
     return cur.fetchall()
 
 
+# Lag as reconcile runs measured it and as scheduled ingest runs left it (spark_jobs.runs), one sample per
+# run and partition: (at, topic, kafka_partition, behind_records, behind_seconds, processed_to, high_watermark).
+LAG_SAMPLES = """
+    SELECT r.counted_at AS at, l.topic, l.kafka_partition, l.behind_records, l.behind_seconds, l.processed_to,
+           l.high_watermark
+    FROM reconcile_lag AS l JOIN reconcile_runs AS r USING (run_id)
+    UNION ALL
+    SELECT i.finished_at, l.topic, l.kafka_partition, l.behind_records, l.behind_seconds, l.processed_to,
+           l.high_watermark
+    FROM ingest_lag AS l JOIN ingest_runs AS i USING (run_id)"""
+
+
 def recent_lag(cur, limit: int) -> list[tuple]:
-    """The lag the latest ``limit`` runs measured, oldest first: (counted_at, topic, kafka_partition,
-    behind_records, behind_seconds, processed_to, high_watermark)."""
+    """The lag samples of the latest ``limit`` runs that measured lag (reconcile or scheduled ingest),
+    oldest first: (at, topic, kafka_partition, behind_records, behind_seconds, processed_to, high_watermark)."""
     cur.execute(
-        """SELECT r.counted_at, l.topic, l.kafka_partition, l.behind_records, l.behind_seconds, l.processed_to,
-                  l.high_watermark
-           FROM reconcile_lag AS l JOIN reconcile_runs AS r USING (run_id)
-           WHERE r.run_id IN (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT %s)
-           ORDER BY r.counted_at""",
+        f"""WITH samples AS ({LAG_SAMPLES})
+            SELECT * FROM samples
+            WHERE at >= (SELECT min(at) FROM (SELECT DISTINCT at FROM samples ORDER BY at DESC LIMIT %s) AS latest)
+            ORDER BY at, topic, kafka_partition""",
         (limit,),
     )
     return cur.fetchall()
@@ -469,11 +480,12 @@ def latest_verdict(cur) -> tuple | None:
 
 
 def latest_lag(cur) -> list[tuple]:
-    """The lag the latest run measured: (topic, kafka_partition, behind_records, behind_seconds)."""
+    """Per partition, its latest lag sample (reconcile or scheduled ingest): (topic, kafka_partition,
+    behind_records, behind_seconds)."""
     cur.execute(
-        """SELECT topic, kafka_partition, behind_records, behind_seconds FROM reconcile_lag
-           WHERE run_id = (SELECT run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)
-           ORDER BY 1, 2"""
+        f"""WITH samples AS ({LAG_SAMPLES})
+            SELECT DISTINCT ON (topic, kafka_partition) topic, kafka_partition, behind_records, behind_seconds
+            FROM samples ORDER BY topic, kafka_partition, at DESC"""
     )
     return cur.fetchall()
 
@@ -499,4 +511,6 @@ def prune(cur, history_days: float) -> int:
     )
     pruned = cur.rowcount
     cur.execute("DELETE FROM findings WHERE closed_at < now() - %s * interval '1 day'", (history_days,))
+    # The ingest runs' history (spark_jobs.runs) is kept as long.
+    cur.execute("DELETE FROM ingest_runs WHERE finished_at < now() - %s * interval '1 day'", (history_days,))
     return pruned

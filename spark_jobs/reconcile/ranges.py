@@ -79,6 +79,11 @@ def measure_lag(settings: Settings, ranges: list[LedgerRange], now: datetime) ->
     for r in ranges:
         ends = processed.setdefault(r.range.topic, {})
         ends[r.range.partition] = max(ends.get(r.range.partition, 0), r.range.end)
+    return lag_behind(settings, processed, now)
+
+
+def lag_behind(settings: Settings, processed: dict[str, dict[int, int]], now: datetime) -> list[Lag]:
+    """:func:`measure_lag` from the furthest processed offset per topic and partition."""
     lags = []
     for topic, ends in sorted(processed.items()):
         for partition, (low, high) in sorted(watermarks(settings, topic).items()):

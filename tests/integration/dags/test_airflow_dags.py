@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -150,13 +151,21 @@ class ListeningSockets:
         self._thread.join()
 
 
-def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: Settings) -> None:
+def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: Settings, capfd) -> None:
     settings = deployment
     report = produce(settings, ProduceSpec(count=400, entities=8, duplicate_rate=0.05, seed=3), topic=settings.topic)
 
+    capfd.readouterr()
     with ListeningSockets("tidemark-ingest") as sockets:
         run = load_dag("tidemark_ingest").test()
     assert state(run) == "success", task_states(run)
+    # The task log (dag.test() prints it) has the job's summary, not Spark's log lines.
+    printed = capfd.readouterr()
+    log = printed.out + printed.err
+    assert f"ingest:{settings.topic} batch 0: read" in log, log[-3000:]
+    spark_lines = [line for line in log.splitlines() if re.search(r"\d\d:\d\d:\d\d (INFO|WARN) [A-Za-z]+: ", line)]
+    assert spark_lines == [], spark_lines[:20]
+    assert query(settings, "SELECT started_by FROM ingest_runs") == [(f"airflow tidemark_ingest {run.run_id}",)]
     # The embedded default (a local master) listens on loopback only, and without the Spark UI.
     assert sockets.seen, "the Spark job listens on some port (its driver)"
     assert all(loopback(ip) for ip, _ in sockets.seen), sockets.seen

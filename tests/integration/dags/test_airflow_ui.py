@@ -361,6 +361,56 @@ def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button
     assert browser.find_element(By.NAME, "reconcile_run_id").get_attribute("value") == ""
 
 
+def test_the_page_shows_each_ingest_run_and_the_quarantine_by_reason_whose_run_link_opens_the_airflow_run(
+    airflow: AirflowServices, browser
+) -> None:
+    from confluent_kafka import Producer
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    settings = airflow.settings
+    producer = Producer(settings.kafka_client_config())
+    for value in (b"{not json", b"{still not json"):
+        producer.produce(settings.topic, key=b"page-user", value=value)
+    assert producer.flush(30) == 0
+    produce(settings, ProduceSpec(count=30, entities=3, seed=19, id_prefix="page-"), topic=settings.topic)
+
+    # A run of tidemark_ingest triggered in Airflow (the DAG runs only while unpaused).
+    api = Api(airflow)
+    api.patch("/api/v2/dags/tidemark_ingest", {"is_paused": False})
+    triggered = api.post("/api/v2/dags/tidemark_ingest/dagRuns", {"logical_date": None})
+    [done] = [
+        r for r in api.wait_for_runs("tidemark_ingest", "manual", 1) if r["dag_run_id"] == triggered["dag_run_id"]
+    ]
+    api.patch("/api/v2/dags/tidemark_ingest", {"is_paused": True})
+    assert done["state"] == "success", done
+    run_id = done["dag_run_id"]
+    [(batches, read, accepted, duplicates, quarantined)] = query(
+        settings,
+        "SELECT batches, records_read, accepted, duplicates, quarantined FROM ingest_runs WHERE started_by = %s",
+        f"airflow tidemark_ingest {run_id}",
+    )
+    [(invalid_json,)] = query(settings, "SELECT sum(records) FROM quarantine_reasons WHERE reason = 'invalid_json'")
+    assert invalid_json >= 2, "the two values that are not JSON were quarantined (by this run or a scheduled one)"
+
+    sign_in(browser, airflow)
+    browser.get(airflow.url + "/tidemark/")
+    link = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.LINK_TEXT, f"tidemark_ingest {run_id}"))
+    row = link.find_element(By.XPATH, "./ancestor::tr").text
+    assert f"ingest:{settings.topic} tidemark_ingest {run_id} {batches} {read:,} {accepted:,} {duplicates:,} " \
+        f"{quarantined:,} " in row, row  # fmt: skip
+    reasons = browser.find_element(By.ID, "quarantine").text
+    assert f"invalid_json {invalid_json:,} " in reasons and 'key "page-user", value "{not json"' in reasons, reasons
+    assert browser.find_element(By.CSS_SELECTOR, 'svg[data-chart="Records per run"] polyline')
+
+    # The run's link opens its page in the Airflow UI (not a 404): the header card shows its state.
+    link.click()
+    WebDriverWait(browser, 30).until(lambda d: "/dags/tidemark_ingest/runs/" in d.current_url)
+    badge = "//*[@data-testid='header-card']//*[@data-testid='state-badge']"
+    state = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.XPATH, badge)).text.strip().lower()
+    assert state == "success" and urllib.parse.unquote(browser.current_url).rstrip("/").endswith(run_id)
+
+
 def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow: AirflowServices) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -390,10 +440,23 @@ def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow
     assert samples[("tidemark_verdict", (("status", status),))] == 1
     [(open_findings,)] = query(settings, "SELECT count(*) FROM findings WHERE closed_at IS NULL")
     assert sum(v for (name, _), v in samples.items() if name == "tidemark_open_findings") == open_findings
-    lag = query(settings, "SELECT topic, kafka_partition, behind_records FROM reconcile_lag WHERE run_id = (SELECT "
-                          "run_id FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1)")  # fmt: skip
+    # Lag: per partition, the latest sample a reconcile run or a scheduled ingest run took.
+    lag = query(
+        settings,
+        """SELECT DISTINCT ON (topic, kafka_partition) topic, kafka_partition, behind_records FROM (
+               SELECT r.counted_at AS at, l.* FROM reconcile_lag AS l JOIN reconcile_runs AS r USING (run_id)
+               UNION ALL
+               SELECT i.finished_at, l.* FROM ingest_lag AS l JOIN ingest_runs AS i USING (run_id)) AS samples
+           ORDER BY topic, kafka_partition, at DESC""",
+    )
+    assert lag
     for topic, partition, behind in lag:
         assert samples[("tidemark_lag_records", (("partition", str(partition)), ("topic", topic)))] == behind
+    finished = query(settings, "SELECT pipeline, topic, max(finished_at) FROM ingest_runs GROUP BY 1, 2")
+    assert finished, "the module's Airflow runs of tidemark_ingest finished"
+    for pipeline, topic, at in finished:
+        labels = (("pipeline", pipeline), ("topic", topic))
+        assert samples[("tidemark_last_run_timestamp_seconds", labels)] == at.timestamp()
 
     # A scrape without a login is refused (a scraper uses an Airflow token, or TIDEMARK_METRICS_TOKEN).
     with pytest.raises(urllib.error.HTTPError) as refused:

@@ -26,6 +26,7 @@ from tests.integration.spark_jobs.checks import (
     assert_sinks_agree,
     crash_at,
     delta_rows,
+    query,
     send,
     snapshot,
 )
@@ -486,3 +487,59 @@ def test_event_times_postgresql_cannot_store_are_quarantined_not_a_batch_that_fa
         assert [r[0] for r in cur.fetchall()] == [f"{prefix}user{i}" for i in (0, 4, 5)]
     assert_offset_coverage(spark, settings, 6)
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_them(spark, fresh, tmp_path) -> None:
+    """A run's numbers, the lag it left and its quarantine per reason with sample records, in
+    PostgreSQL, and ``tidemark quarantine`` (the installed script) prints them without Spark."""
+    from confluent_kafka import Producer
+
+    from tests.integration.tidemark.test_errors import tidemark
+
+    settings = fresh
+    ensure_topic(settings, settings.topic, partitions=1)
+    good = {"event_id": "q-1", "entity_id": "q-user", "event_type": "view", "event_time": "2026-03-01T12:00:00Z"}
+    records = [
+        (b"q-user", json.dumps(good).encode()),
+        (b"q-user", b"{not json"),
+        (b"q-user", b'{"also": not json}'),
+        (b"q-user", b"\xff\xfe{}"),
+        (b"someone-else", json.dumps(good | {"event_id": "q-2"}).encode()),
+    ]
+    producer = Producer(settings.kafka_client_config())
+    for key, value in records:
+        producer.produce(settings.topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+    before = datetime.now(UTC)
+    [result] = ingest.run_scheduled(spark, settings)
+    assert (result.read, result.accepted, result.quarantined) == (5, 1, 4)
+
+    [run] = query(
+        settings,
+        """SELECT pipeline, started_by, batches, records_read, accepted, duplicates, quarantined, sessions_written,
+                  started_at >= %s AND finished_at >= started_at
+           FROM ingest_runs""",
+        before,
+    )
+    assert run == (f"ingest:{settings.topic}", "cli", 1, 5, 1, 0, 4, 1, True)
+    assert query(settings, "SELECT kafka_partition, processed_to, high_watermark, behind_records FROM ingest_lag") == [
+        (0, 5, 5, 0)
+    ]
+    reasons = dict(query(settings, "SELECT reason, records FROM quarantine_reasons"))
+    assert reasons == {"invalid_json": 2, "not_utf8": 1, "key_mismatch: key is not the entity_id": 1}
+
+    env = settings.to_env()
+    shown = tidemark(["quarantine"], env, tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"^\s*2\s+invalid_json\s+\d{4}-", shown.stdout, re.M), shown.stdout
+    assert f"{settings.topic} p0 offset 1 " in shown.stdout and 'value "{not json"' in shown.stdout
+    assert 'value "{\\"also\\": not json}"' in shown.stdout and 'key "someone-else"' in shown.stdout
+    one = tidemark(["quarantine", "--reason", "not_utf8", "--limit", "1"], env, tmp_path)
+    assert one.returncode == 0, one.stderr
+    assert "not_utf8: the latest 1 of 1" in one.stdout and "value 0xfffe7b7d\n" in one.stdout, one.stdout
+    assert "invalid_json" not in one.stdout
+
+    # A run with nothing new is a run too: it says when the pipeline last ran.
+    assert ingest.run_scheduled(spark, settings) == []
+    assert query(settings, "SELECT count(*), sum(batches) FROM ingest_runs") == [(2, 1)]

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,11 @@ def tidemark(args: list[str], env: dict[str, str], tmp_path: Path, path: str | N
     if path is not None:
         environment["PATH"] = path
     return subprocess.run([TIDEMARK, *args], env=environment, capture_output=True, text=True, timeout=180)
+
+
+# A Spark master no Spark starts with: a command that started Spark would fail on it instead of
+# answering with the line a test expects, so that line proves the answer came before Spark.
+NO_SPARK = {"TIDEMARK_SPARK_MASTER": "no-spark-before-this-answer"}
 
 
 def one_line(result, errors_only: bool = False) -> str:  # CompletedProcess
@@ -63,17 +69,17 @@ def test_postgres_down_is_one_line_that_names_it_without_the_password(tmp_path: 
     assert "cannot connect to PostgreSQL at 127.0.0.1:" in line and "`tidemark up`" in line, line
 
 
-@pytest.mark.parametrize("command", [["ingest"], ["backfill", "--offsets", "0:0-10"]])
+@pytest.mark.parametrize("command", [["ingest"], ["backfill", "--offsets", "0:0-10"], ["produce", "--count", "10"]])
 def test_kafka_down_is_one_line_before_spark_starts(stack: Settings, tmp_path: Path, command: list[str]) -> None:
     kafka = f"127.0.0.1:{free_port()}"
-    env = {**stack.to_env(), **secured(stack.postgres_port, kafka)}
+    env = {**stack.to_env(), **secured(stack.postgres_port, kafka), **NO_SPARK}
     env["TIDEMARK_POSTGRES_DSN"] = stack.postgres_dsn
     line = one_line(tidemark(command, env, tmp_path))
     assert f"cannot reach Kafka at {kafka}" in line and "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS" in line, line
 
 
 def test_an_unknown_topic_is_one_line_before_spark_starts(stack: Settings, tmp_path: Path) -> None:
-    env = {**stack.to_env(), "TIDEMARK_TOPIC": "no-such-topic"}
+    env = {**stack.to_env(), "TIDEMARK_TOPIC": "no-such-topic", **NO_SPARK}
     line = one_line(tidemark(["ingest"], env, tmp_path))
     assert "topic 'no-such-topic' does not exist" in line, line
 
@@ -141,6 +147,29 @@ def test_a_busy_writer_is_one_line_naming_the_run_before_spark_starts(
     topic = f"busy-{tmp_path.name[-12:]}"
     produce(stack, ProduceSpec(count=2, entities=1), topic=topic, partitions=1)
     with single_writer(stack, "backfill:elsewhere"):
-        result = tidemark([*command, "--topic", topic], stack.to_env(), tmp_path)
-    line = one_line(result)  # one line: no Spark banner before it
+        result = tidemark([*command, "--topic", topic], stack.to_env() | NO_SPARK, tmp_path)
+    line = one_line(result)
     assert "backfill:elsewhere" in line and "is writing the lake" in line and "--wait" in line, line
+
+
+def test_records_retention_removed_since_the_last_run_are_one_line_before_spark_starts(
+    stack: Settings, spark, tmp_path: Path
+) -> None:
+    from dataclasses import replace
+
+    from spark_jobs import ingest
+    from tests.integration.spark_jobs.checks import delete_records
+    from tidemark.producer import ProduceSpec, produce
+
+    topic = f"gone-{uuid.uuid4().hex[:10]}"
+    home = tmp_path / "run"
+    settings = replace(stack, topic=topic, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"))
+    produce(settings, ProduceSpec(count=4, entities=1), topic=topic, partitions=1)
+    ingest.run_scheduled(spark, settings)
+    produce(settings, ProduceSpec(count=4, entities=1, seed=2), topic=topic, partitions=1)
+    delete_records(settings, 0, 6)  # two records no run read
+
+    result = tidemark(["ingest"], settings.to_env() | NO_SPARK, tmp_path)
+    line = one_line(result)
+    assert "partition 0 offsets [4, 6) were removed by Kafka's retention since the last run" in line, line
+    assert "--allow-data-loss" in line, line

@@ -58,6 +58,28 @@ def test_the_backfill_form_is_checked_with_a_message_that_says_what_to_fix(param
         BackfillRequest.from_params(params)
 
 
+def test_a_bad_form_is_the_first_line_the_plan_task_logs_and_fails_without_a_retry() -> None:
+    import logging
+
+    from tidemark_airflow.notifiers import BadRequest
+    from tidemark_airflow.runs import resolve_backfill
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    log, lines = logging.getLogger("test.plan"), Lines()
+    log.addHandler(lines)
+    with pytest.raises(BadRequest) as refused:
+        resolve_backfill({"topic": "events", "offsets": "0-5"}, log)
+    assert lines.lines[0] == str(refused.value) and "\n" not in lines.lines[0]
+    assert lines.lines[0].startswith("invalid backfill parameters: bad offset range '0-5': write PARTITION:START-END")
+
+
 def test_a_valid_backfill_form_becomes_arguments_for_exactly_the_resolved_plan() -> None:
     request = BackfillRequest.from_params(
         {"topic": "events", "from_time": "2026-01-01T00:00:00Z", "to_time": "2026-01-02T00:00:00Z", "dry_run": True}

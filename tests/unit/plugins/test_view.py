@@ -77,6 +77,36 @@ def test_the_overview_shows_the_latest_verdict_coverage_findings_and_runs() -> N
     assert "by r1: checked again: fixed" in page
 
 
+def test_the_overview_shows_each_ingest_run_and_the_quarantine_by_reason_with_samples() -> None:
+    from spark_jobs.quarantine import ReasonTotal, Sample
+    from spark_jobs.runs import Run
+
+    run = Run("u1", "ingest:events", "events", "airflow tidemark_ingest manual__2026-11-21T08:00:00+00:00", T0,
+              T0 + timedelta(seconds=40), 2, 1_000, 900, 60, 40, 120, 3)  # fmt: skip
+    by_cli = Run("u0", "backfill:events", "events", "cli", T0 - timedelta(hours=1), T0 - timedelta(minutes=59),
+                 1, 10, 10, 0, 0, 2, 0)  # fmt: skip
+    sample = Sample("events", 0, 17, "2026-11-21T07:59:00.000Z", "u-1", "{not <json>")
+    overview = Overview(
+        runs=[], lag=[], coverage=[], mismatches=[], ingest_runs=[run, by_cli],
+        quarantine=[ReasonTotal("invalid_json", 40, T0, T0)], quarantine_samples={"invalid_json": [sample]},
+        quarantine_days=[(T0, "invalid_json", 40)],
+    )  # fmt: skip
+    page = render_overview(overview)
+    assert (
+        '<td>ingest:events</td><td><a target="_top" href="../dags/tidemark_ingest/runs/'
+        'manual__2026-11-21T08%3A00%3A00%2B00%3A00">tidemark_ingest manual__2026-11-21T08:00:00+00:00</a></td>'
+    ) in page
+    assert "<td class=num>1,000</td><td class=num>900</td><td class=num>60</td><td class=num>40</td>" in page
+    assert "<td class=num>120</td><td class=num>40.0</td><td class=num>25</td>" in page  # 1,000 records in 40 s
+    assert "<td>backfill:events</td><td>cli</td>" in page
+    assert "<td>invalid_json</td><td class=num>40</td>" in page
+    assert (
+        "events p0 offset 17 (2026-11-21T07:59:00.000Z): key &quot;u-1&quot;, value &quot;{not &lt;json&gt;&quot;"
+        in page
+    )
+    assert 'data-chart="Records per run"' in page and 'data-chart="Quarantined per day (last 30 days)"' in page
+
+
 RANGE_FINDING = {"kind": "range", "outcome": "missing", "pipeline": "ingest:events", "batch_id": 2, "topic": "events",
                  "partition": 0, "start": 10, "end": 20}  # fmt: skip
 

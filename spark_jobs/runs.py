@@ -1,0 +1,129 @@
+"""The runs of the ingest job: what each did and how long it took, and the lag each left behind.
+
+Every ingest or backfill run that finishes writes one ``ingest_runs`` row (a run that found nothing
+new too: it says when the pipeline last ran), and a scheduled run the lag per partition it left
+(``ingest_lag``), so the tidemark page draws lag from every run and not only from reconcile's.
+The row is written after the run's batches committed: a run that fails has none (Airflow has its
+log), while its committed batches stay in the ledger.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from spark_jobs import db
+from spark_jobs.reconcile.findings import Lag
+from spark_jobs.reconcile.ranges import NOT_CHECKED, lag_behind
+from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from spark_jobs.writer import BatchResult
+
+# Who started the run, as the Airflow operator sets it ("airflow <dag_id> <run_id>"); "cli" otherwise.
+STARTED_BY = "TIDEMARK_STARTED_BY"
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    pipeline: str
+    topic: str
+    started_by: str
+    started_at: datetime
+    finished_at: datetime
+    batches: int
+    records_read: int
+    accepted: int
+    duplicates: int
+    quarantined: int
+    sessions_written: int
+    sessions_removed: int
+
+    @property
+    def seconds(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+    @property
+    def records_per_second(self) -> float:
+        return self.records_read / self.seconds if self.seconds > 0 else 0.0
+
+
+def summarize(pipeline: str, topic: str, started_at: datetime, results: list[BatchResult]) -> Run:
+    """The run of ``results`` (the batches it committed; those already in the ledger do not count)."""
+    done = [r for r in results if not r.skipped]
+    return Run(
+        run_id=str(uuid.uuid4()),
+        pipeline=pipeline,
+        topic=topic,
+        started_by=os.environ.get(STARTED_BY) or "cli",
+        started_at=started_at,
+        finished_at=datetime.now(UTC),
+        batches=len(done),
+        records_read=sum(r.read for r in done),
+        accepted=sum(r.accepted for r in done),
+        duplicates=sum(r.duplicates for r in done),
+        quarantined=sum(r.quarantined for r in done),
+        sessions_written=sum(r.sessions_written for r in done),
+        sessions_removed=sum(r.sessions_deleted for r in done),
+    )
+
+
+def processed_to(cur, topic: str) -> dict[int, int]:  # psycopg2 cursor
+    """Per partition of ``topic``: the end of the furthest range a batch processed."""
+    cur.execute(
+        """SELECT kafka_partition, max(end_offset) FROM ledger_ranges
+           WHERE topic = %s AND pipeline <> ALL(%s) GROUP BY 1""",
+        (topic, list(NOT_CHECKED)),
+    )
+    return dict(cur.fetchall())
+
+
+def record(settings: Settings, run: Run, measure_lag: bool) -> list[Lag]:
+    """Write ``run``, with the lag it left when ``measure_lag`` (a scheduled run); returns that lag."""
+    with db.transaction(settings.postgres_dsn) as cur:
+        ends = processed_to(cur, run.topic)
+    lags = lag_behind(settings, {run.topic: ends}, run.finished_at) if measure_lag and ends else []
+    with db.transaction(settings.postgres_dsn) as cur:
+        cur.execute(
+            """INSERT INTO ingest_runs (run_id, pipeline, topic, started_by, started_at, finished_at, batches,
+                                        records_read, accepted, duplicates, quarantined, sessions_written,
+                                        sessions_removed)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+            (
+                run.run_id, run.pipeline, run.topic, run.started_by, run.started_at, run.finished_at, run.batches,
+                run.records_read, run.accepted, run.duplicates, run.quarantined, run.sessions_written,
+                run.sessions_removed,
+            ),
+        )  # fmt: skip
+        cur.executemany(
+            """INSERT INTO ingest_lag (run_id, topic, kafka_partition, high_watermark, processed_to, behind_records,
+                                       oldest_unprocessed, behind_seconds)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s)""",
+            [
+                (run.run_id, g.topic, g.partition, g.high_watermark, g.processed_to, g.behind_records,
+                 g.oldest_unprocessed, g.behind_seconds)
+                for g in lags
+            ],
+        )  # fmt: skip
+    return lags
+
+
+def recent(cur, limit: int) -> list[Run]:
+    """The latest ``limit`` runs, newest first."""
+    cur.execute(
+        """SELECT run_id, pipeline, topic, started_by, started_at, finished_at, batches, records_read, accepted,
+                  duplicates, quarantined, sessions_written, sessions_removed
+           FROM ingest_runs ORDER BY finished_at DESC LIMIT %s""",
+        (limit,),
+    )
+    return [Run(*row) for row in cur.fetchall()]
+
+
+def last_finished(cur) -> list[tuple]:
+    """Per pipeline: (pipeline, topic, when its latest run finished)."""
+    cur.execute("SELECT pipeline, topic, max(finished_at) FROM ingest_runs GROUP BY 1, 2 ORDER BY 1, 2")
+    return cur.fetchall()

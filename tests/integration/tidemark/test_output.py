@@ -1,0 +1,37 @@
+"""What a command that starts Spark prints: tidemark's own lines, and Spark's only when asked for.
+
+Each command runs as the user runs it: the installed ``tidemark`` script, in a child process.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from spark_jobs.settings import Settings
+from tests.integration.tidemark.test_errors import tidemark
+from tidemark.producer import ProduceSpec, produce
+
+
+def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: Settings, tmp_path: Path) -> None:
+    topic = f"quiet-{uuid.uuid4().hex[:10]}"
+    produce(stack, ProduceSpec(count=20, entities=2), topic=topic, partitions=1)
+    env = {
+        **stack.to_env(),
+        "TIDEMARK_LAKE_ROOT": str(tmp_path / "lake"),
+        "TIDEMARK_CHECKPOINT_ROOT": str(tmp_path / "cp"),
+    }
+
+    quiet = tidemark(["ingest", "--topic", topic], env, tmp_path)
+    assert quiet.returncode == 0, quiet.stderr[-3000:]
+    assert quiet.stdout.startswith(f"ingest:{topic} batch 0: read 20 = accepted 20"), quiet.stdout
+    # The JVM's own notice of the incubator module Spark adds is the one line left (no option turns it off).
+    leaked = [
+        line for line in quiet.stderr.splitlines() if line != "WARNING: Using incubator modules: jdk.incubator.vector"
+    ]
+    assert leaked == [], f"Spark's log lines leaked: {quiet.stderr[:3000]}"
+
+    # --verbose shows Spark's warnings (a streaming query always warns that it turns adaptive execution off).
+    verbose = tidemark(["ingest", "--topic", topic, "--verbose"], env, tmp_path)
+    assert verbose.returncode == 0 and verbose.stdout == "no new records\n", verbose.stdout + verbose.stderr[-3000:]
+    assert " WARN ResolveWriteToStream: " in verbose.stderr, verbose.stderr[-3000:]
