@@ -29,8 +29,8 @@ class Sample:
     arrival_time: str  # ISO-8601, UTC
     key: str | None  # None: the record had no key
     value: str | None  # cut to SAMPLE_CHARS characters
-    key_hex: bool = False  # the key is not UTF-8: its first bytes in hex
-    value_hex: bool = False  # the value is not UTF-8: its first SAMPLE_CHARS / 2 bytes in hex
+    key_hex: bool = False  # the key is not UTF-8 or holds a NUL: its first bytes in hex
+    value_hex: bool = False  # the same for the value: its first SAMPLE_CHARS / 2 bytes in hex
 
     def describe(self) -> str:
         return (
@@ -61,7 +61,10 @@ def _readable(column: str) -> str:
 
 
 def _is_hex(column: str) -> str:
-    return f"coalesce(NOT is_valid_utf8(cast({column} AS string)), false)"
+    """SQL: whether a sample shows ``column`` in hex: bytes that are not UTF-8, or text with a NUL
+    character (which PostgreSQL's jsonb cannot hold: such a sample would fail its batch for ever)."""
+    text = f"cast({column} AS string)"
+    return f"coalesce(NOT is_valid_utf8({text}) OR contains({text}, chr(0)), false)"
 
 
 def summarize(quarantined: DataFrame) -> list[ReasonCount]:

@@ -505,6 +505,7 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
         (b"q-user", b'{"also": not json}'),
         (b"q-user", b"\xff\xfe{}"),
         (b"someone-else", json.dumps(good | {"event_id": "q-2"}).encode()),
+        (b"q-user", b'{"nul": "\x00"}'),  # a NUL in a sample would break PostgreSQL's jsonb: shown in hex
     ]
     producer = Producer(settings.kafka_client_config())
     for key, value in records:
@@ -513,7 +514,7 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
 
     before = datetime.now(UTC)
     [result] = ingest.run_scheduled(spark, settings)
-    assert (result.read, result.accepted, result.quarantined) == (5, 1, 4)
+    assert (result.read, result.accepted, result.quarantined) == (6, 1, 5)
 
     [run] = query(
         settings,
@@ -522,17 +523,18 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
            FROM ingest_runs""",
         before,
     )
-    assert run == (f"ingest:{settings.topic}", "cli", 1, 5, 1, 0, 4, 1, True)
+    assert run == (f"ingest:{settings.topic}", "cli", 1, 6, 1, 0, 5, 1, True)
     assert query(settings, "SELECT kafka_partition, processed_to, high_watermark, behind_records FROM ingest_lag") == [
-        (0, 5, 5, 0)
+        (0, 6, 6, 0)
     ]
     reasons = dict(query(settings, "SELECT reason, records FROM quarantine_reasons"))
-    assert reasons == {"invalid_json": 2, "not_utf8": 1, "key_mismatch: key is not the entity_id": 1}
+    assert reasons == {"invalid_json": 3, "not_utf8": 1, "key_mismatch: key is not the entity_id": 1}
 
     env = settings.to_env()
     shown = tidemark(["quarantine"], env, tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert re.search(r"^\s*2\s+invalid_json\s+\d{4}-", shown.stdout, re.M), shown.stdout
+    assert re.search(r"^\s*3\s+invalid_json\s+\d{4}-", shown.stdout, re.M), shown.stdout
+    assert "offset 5 " in shown.stdout and "value 0x7b226e756c223a202200227d\n" in shown.stdout, shown.stdout
     assert f"{settings.topic} p0 offset 1 " in shown.stdout and 'value "{not json"' in shown.stdout
     assert 'value "{\\"also\\": not json}"' in shown.stdout and 'key "someone-else"' in shown.stdout
     one = tidemark(["quarantine", "--reason", "not_utf8", "--limit", "1"], env, tmp_path)
