@@ -370,7 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     findings.add_argument("--reason", help="why they are acknowledged (required with --acknowledge; kept with them)")
     quarantine = sub.add_parser("quarantine", help="quarantined records by reason, with sample records")
     quarantine.add_argument("--reason", help="only this reason (as listed, e.g. invalid_json)")
-    quarantine.add_argument("--limit", type=positive, default=SAMPLES, metavar="N", help="sample records per reason")
+    quarantine.add_argument(
+        "--limit", type=positive, default=SAMPLES, metavar="N", help="sample records per reason (default %(default)s)"
+    )
     repair = sub.add_parser("repair", help="rewrite what a reconcile run named, then re-check")
     repair.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
     maintain = sub.add_parser(
