@@ -2,13 +2,15 @@
 
 Files go through Hadoop's ``FileSystem`` (so a local path, ``file://`` or ``s3a://`` is read the way
 Spark writes it, never with ``pathlib``); the rest are a Delta log checkpoint, a SQL setting's
-parsed value, a frame's plan and the local checkpoints a batch releases. Everything else in the
-pipeline stays on PySpark's public API; ``_jvm``, ``_jsc``, ``_jdf`` and ``_jsparkSession`` are
-reached from here only.
+parsed value, a frame's plan, the local checkpoints a batch releases and the console lines Delta
+prints. Everything else in the pipeline stays on PySpark's public API; ``_jvm``, ``_jsc``, ``_jdf``
+and ``_jsparkSession`` are reached from here only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -93,3 +95,25 @@ def checkpoint_rdd_id(frozen: DataFrame) -> int:
 def unpersist_rdd(spark: SparkSession, rdd_id: int) -> None:
     """Drop an RDD's blocks without the warning ``RDD.unpersist`` gives for a local checkpoint."""
     spark.sparkContext._jsc.sc().unpersistRDD(rdd_id, False)
+
+
+@contextmanager
+def console_silenced(spark: SparkSession) -> Iterator[None]:
+    """Drop what Scala code prints to the console (``println``) in this thread meanwhile.
+
+    Delta's VACUUM prints "Deleted N files and directories in a total of M directories." with
+    ``println``, past log4j (its number is in tidemark's maintenance report). Scala's ``Console.out``
+    is a per-thread variable, and PySpark runs each Python thread's JVM calls on a thread of its own.
+    """
+    jvm = spark.sparkContext._jvm
+    console = jvm.java.lang.Class.forName("scala.Console$")
+    field = console.getDeclaredField("outVar")
+    field.setAccessible(True)
+    out = field.get(console.getField("MODULE$").get(None))  # a scala.util.DynamicVariable
+    previous = out.value()
+    set_value = getattr(out, "value_$eq")
+    set_value(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+    try:
+        yield
+    finally:
+        set_value(previous)

@@ -135,7 +135,8 @@ def vacuum(spark: SparkSession, path: str, retain_hours: float) -> None:
     """VACUUM the table: delete the files no version within the table's retention references. Its
     listing runs in as many Spark tasks as ``spark.build_session`` allows (a few per core)."""
     # Delta ignores VACUUM's retention argument unless it is 0: the table property is the setting.
-    delta.table(spark, path).vacuum(0.0 if retain_hours == 0 else None)
+    with jvm.console_silenced(spark):
+        delta.table(spark, path).vacuum(0.0 if retain_hours == 0 else None)
 
 
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"

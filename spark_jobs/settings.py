@@ -14,19 +14,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
 
+if TYPE_CHECKING:
+    from spark_jobs.pipelines import Pipeline
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
+def _checkout() -> Path:
+    # An editable install (what `make` does) keeps its state and configuration next to the checkout;
+    # anything else uses the working directory.
+    return PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
+
+
 def _default_home() -> Path:
-    # An editable install (what `make` does) keeps state next to the checkout; anything else uses
-    # the working directory.
-    root = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
-    return root / ".tidemark"
+    return _checkout() / ".tidemark"
 
 
 class Parser(NamedTuple):
@@ -155,6 +161,8 @@ class Settings:
         "the embedded Kafka broker's controller port")
     postgres_port: int = setting("TIDEMARK_POSTGRES_PORT", PORT, 15432, "the embedded PostgreSQL's port")
     topic: str = setting("TIDEMARK_TOPIC", TEXT, "events", "the Kafka topic of user events")
+    pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
+        "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
     # Empty: derived from home and the ports (__post_init__), as `shown` says.
     bootstrap_servers: str = setting("TIDEMARK_KAFKA_BOOTSTRAP_SERVERS", TEXT, "",
         shown="`127.0.0.1:$TIDEMARK_KAFKA_PORT`")
@@ -225,6 +233,7 @@ class Settings:
             "lake_root": self.lake_root or str(home / "lake"),
             "checkpoint_root": self.checkpoint_root or str(home / "checkpoints"),
             "jars_dir": home / "jars" if self.jars_dir == Path() else self.jars_dir,
+            "pipelines_file": _checkout() / "pipelines.yaml" if self.pipelines_file == Path() else self.pipelines_file,
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
@@ -258,6 +267,13 @@ class Settings:
     def dedupe_horizon_us(self) -> int | None:
         """The dedupe horizon in microseconds, None when unbounded."""
         return round(self.dedupe_horizon_days * 86_400_000_000) if self.dedupe_horizon_days > 0 else None
+
+    def pipelines(self) -> list[Pipeline]:
+        """The pipelines :attr:`pipelines_file` declares; what an entry leaves out comes from these settings."""
+        from spark_jobs import pipelines
+
+        defaults = pipelines.Defaults(self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger)
+        return pipelines.load(self.pipelines_file, defaults)
 
     @property
     def logs_dir(self) -> Path:

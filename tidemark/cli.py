@@ -8,6 +8,7 @@ and ``doctor`` when something is stopped or missing: their output says what to d
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from dataclasses import replace
@@ -225,6 +226,34 @@ def cmd_findings(settings: Settings, args: argparse.Namespace) -> int:
     return 1
 
 
+def cmd_pipelines(settings: Settings, args: argparse.Namespace) -> int:
+    """The pipelines the file declares (``check``: only whether it is valid). Needs no service."""
+    declared = settings.pipelines()
+    if args.action == "check":
+        names = ", ".join(p.name for p in declared)
+        print(f"{settings.pipelines_file}: {len(declared)} pipeline{'s' * (len(declared) != 1)} ({names}), valid")
+        return 0
+    print("\n".join(pipelines_table(declared)))
+    return 0
+
+
+def pipelines_table(declared: list) -> list[str]:  # list[Pipeline]
+    """``tidemark pipelines``' table: a line a pipeline with its topic, roles, sessions and schedule."""
+
+    def sessions(rules) -> str:  # SessionRules | None
+        if rules is None:
+            return "off"
+        return f"gap {rules.gap.total_seconds() / 60:g} min, at most {rules.max_length.total_seconds() / 3600:g} h"
+
+    header = ("pipeline", "topic", "entity id", "event time", "sessions", "schedule", "contract")
+    rows = [
+        (p.name, p.topic, p.contract.entity_id, p.contract.event_time, sessions(p.sessions), p.schedule or "manual")
+        + (p.contract.digest[:12],)
+        for p in declared
+    ]
+    return aligned([header, *rows])
+
+
 def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
     """Quarantined records by reason, with the latest sample records of each (from PostgreSQL, no Spark)."""
     from spark_jobs import db, quarantine
@@ -368,6 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--acknowledge", nargs="+", type=positive, metavar="ID", help="close these open findings (ids as listed)"
     )
     findings.add_argument("--reason", help="why they are acknowledged (required with --acknowledge; kept with them)")
+    pipelines = sub.add_parser("pipelines", help="list the pipelines of the pipelines file (no service needed)")
+    pipelines.add_argument(
+        "action", nargs="?", choices=("list", "check"), default="list", help="check: only check the file"
+    )
     quarantine = sub.add_parser("quarantine", help="quarantined records by reason, with sample records")
     quarantine.add_argument("--reason", help="only this reason (as listed, e.g. invalid_json)")
     quarantine.add_argument(
@@ -405,6 +438,7 @@ COMMANDS = {
     "quarantine": cmd_quarantine,
     "repair": cmd_repair,
     "maintain": cmd_maintain,
+    "pipelines": cmd_pipelines,
     "sessions": cmd_sessions,
     "airflow": cmd_airflow,
     "demo": demo.run,
@@ -420,11 +454,16 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings.from_env()
         if args.verbose and settings.spark_log_level == "ERROR":
             settings = replace(settings, spark_log_level="WARN")
+        if not args.verbose:
+            # librdkafka's notices (a fresh broker still loading, a retry) only with --verbose; its errors always.
+            logging.getLogger("tidemark.kafka").setLevel(logging.ERROR)
         secrets = settings.secrets()
         handler = cmd_migrate if args.command == "db" else COMMANDS[args.command]
         return handler(settings, args)
     except TidemarkError as exc:
-        print(redact(f"tidemark {args.command}: {exc}", secrets), file=sys.stderr)
+        # One line a problem (a pipelines file can have several).
+        for line in str(exc).splitlines():
+            print(redact(f"tidemark {args.command}: {line}", secrets), file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

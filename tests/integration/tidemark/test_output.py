@@ -13,6 +13,11 @@ from tests.integration.tidemark.test_errors import tidemark
 from tidemark.producer import ProduceSpec, produce
 
 
+def spark_lines(stderr: str) -> list[str]:
+    # The JVM's own notice of the incubator module Spark adds is the one line left (no option turns it off).
+    return [line for line in stderr.splitlines() if line != "WARNING: Using incubator modules: jdk.incubator.vector"]
+
+
 def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: Settings, tmp_path: Path) -> None:
     topic = f"quiet-{uuid.uuid4().hex[:10]}"
     produce(stack, ProduceSpec(count=20, entities=2), topic=topic, partitions=1)
@@ -25,11 +30,13 @@ def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: 
     quiet = tidemark(["ingest", "--topic", topic], env, tmp_path)
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     assert quiet.stdout.startswith(f"ingest:{topic} batch 0: read 20 = accepted 20"), quiet.stdout
-    # The JVM's own notice of the incubator module Spark adds is the one line left (no option turns it off).
-    leaked = [
-        line for line in quiet.stderr.splitlines() if line != "WARNING: Using incubator modules: jdk.incubator.vector"
-    ]
-    assert leaked == [], f"Spark's log lines leaked: {quiet.stderr[:3000]}"
+    assert spark_lines(quiet.stderr) == [], f"Spark's log lines leaked: {quiet.stderr[:3000]}"
+
+    # Maintenance prints its report, and not Delta's own "Deleted N files ..." line for each table.
+    maintained = tidemark(["maintain"], env, tmp_path)
+    assert maintained.returncode == 0, maintained.stderr[-3000:]
+    assert "Deleted" not in maintained.stdout and "events:" in maintained.stdout, maintained.stdout
+    assert spark_lines(maintained.stderr) == [], f"Spark's log lines leaked: {maintained.stderr[:3000]}"
 
     # --verbose shows Spark's warnings (a streaming query always warns that it turns adaptive execution off).
     verbose = tidemark(["ingest", "--topic", topic, "--verbose"], env, tmp_path)

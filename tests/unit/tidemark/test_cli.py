@@ -1,3 +1,9 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from tidemark.cli import build_parser, main
@@ -97,3 +103,44 @@ def test_help_shows_plain_text_not_restructuredtext() -> None:
     from tidemark.cli import build_parser
 
     assert "``" not in build_parser().format_help()
+
+
+def run_installed(args: list[str], pipelines_file: Path) -> subprocess.CompletedProcess:
+    """The installed ``tidemark`` script, as a user runs it, on ``pipelines_file`` (no service runs)."""
+    script = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
+    env |= {"TIDEMARK_PIPELINES": str(pipelines_file), "TIDEMARK_HOME": str(pipelines_file.parent / "home")}
+    return subprocess.run([script, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_tidemark_pipelines_lists_and_checks_the_file_and_prints_each_problem_on_its_line(tmp_path: Path) -> None:
+    from spark_jobs.settings import PROJECT_ROOT
+
+    listed = run_installed(["pipelines"], PROJECT_ROOT / "pipelines.yaml")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].split()[:4] == ["events", "events", "/entity_id", "/event_time"]
+    checked = run_installed(["pipelines", "check"], PROJECT_ROOT / "pipelines.yaml")
+    assert (checked.returncode, checked.stdout) == (
+        0,
+        f"{PROJECT_ROOT / 'pipelines.yaml'}: 1 pipeline (events), valid\n",
+    )
+
+    broken = tmp_path / "pipelines.yaml"
+    shipped = (PROJECT_ROOT / "pipelines.yaml").read_text()
+    broken.write_text(shipped.replace("event_time: /event_time", "event_time: /ts").replace("name: events", "name: Ev"))
+    failed = run_installed(["pipelines", "check"], broken)
+    assert (failed.returncode, failed.stdout) == (2, ""), failed.stderr
+    assert failed.stderr.splitlines() == [
+        "tidemark pipelines: pipelines.yaml: pipeline 'Ev': name: must be lower-case letters, digits and _, starting "
+        "with a letter, at most 40",
+    ]
+    broken.write_text(
+        shipped.replace("event_time: /event_time", "event_time: /ts").replace("*/15 * * * *", "quarterly")
+    )
+    failed = run_installed(["pipelines", "check"], broken)
+    assert failed.returncode == 2 and failed.stderr.splitlines() == [
+        "tidemark pipelines: pipelines.yaml: pipeline 'events': contract.event_time: '/ts' is not a property the "
+        "schema declares",
+        "tidemark pipelines: pipelines.yaml: pipeline 'events': schedule: 'quarterly' is not a cron expression "
+        "(e.g. '*/15 * * * *') or a preset (@hourly, @daily, @weekly, @monthly, @yearly)",
+    ], failed.stderr

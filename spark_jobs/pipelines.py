@@ -1,0 +1,530 @@
+"""Pipelines declared in a file: each Kafka topic with its contract, session rules, schedule and alerts.
+
+``pipelines.yaml`` (the setting ``TIDEMARK_PIPELINES``) lists the pipelines. :func:`load` reads it
+and checks it as a whole: first against :data:`CONFIG_SCHEMA` (the file's own shape), then what a
+schema cannot say (names and topics used once, each contract a valid JSON Schema, each role a
+property the contract declares, as a required string). Every problem is one line that names the
+file, the pipeline and the field, and all of them are reported at once.
+
+A pipeline's **contract** is a JSON Schema (draft 2020-12) of the record's value, plus where its
+roles live in the value (JSON pointers): the event id, the entity id (the session key), the event
+time and, optionally, the event type. ``columns`` name the fields that become typed columns of
+``events``; ``properties`` is the part of the value kept as JSON text. The checks every record gets
+whatever the contract says (UTF-8, one JSON document, its size, a usable entity id and event time)
+are in ``spark_jobs.validation``; see docs/design.md, "Pipelines".
+
+Nothing here needs Spark, Kafka or PostgreSQL: the CLI checks the file before it starts anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.contract import EVENT_COLUMNS, SessionRules
+from spark_jobs.errors import ConfigError
+
+# A pipeline's name names its PostgreSQL schema, its folder of Delta tables and its DAGs.
+NAME_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
+# Kafka's rule for topic names.
+TOPIC_PATTERN = "^[A-Za-z0-9._-]{1,249}$"
+# The Spark SQL types a typed column may have.
+COLUMN_TYPES = ("string", "boolean", "int", "bigint", "long", "double", "date", "timestamp")
+DECIMAL_PATTERN = re.compile(r"decimal\((\d{1,2}),\s*(\d{1,2})\)")
+# Columns every pipeline's events table has; a typed column may not take one of these names.
+RESERVED_COLUMNS = EVENT_COLUMNS
+ROLES = ("event_id", "entity_id", "event_time", "event_type")
+REQUIRED_ROLES = ROLES[:3]
+SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
+DEFAULT_SCHEDULE = "*/15 * * * *"
+
+_EMAIL = "^[^@\\s]+@[^@\\s]+$"
+_POINTER = "^(/([^~]|~[01])*)*$"
+
+# The file's own shape. ``x-must`` is the one-line error shown when a value breaks its schema.
+CONFIG_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["pipelines"],
+    "additionalProperties": False,
+    "x-must": "must be a mapping whose one field, pipelines, lists the pipelines",
+    "properties": {
+        "pipelines": {
+            "type": "array",
+            "minItems": 1,
+            "x-must": "must be a list of at least one pipeline",
+            "items": {
+                "type": "object",
+                "required": ["name", "contract"],
+                "additionalProperties": False,
+                "x-must": "must be a mapping (name, topic, contract, sessions, ...)",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "pattern": NAME_PATTERN,
+                        "x-must": "must be lower-case letters, digits and _, starting with a letter, at most 40",
+                    },
+                    "topic": {
+                        "type": "string",
+                        "pattern": TOPIC_PATTERN,
+                        "x-must": "must be a Kafka topic name (letters, digits, '.', '_', '-')",
+                    },
+                    "contract": {
+                        "type": "object",
+                        "required": ["schema", "event_id", "entity_id", "event_time"],
+                        "additionalProperties": False,
+                        "x-must": "must be a mapping with schema, event_id, entity_id and event_time",
+                        "properties": {
+                            "schema": {
+                                "type": ["object", "string"],
+                                "x-must": "must be a JSON Schema, or the path of a file holding one",
+                            },
+                            **{
+                                role: {
+                                    "type": "string",
+                                    "pattern": _POINTER,
+                                    "x-must": "must be a JSON pointer into the value, e.g. '/user/id'",
+                                }
+                                for role in ROLES
+                            },
+                            "properties": {
+                                "type": "string",
+                                "pattern": _POINTER,
+                                "x-must": "must be a JSON pointer to an object of the value ('' for all of it)",
+                            },
+                            "key_is_entity_id": {"type": "boolean", "x-must": "must be true or false"},
+                            "columns": {
+                                "type": "object",
+                                "x-must": "must map dotted paths of the value to Spark SQL types",
+                                "additionalProperties": {
+                                    "type": "string",
+                                    "x-must": "must be a Spark SQL type: "
+                                    + ", ".join(COLUMN_TYPES)
+                                    + " or decimal(p,s)",
+                                },
+                            },
+                        },
+                    },
+                    "sessions": {
+                        "x-must": "must be off, or a mapping of gap_minutes and max_hours",
+                        "oneOf": [
+                            {"const": "off"},
+                            {"const": False},
+                            {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {
+                                    "gap_minutes": {"type": "number", "exclusiveMinimum": 0},
+                                    "max_hours": {"type": "number", "exclusiveMinimum": 0},
+                                },
+                            },
+                        ],
+                    },
+                    "dedupe_horizon_days": {
+                        "oneOf": [{"type": "number", "minimum": 0}, {"const": "unbounded"}],
+                        "x-must": "must be a number of days, 0 or more, or unbounded",
+                    },
+                    "max_offsets_per_trigger": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "x-must": "must be a whole number of records, 0 or more (0: no cap)",
+                    },
+                    "schedule": {
+                        "type": ["string", "null"],
+                        "x-must": "must be a cron expression, a preset such as @hourly, or null (manual runs only)",
+                    },
+                    "alerts": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "x-must": "must be a mapping of webhook (an Airflow connection id) and email (a list)",
+                        "properties": {
+                            "webhook": {
+                                "type": "string",
+                                "pattern": "^[A-Za-z0-9_.-]+$",
+                                "x-must": "must be an Airflow connection id",
+                            },
+                            "email": {
+                                "type": "array",
+                                "items": {"type": "string", "pattern": _EMAIL, "x-must": "must be an e-mail address"},
+                                "x-must": "must be a list of e-mail addresses",
+                            },
+                        },
+                    },
+                },
+            },
+        }
+    },
+}
+
+
+@dataclass(frozen=True)
+class Column:
+    """A typed column of ``events``: ``name`` holds the value at ``pointer`` as ``type``."""
+
+    name: str
+    pointer: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What a valid record's value is (``schema``) and where its roles are (JSON pointers)."""
+
+    schema: Mapping[str, Any]
+    event_id: str
+    entity_id: str
+    event_time: str
+    event_type: str | None = None
+    properties: str | None = None
+    key_is_entity_id: bool = True
+    columns: tuple[Column, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        """A hash of the contract, the same for the same document whatever its key order."""
+        text = json.dumps(self.document(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def document(self) -> dict[str, Any]:
+        """The contract as the file declares it (with its defaults filled in)."""
+        return {
+            "schema": self.schema,
+            **{role: getattr(self, role) for role in ROLES if getattr(self, role) is not None},
+            "properties": self.properties,
+            "key_is_entity_id": self.key_is_entity_id,
+            "columns": {c.pointer: c.type for c in self.columns},
+        }
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """Where a pipeline's alerts go besides the task log: an Airflow connection's webhook, e-mail addresses."""
+
+    webhook: str | None = None
+    email: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """One pipeline: a topic, its contract and its rules. Unset values come from the settings."""
+
+    name: str
+    topic: str
+    contract: Contract
+    sessions: SessionRules | None  # None: the pipeline cuts no sessions
+    dedupe_horizon_days: float
+    max_offsets_per_trigger: int
+    schedule: str | None  # None: manual runs only
+    alerts: Alerts = field(default_factory=Alerts)
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """What a pipeline that leaves a value out gets (today's settings)."""
+
+    sessions: SessionRules = field(default_factory=SessionRules)
+    dedupe_horizon_days: float = 30.0
+    max_offsets_per_trigger: int = 500_000
+    schedule: str | None = DEFAULT_SCHEDULE
+    alerts: Alerts = field(default_factory=Alerts)
+
+
+class PipelinesError(ConfigError):
+    """The file's problems, one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def load(path: Path, defaults: Defaults | None = None) -> list[Pipeline]:
+    """The pipelines ``path`` declares, or a :class:`PipelinesError` with every problem it has."""
+    document = _read(path)
+    return parse(document, path, defaults or Defaults())
+
+
+def parse(document: Any, path: Path, defaults: Defaults) -> list[Pipeline]:
+    """The pipelines of the parsed file ``document`` (read from ``path``; contract files are beside it)."""
+    problems: list[str] = []
+    broken: set[int] = set()  # entries whose shape is wrong: their contracts are not checked further
+    for place, line in _shape_problems(document, path.name):
+        problems.append(line)
+        broken.add(place[1] if len(place) > 1 else -1)
+    if -1 in broken:  # the file itself is not a list of pipelines
+        raise PipelinesError(problems)
+    pipelines: list[Pipeline] = []
+    names: set[str] = set()
+    topics: dict[str, str] = {}
+    for index, entry in enumerate(document["pipelines"]):
+        if index in broken:
+            continue
+        where = f"{path.name}: pipeline {entry['name']!r}"
+        if entry["name"] in names:
+            problems.append(f"{where}: name: another pipeline has this name; each name is used once")
+            continue
+        names.add(entry["name"])
+        topic = entry.get("topic", entry["name"])
+        if topic in topics:
+            problems.append(
+                f"{where}: topic: {topic!r} is pipeline {topics[topic]!r}'s topic already; a topic feeds one "
+                "pipeline (its offsets are that pipeline's proof of coverage)"
+            )
+        topics.setdefault(topic, entry["name"])
+        found = [f"{where}: {line}" for line in _entry_problems(entry, path.parent)]
+        problems += found
+        if not found:
+            pipelines.append(_pipeline(entry, topic, path.parent, defaults))
+    if problems:
+        raise PipelinesError(problems)
+    return pipelines
+
+
+def _read(path: Path) -> Any:
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PipelinesError([f"{path}: no such file; set TIDEMARK_PIPELINES to your pipelines file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelinesError([f"{path}: cannot be read ({exc})"]) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise PipelinesError([f"{path.name}: not valid YAML{at}: {getattr(exc, 'problem', exc)}"]) from None
+
+
+def _shape_problems(document: Any, file_name: str) -> Iterator[tuple[list, str]]:
+    """Where ``document`` breaks :data:`CONFIG_SCHEMA` and the line that says how, once per place and rule."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(CONFIG_SCHEMA)
+    reported: set[tuple] = set()
+    for error in sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path]):
+        place = list(error.absolute_path)
+        if (*place, error.validator) in reported:
+            continue
+        reported.add((*place, error.validator))
+        yield place, f"{file_name}: {_place(document, place)}{_message(error)}"
+
+
+def _place(document: Any, place: list) -> str:
+    """'pipeline 'web': contract.event_id: ' for the path ['pipelines', 1, 'contract', 'event_id']."""
+    if len(place) < 2 or place[0] != "pipelines":
+        return "".join(f"{p}: " for p in place[:1])
+    entry = document["pipelines"][place[1]]
+    name = entry.get("name") if isinstance(entry, dict) else None
+    who = f"pipeline {name!r}" if isinstance(name, str) else f"pipeline {place[1] + 1}"
+    rest = ".".join(str(p) for p in place[2:])
+    return f"{who}: " + (f"{rest}: " if rest else "")
+
+
+def _message(error: Any) -> str:
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(known))
+        return f"unknown field {', '.join(map(repr, unknown))}" + (f" (known: {', '.join(known)})" if known else "")
+    if error.validator == "required":
+        return f"{error.message.split(' is a required')[0]} is missing"
+    must = error.schema.get("x-must")
+    return must if must else error.message
+
+
+def _entry_problems(entry: Mapping[str, Any], folder: Path) -> Iterator[str]:
+    """What the file's shape cannot say about one pipeline: its contract, rules and schedule."""
+    contract = entry["contract"]
+    schema, problem = _contract_schema(contract["schema"], folder)
+    if problem:
+        yield f"contract.schema: {problem}"
+        return
+    for role in ROLES:
+        if role not in contract:
+            continue
+        declared = _declared(schema, contract[role])
+        if declared is None:
+            yield f"contract.{role}: {contract[role]!r} is not a property the schema declares"
+            continue
+        if "string" not in _types(declared):
+            declared_as = "/".join(_types(declared)) or "anything"
+            yield f"contract.{role}: {contract[role]!r} is declared as {declared_as}; a role's value must be a string"
+            continue
+        if len(_types(declared)) > 1:
+            yield f"contract.{role}: {contract[role]!r} may be {'/'.join(_types(declared))}; declare it a string"
+        if role in REQUIRED_ROLES and not _required(schema, contract[role]):
+            yield f"contract.{role}: {contract[role]!r} is not required by the schema; a record needs its {role}"
+        if role == "event_time" and declared.get("format", "date-time") != "date-time":
+            yield f"contract.event_time: {contract[role]!r} has format {declared['format']!r}; it must be a date-time"
+    if contract.get("properties"):
+        declared = _declared(schema, contract["properties"])
+        if declared is None:
+            yield f"contract.properties: {contract['properties']!r} is not a property the schema declares"
+        elif "object" not in _types(declared):
+            yield f"contract.properties: {contract['properties']!r} is not declared as an object"
+    names: dict[str, str] = {}
+    for dotted, type_ in contract.get("columns", {}).items():
+        pointer = _dotted_pointer(dotted)
+        column = dotted.replace(".", "_")
+        if not re.fullmatch("[a-z_][a-z0-9_]*", column):
+            yield f"contract.columns.{dotted}: a column's path is lower-case words joined by '.', e.g. page.url"
+        elif column in RESERVED_COLUMNS:
+            yield f"contract.columns.{dotted}: {column!r} is a column every events table has; pick another field"
+        elif column in names:
+            yield f"contract.columns.{dotted}: makes the column {column!r}, as {names[column]} does"
+        elif _declared(schema, pointer) is None:
+            yield f"contract.columns.{dotted}: {pointer!r} is not a property the schema declares"
+        elif not (type_ in COLUMN_TYPES or DECIMAL_PATTERN.fullmatch(type_) and _decimal_fits(type_)):
+            yield (
+                f"contract.columns.{dotted}: {type_!r} is not a column type: {', '.join(COLUMN_TYPES)} or "
+                "decimal(p,s) (p up to 38, s up to p)"
+            )
+        names.setdefault(column, dotted)
+    sessions = entry.get("sessions")
+    if isinstance(sessions, dict):
+        try:
+            _rules(sessions, SessionRules())
+        except ConfigError as exc:
+            yield f"sessions: {exc}"
+    schedule = entry.get("schedule")
+    if isinstance(schedule, str) and schedule not in SCHEDULE_PRESETS:
+        from croniter import croniter
+
+        if not croniter.is_valid(schedule):
+            presets = ", ".join(SCHEDULE_PRESETS)
+            yield f"schedule: {schedule!r} is not a cron expression (e.g. '*/15 * * * *') or a preset ({presets})"
+
+
+def _contract_schema(value: Any, folder: Path) -> tuple[dict[str, Any], str | None]:
+    """The contract's JSON Schema (inline, or the file ``value`` names beside the config), or a problem."""
+    from jsonschema import Draft202012Validator, SchemaError
+
+    if isinstance(value, str):
+        path = folder / value
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            return {}, f"{value!r}: no such file beside the pipelines file"
+        try:
+            import yaml
+
+            value = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            return {}, f"{value!r} is not valid JSON or YAML: {str(exc).splitlines()[0]}"
+    if not isinstance(value, dict):
+        return {}, "is not a JSON Schema (a mapping)"
+    declared_draft = value.get("$schema", Draft202012Validator.META_SCHEMA["$id"])
+    if declared_draft.rstrip("#") != Draft202012Validator.META_SCHEMA["$id"].rstrip("#"):
+        return {}, f"$schema {declared_draft!r}: tidemark reads JSON Schema draft 2020-12"
+    try:
+        Draft202012Validator.check_schema(value)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        return {}, f"is not a valid JSON Schema: {where + ': ' if where else ''}{exc.message}"
+    if _types(value) != ("object",):
+        return {}, 'must declare the value an object ("type": "object")'
+    return value, None
+
+
+def _resolve(schema: Mapping[str, Any], node: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``node`` with a local ``$ref`` ("#/$defs/...") followed."""
+    for _ in range(32):
+        ref = node.get("$ref")
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            return node
+        target: Any = schema
+        for token in _tokens(ref[1:]):
+            target = target.get(token, {}) if isinstance(target, dict) else {}
+        node = target
+    return node
+
+
+def _tokens(pointer: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]] if pointer else []
+
+
+def _walk(schema: Mapping[str, Any], pointer: str) -> Iterator[tuple[Mapping[str, Any], str]]:
+    """Each (object schema, property name) along ``pointer``; stops where the schema declares nothing."""
+    node = _resolve(schema, schema)
+    for token in _tokens(pointer):
+        properties = node.get("properties", {})
+        if token not in properties:
+            yield node, ""
+            return
+        yield node, token
+        node = _resolve(schema, properties[token])
+
+
+def _declared(schema: Mapping[str, Any], pointer: str) -> Mapping[str, Any] | None:
+    """The schema of the property at ``pointer``, None when the schema does not declare it."""
+    node = _resolve(schema, schema)
+    for parent, token in _walk(schema, pointer):
+        if not token:
+            return None
+        node = _resolve(schema, parent["properties"][token])
+    return node
+
+
+def _required(schema: Mapping[str, Any], pointer: str) -> bool:
+    return all(token and token in parent.get("required", ()) for parent, token in _walk(schema, pointer))
+
+
+def _types(node: Mapping[str, Any]) -> tuple[str, ...]:
+    declared = node.get("type", ())
+    return (declared,) if isinstance(declared, str) else tuple(declared)
+
+
+def _dotted_pointer(dotted: str) -> str:
+    return "/" + "/".join(dotted.split("."))
+
+
+def _decimal_fits(type_: str) -> bool:
+    precision, scale = map(int, DECIMAL_PATTERN.fullmatch(type_).groups())  # type: ignore[union-attr]
+    return 0 < precision <= 38 and scale <= precision
+
+
+def _rules(sessions: Mapping[str, Any], default: SessionRules) -> SessionRules:
+    gap = sessions.get("gap_minutes")
+    longest = sessions.get("max_hours")
+    return SessionRules(
+        timedelta(minutes=gap) if gap is not None else default.gap,
+        timedelta(hours=longest) if longest is not None else default.max_length,
+    )
+
+
+def _pipeline(entry: Mapping[str, Any], topic: str, folder: Path, defaults: Defaults) -> Pipeline:
+    raw = entry["contract"]
+    schema, _ = _contract_schema(raw["schema"], folder)
+    columns = tuple(
+        Column(dotted.replace(".", "_"), _dotted_pointer(dotted), type_)
+        for dotted, type_ in raw.get("columns", {}).items()
+    )
+    contract = Contract(
+        schema=schema,
+        event_id=raw["event_id"],
+        entity_id=raw["entity_id"],
+        event_time=raw["event_time"],
+        event_type=raw.get("event_type"),
+        properties=raw.get("properties"),
+        key_is_entity_id=raw.get("key_is_entity_id", True),
+        columns=columns,
+    )
+    sessions = entry.get("sessions", {})
+    horizon = entry.get("dedupe_horizon_days", defaults.dedupe_horizon_days)
+    alerts = entry.get("alerts")
+    return Pipeline(
+        name=entry["name"],
+        topic=topic,
+        contract=contract,
+        sessions=None if sessions in ("off", False) else _rules(sessions, defaults.sessions),
+        dedupe_horizon_days=0.0 if horizon == "unbounded" else float(horizon),
+        max_offsets_per_trigger=entry.get("max_offsets_per_trigger", defaults.max_offsets_per_trigger),
+        schedule=entry.get("schedule", defaults.schedule),
+        alerts=Alerts(alerts.get("webhook"), tuple(alerts.get("email", ()))) if alerts else defaults.alerts,
+    )

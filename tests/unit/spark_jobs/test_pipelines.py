@@ -1,0 +1,286 @@
+"""The pipelines file: what it declares, and one line per problem naming the file, pipeline and field."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spark_jobs import pipelines
+from spark_jobs.contract import SessionRules
+from spark_jobs.pipelines import Column, Defaults, PipelinesError
+from spark_jobs.settings import PROJECT_ROOT
+
+WEB_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["messageId", "userId", "timestamp", "event"],
+    "properties": {
+        "messageId": {"type": "string"},
+        "userId": {"type": "string"},
+        "timestamp": {"type": "string", "format": "date-time"},
+        "event": {"type": "string", "enum": ["Page Viewed", "Order Completed"]},
+        "properties": {
+            "type": "object",
+            "properties": {"revenue": {"type": "number"}, "page": {"$ref": "#/$defs/page"}},
+        },
+    },
+    "$defs": {"page": {"type": "object", "properties": {"url": {"type": "string"}}}},
+}
+ORDERS_SCHEMA = {
+    "type": "object",
+    "required": ["order", "occurred_at", "type"],
+    "properties": {
+        "order": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string", "pattern": "^o-"}}},
+        "occurred_at": {"type": "string", "format": "date-time"},
+        "type": {"type": "string"},
+    },
+}
+
+
+def three_pipelines() -> dict:
+    """Today's events, a Segment-style web stream (schema in a file) and domain events without sessions."""
+    return {
+        "pipelines": [
+            yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())["pipelines"][0],
+            {
+                "name": "web",
+                "topic": "web-clicks",
+                "contract": {
+                    "schema": "web.schema.json",
+                    "event_id": "/messageId",
+                    "entity_id": "/userId",
+                    "event_time": "/timestamp",
+                    "event_type": "/event",
+                    "properties": "/properties",
+                    "key_is_entity_id": False,
+                    "columns": {"properties.revenue": "decimal(18,2)", "properties.page.url": "string"},
+                },
+                "sessions": {"gap_minutes": 20, "max_hours": 6},
+                "schedule": "@hourly",
+                "alerts": {"webhook": "web_team", "email": ["web@example.com"]},
+            },
+            {
+                "name": "orders",
+                "contract": {
+                    "schema": ORDERS_SCHEMA,
+                    "event_id": "/order/id",
+                    "entity_id": "/order/id",
+                    "event_time": "/occurred_at",
+                    "event_type": "/type",
+                },
+                "sessions": "off",
+                "dedupe_horizon_days": "unbounded",
+                "max_offsets_per_trigger": 100000,
+                "schedule": None,
+            },
+        ]
+    }
+
+
+def write(tmp_path: Path, config: dict | str) -> Path:
+    (tmp_path / "web.schema.json").write_text(json.dumps(WEB_SCHEMA))
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def problems(tmp_path: Path, config: dict | str) -> list[str]:
+    with pytest.raises(PipelinesError) as raised:
+        pipelines.load(write(tmp_path, config))
+    assert str(raised.value) == "\n".join(raised.value.problems)
+    return raised.value.problems
+
+
+def test_the_shipped_file_declares_todays_events_pipeline_with_the_settings_defaults() -> None:
+    defaults = Defaults(sessions=SessionRules(timedelta(minutes=7.5)), dedupe_horizon_days=3, max_offsets_per_trigger=9)
+    [events] = pipelines.load(PROJECT_ROOT / "pipelines.yaml", defaults)
+    assert (events.name, events.topic, events.schedule) == ("events", "events", "*/15 * * * *")
+    contract = events.contract
+    assert (contract.event_id, contract.entity_id, contract.event_time, contract.event_type) == (
+        "/event_id",
+        "/entity_id",
+        "/event_time",
+        "/event_type",
+    )
+    assert contract.key_is_entity_id and contract.properties == "/properties" and contract.columns == ()
+    assert (events.sessions, events.dedupe_horizon_days, events.max_offsets_per_trigger) == (defaults.sessions, 3, 9)
+
+
+def test_three_pipelines_with_their_own_contracts_rules_schedules_and_alerts(tmp_path: Path) -> None:
+    events, web, orders = pipelines.load(write(tmp_path, three_pipelines()))
+    assert [p.name for p in (events, web, orders)] == ["events", "web", "orders"]
+    assert (web.topic, web.contract.schema, web.contract.key_is_entity_id) == ("web-clicks", WEB_SCHEMA, False)
+    assert web.contract.columns == (
+        Column("properties_revenue", "/properties/revenue", "decimal(18,2)"),
+        Column("properties_page_url", "/properties/page/url", "string"),
+    )
+    assert web.sessions == SessionRules(timedelta(minutes=20), timedelta(hours=6))
+    assert (web.schedule, web.alerts.webhook, web.alerts.email) == ("@hourly", "web_team", ("web@example.com",))
+    # The topic defaults to the name; sessions can be off; the horizon unbounded; manual runs only.
+    assert (orders.topic, orders.sessions, orders.dedupe_horizon_days, orders.schedule) == ("orders", None, 0.0, None)
+    assert orders.max_offsets_per_trigger == 100_000 and orders.contract.entity_id == "/order/id"
+    # The contract's digest follows its content, not the order of its keys.
+    reordered = dict(reversed(list(ORDERS_SCHEMA.items())))
+    assert (
+        orders.contract.digest
+        == pipelines.Contract(reordered, "/order/id", "/order/id", "/occurred_at", "/type").digest
+    )
+    assert orders.contract.digest != web.contract.digest
+
+
+def change(path: str, value: object, delete: bool = False) -> dict:
+    """:func:`three_pipelines` with the value at ``path`` ("1.contract.event_time") set or deleted."""
+    config = three_pipelines()
+    *parents, last = path.split(".")
+    node = config["pipelines"]
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node[key]
+    if delete:
+        del node[last]
+    else:
+        node[int(last) if last.isdigit() else last] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "line"),
+    [
+        (
+            "1.contract.event_time",
+            "/ts",
+            "pipelines.yaml: pipeline 'web': contract.event_time: '/ts' is not a property the schema declares",
+        ),
+        (
+            "1.contract.entity_id",
+            "/properties/page/url",
+            "pipelines.yaml: pipeline 'web': contract.entity_id: '/properties/page/url' is not required by the "
+            "schema; a record needs its entity_id",
+        ),
+        (
+            "1.contract.event_id",
+            "/properties/revenue",
+            "pipelines.yaml: pipeline 'web': contract.event_id: '/properties/revenue' is declared as number; a "
+            "role's value must be a string",
+        ),
+        (
+            "2.contract.schema",
+            {"type": "object", "properties": {"order": {"type": "thing"}}},
+            "pipelines.yaml: pipeline 'orders': contract.schema: is not a valid JSON Schema: properties/order/type: "
+            "'thing' is not valid under any of the given schemas",
+        ),
+        (
+            "2.contract.schema",
+            {"type": "array"},
+            'pipelines.yaml: pipeline \'orders\': contract.schema: must declare the value an object ("type": "object")',
+        ),
+        (
+            "1.contract.schema",
+            "missing.json",
+            "pipelines.yaml: pipeline 'web': contract.schema: 'missing.json': no such file beside the pipelines file",
+        ),
+        (
+            "1.contract.columns",
+            {"properties.revenue": "money"},
+            "pipelines.yaml: pipeline 'web': contract.columns.properties.revenue: 'money' is not a column type: "
+            "string, boolean, int, bigint, long, double, date, timestamp or decimal(p,s) (p up to 38, s up to p)",
+        ),
+        (
+            "1.contract.columns",
+            {"properties": "string"},
+            "pipelines.yaml: pipeline 'web': contract.columns.properties: 'properties' is a column every events "
+            "table has; pick another field",
+        ),
+        (
+            "2.name",
+            "web",
+            "pipelines.yaml: pipeline 'web': name: another pipeline has this name; each name is used once",
+        ),
+        (
+            "2.topic",
+            "web-clicks",
+            "pipelines.yaml: pipeline 'orders': topic: 'web-clicks' is pipeline 'web''s topic already; a topic feeds "
+            "one pipeline (its offsets are that pipeline's proof of coverage)",
+        ),
+        (
+            "1.name",
+            "Web Clicks",
+            "pipelines.yaml: pipeline 'Web Clicks': name: must be lower-case letters, digits and _, starting with a "
+            "letter, at most 40",
+        ),
+        (
+            "1.sessions",
+            {"gap_minutes": 90, "max_hours": 1},
+            "pipelines.yaml: pipeline 'web': sessions: maximum session length 1:00:00 is shorter than the gap 1:30:00",
+        ),
+        (
+            "1.sessions",
+            {"gap_minutes": -1},
+            "pipelines.yaml: pipeline 'web': sessions: must be off, or a mapping of gap_minutes and max_hours",
+        ),
+        (
+            "1.schedule",
+            "every hour",
+            "pipelines.yaml: pipeline 'web': schedule: 'every hour' is not a cron expression (e.g. '*/15 * * * *') or "
+            "a preset (@hourly, @daily, @weekly, @monthly, @yearly)",
+        ),
+        (
+            "1.alerts",
+            {"email": ["not an address"]},
+            "pipelines.yaml: pipeline 'web': alerts.email.0: must be an e-mail address",
+        ),
+        (
+            "1.max_offsets_per_trigger",
+            -5,
+            "pipelines.yaml: pipeline 'web': max_offsets_per_trigger: must be a whole number of records, 0 or more "
+            "(0: no cap)",
+        ),
+        (
+            "1.windows",
+            5,
+            "pipelines.yaml: pipeline 'web': unknown field 'windows' (known: alerts, contract, dedupe_horizon_days, "
+            "max_offsets_per_trigger, name, schedule, sessions, topic)",
+        ),
+    ],
+)
+def test_each_problem_is_one_line_naming_the_file_the_pipeline_and_the_field(
+    tmp_path: Path, path: str, value: object, line: str
+) -> None:
+    assert problems(tmp_path, change(path, value)) == [line]
+
+
+def test_a_missing_role_and_every_problem_of_the_file_are_reported_at_once(tmp_path: Path) -> None:
+    config = change("1.contract.event_id", None, delete=True)
+    config["pipelines"][2]["contract"]["event_time"] = "/when"
+    assert problems(tmp_path, config) == [
+        "pipelines.yaml: pipeline 'web': contract: 'event_id' is missing",
+        # The first problem does not hide the second pipeline's.
+        "pipelines.yaml: pipeline 'orders': contract.event_time: '/when' is not a property the schema declares",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "lines"),
+    [
+        (
+            "pipelines: [\n  - name: x\n",
+            ["pipelines.yaml: not valid YAML at line 2, column 3: expected the node content, but found '-'"],
+        ),
+        ("pipelines: []\n", ["pipelines.yaml: pipelines: must be a list of at least one pipeline"]),
+        (
+            "pipeline:\n  - name: x\n",
+            ["pipelines.yaml: 'pipelines' is missing", "pipelines.yaml: unknown field 'pipeline' (known: pipelines)"],
+        ),
+        ("- name: x\n", ["pipelines.yaml: must be a mapping whose one field, pipelines, lists the pipelines"]),
+    ],
+)
+def test_a_file_that_is_not_a_list_of_pipelines_says_what_it_is(tmp_path: Path, text: str, lines: list[str]) -> None:
+    assert problems(tmp_path, text) == lines
+
+
+def test_a_missing_file_says_which_setting_names_it(tmp_path: Path) -> None:
+    with pytest.raises(PipelinesError, match="no such file; set TIDEMARK_PIPELINES to your pipelines file"):
+        pipelines.load(tmp_path / "nowhere.yaml")
