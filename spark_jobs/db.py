@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from spark_jobs.errors import ServiceUnavailable
+from spark_jobs.errors import NotMigrated, ServiceUnavailable
 
 
 def connect(dsn: str, **options: object):  # -> psycopg2 connection
@@ -42,7 +42,7 @@ def transaction(dsn: str, isolation_level: str | None = None, **options: object)
     try:
         if isolation_level:
             conn.set_session(isolation_level=isolation_level)
-        with conn, conn.cursor() as cur:
+        with _migrated(dsn), conn, conn.cursor() as cur:
             yield cur
     finally:
         conn.close()
@@ -55,9 +55,24 @@ def session(dsn: str, **options: object) -> Iterator:
     conn = connect(dsn, **options)
     try:
         conn.autocommit = True
-        yield conn
+        with _migrated(dsn):
+            yield conn
     finally:
         conn.close()
+
+
+@contextmanager
+def _migrated(dsn: str) -> Iterator[None]:
+    """A table the migrations create is missing: the database is not migrated (one line, not a traceback)."""
+    import psycopg2.errors
+
+    try:
+        yield
+    except psycopg2.errors.UndefinedTable as exc:
+        missing = str(exc).splitlines()[0].removeprefix("relation ").removesuffix(" does not exist")
+        raise NotMigrated(
+            f"PostgreSQL at {describe_dsn(dsn)} has no table {missing}: run `tidemark db migrate` (make migrate)"
+        ) from None
 
 
 def describe_dsn(dsn: str) -> str:

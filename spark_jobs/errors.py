@@ -45,6 +45,10 @@ class ServiceUnavailable(TidemarkError, ConnectionError):
     """Kafka or PostgreSQL cannot be reached."""
 
 
+class NotMigrated(TidemarkError):
+    """The database lacks a table tidemark's migrations create."""
+
+
 class TopicError(TidemarkError):
     """A topic is missing or misconfigured."""
 

@@ -173,3 +173,27 @@ def test_records_retention_removed_since_the_last_run_are_one_line_before_spark_
     line = one_line(result)
     assert "partition 0 offsets [4, 6) were removed by Kafka's retention since the last run" in line, line
     assert "--allow-data-loss" in line, line
+
+
+@pytest.mark.parametrize("command", [["ingest", "--topic"], ["reconcile"], ["quarantine"]])
+def test_a_database_not_migrated_yet_is_one_line_that_says_to_migrate(
+    stack: Settings, tmp_path: Path, command: list[str]
+) -> None:
+    from spark_jobs import db
+    from tidemark.embedded import PostgresServer
+    from tidemark.producer import ProduceSpec, produce
+
+    if command[-1] == "--topic":
+        command = [*command, f"unmigrated-{uuid.uuid4().hex[:8]}"]
+        produce(stack, ProduceSpec(count=2, entities=1), topic=command[-1], partitions=1)
+
+    name = f"tidemark_unmigrated_{uuid.uuid4().hex[:8]}"
+    with db.session(PostgresServer(stack).superuser_dsn()) as conn, conn.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}" OWNER tidemark')
+    try:
+        dsn = stack.postgres_dsn.replace("dbname=tidemark", f"dbname={name}")
+        line = one_line(tidemark(command, stack.to_env() | {"TIDEMARK_POSTGRES_DSN": dsn} | NO_SPARK, tmp_path))
+        assert f"/{name} as tidemark has no table" in line and "run `tidemark db migrate`" in line, line
+    finally:
+        with db.session(PostgresServer(stack).superuser_dsn()) as conn, conn.cursor() as cur:
+            cur.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
