@@ -1,0 +1,96 @@
+"""What one batch costs in Spark and Delta, counted, so that work added to the hot path fails a test.
+
+Counts, not times (these machines are shared and noisy): Spark SQL executions, Spark jobs and Delta
+commits per table, for a steady-state batch (new records of a known entity into a lake that holds
+data), a takeover batch (an earlier copy arrives and moves a stored event to ``duplicates``) and a
+replay (a backfill of a range the ledger holds). The budgets are what the writer costs today;
+the writer's redesign lowers them (at most 12 executions; a commit only for a table a batch changes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from spark_jobs import ingest
+from spark_jobs.offsets import ensure_topic
+from spark_jobs.planning import plan_backfill
+from spark_jobs.sinks.delta import table_versions
+from tests.integration.spark_jobs.checks import send
+
+T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
+# (SQL executions, jobs) a batch may run: today's, measured on Spark 4.2 / Delta 4.4.
+BUDGET_STEADY = (42, 58)
+BUDGET_TAKEOVER = (57, 79)
+BUDGET_REPLAY = (36, 54)
+
+
+@dataclass(frozen=True)
+class Cost:
+    executions: int  # Spark SQL executions (a query's, a command's, a write's)
+    jobs: int
+    commits: dict[str, int]  # new Delta versions per sink table
+
+
+def cost(spark, settings, work: Callable[[], object]) -> Cost:
+    """What ``work()`` ran: executions and jobs started meanwhile, and the sink tables' new versions."""
+    sc = spark.sparkContext._jsc.sc()
+    sql = spark._jsparkSession.sharedState().statusStore()
+
+    def ids() -> tuple[list[int], list[int]]:
+        sc.listenerBus().waitUntilEmpty(30_000)  # the status stores are fed by Spark's listener bus
+        executions, jobs = sql.executionsList(), sc.statusStore().jobsList(None)  # Scala sequences
+        return (
+            [executions.apply(i).executionId() for i in range(executions.size())],
+            [jobs.apply(i).jobId() for i in range(jobs.size())],
+        )
+
+    versions = table_versions(spark, settings)
+    executions, jobs = (max(found, default=-1) for found in ids())
+    work()
+    new_executions, new_jobs = ids()
+    after = table_versions(spark, settings)
+    return Cost(
+        sum(1 for e in new_executions if e > executions),
+        sum(1 for j in new_jobs if j > jobs),
+        {name: after[name] - versions[name] for name in after},
+    )
+
+
+def event(i: int) -> dict:
+    return {
+        "event_id": f"e{i}",
+        "entity_id": "one",
+        "event_type": "view",
+        "event_time": (T0 + timedelta(minutes=i)).isoformat(),
+    }
+
+
+def test_a_steady_batch_a_takeover_and_a_replay_stay_within_their_budgets(spark, run) -> None:
+    settings, _ = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    send(settings, settings.topic, [event(i) for i in range(5)], [T0 + timedelta(minutes=i) for i in range(5)])
+    ingest.run_scheduled(spark, settings)  # a new lake: its tables are created (not counted)
+
+    send(settings, settings.topic, [event(i) for i in range(5, 10)], [T0 + timedelta(minutes=i) for i in range(5, 10)])
+    steady = cost(spark, settings, lambda: ingest.run_scheduled(spark, settings))
+    # An earlier copy of e2 arrives: the batch moves the stored e2 to duplicates.
+    send(settings, settings.topic, [event(2)], [T0 - timedelta(minutes=1)])
+    takeover = cost(spark, settings, lambda: ingest.run_scheduled(spark, settings))
+    plan = plan_backfill(settings, settings.topic, offsets={0: (0, 5)})
+    replay = cost(spark, settings, lambda: ingest.run_backfill(spark, settings, plan))
+
+    # A commit for each table the batch changes, none for the others.
+    assert steady.commits == {"events": 1, "duplicates": 0, "quarantine": 0, "sessions": 1}, steady
+    assert takeover.commits == {"events": 1, "duplicates": 1, "quarantine": 0, "sessions": 1}, takeover
+    assert replay.commits == {"events": 0, "duplicates": 0, "quarantine": 0, "sessions": 0}, replay
+    # Today's counts (the streaming query, the batch, the ledger's and the run's records included).
+    for name, spent, (executions, jobs) in (
+        ("steady", steady, BUDGET_STEADY),
+        ("takeover", takeover, BUDGET_TAKEOVER),
+        ("replay", replay, BUDGET_REPLAY),
+    ):
+        assert spent.executions <= executions and spent.jobs <= jobs, (
+            f"a {name} batch ran more than its budget: {spent}"
+        )
