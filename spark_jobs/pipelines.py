@@ -11,7 +11,7 @@ roles live in the value (JSON pointers): the event id, the entity id (the sessio
 time and, optionally, the event type. ``columns`` name the fields that become typed columns of
 ``events``; ``properties`` is the part of the value kept as JSON text. The checks every record gets
 whatever the contract says (UTF-8, one JSON document, its size, a usable entity id and event time)
-are in ``spark_jobs.validation``; see docs/design.md, "Pipelines".
+are in ``spark_jobs.validation``; see docs/design.md, "Pipelines declared in a file".
 
 Nothing here needs Spark, Kafka or PostgreSQL: the CLI checks the file before it starts anything.
 """
@@ -276,10 +276,13 @@ def parse(document: Any, path: Path, defaults: Defaults) -> list[Pipeline]:
                 "pipeline (its offsets are that pipeline's proof of coverage)"
             )
         topics.setdefault(topic, entry["name"])
-        found = [f"{where}: {line}" for line in _entry_problems(entry, path.parent)]
+        # The contract's schema is read once (a file beside this one, or inline) and checked first.
+        schema, problem = _contract_schema(entry["contract"]["schema"], path.parent)
+        lines = [f"contract.schema: {problem}"] if problem else list(_entry_problems(entry, schema))
+        found = [f"{where}: {line}" for line in lines]
         problems += found
         if not found:
-            pipelines.append(_pipeline(entry, topic, path.parent, defaults))
+            pipelines.append(_pipeline(entry, topic, schema, defaults))
     if problems:
         raise PipelinesError(problems)
     return pipelines
@@ -338,13 +341,9 @@ def _message(error: Any) -> str:
     return must if must else error.message
 
 
-def _entry_problems(entry: Mapping[str, Any], folder: Path) -> Iterator[str]:
+def _entry_problems(entry: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[str]:
     """What the file's shape cannot say about one pipeline: its contract, rules and schedule."""
     contract = entry["contract"]
-    schema, problem = _contract_schema(contract["schema"], folder)
-    if problem:
-        yield f"contract.schema: {problem}"
-        return
     for role in ROLES:
         if role not in contract:
             continue
@@ -498,9 +497,8 @@ def _rules(sessions: Mapping[str, Any], default: SessionRules) -> SessionRules:
     )
 
 
-def _pipeline(entry: Mapping[str, Any], topic: str, folder: Path, defaults: Defaults) -> Pipeline:
+def _pipeline(entry: Mapping[str, Any], topic: str, schema: Mapping[str, Any], defaults: Defaults) -> Pipeline:
     raw = entry["contract"]
-    schema, _ = _contract_schema(raw["schema"], folder)
     columns = tuple(
         Column(dotted.replace(".", "_"), _dotted_pointer(dotted), type_)
         for dotted, type_ in raw.get("columns", {}).items()
