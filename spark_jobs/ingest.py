@@ -101,6 +101,8 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
         check = start_check(settings, cur, topic)
         if check.losses and not allow_data_loss:
             raise retention.loss_error(check.losses)
+        earlier = [loss for loss in retention.recorded_losses(cur, pipeline) if not loss.during_run]
+        check = replace(check, acknowledged=earlier)
         first, last = ledger.next_batch_id(cur, pipeline), log.last_frozen()
         if check.losses and last is not None and last >= first:
             check = check.left_to_unrecorded(log.starts(first, topic) or {}, log.ends(last, topic) or {})

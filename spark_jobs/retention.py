@@ -74,6 +74,9 @@ class StartCheck:
     first_starts: dict[int, tuple[int, int]] = field(default_factory=dict)  # new partition -> (start, low watermark)
     losses: list[Loss] = field(default_factory=list)
     pending_loss: bool = False  # the frozen, uncommitted batch lost offsets: it records them itself
+    # Losses earlier runs acknowledged before reading on (not those found inside a batch): a batch
+    # Spark froze before, to be retried, may start inside one, and started past it then.
+    acknowledged: list[Loss] = field(default_factory=list)
 
     @property
     def skips_removed(self) -> bool:
@@ -111,8 +114,11 @@ class StartCheck:
         return ends
 
     def past_loss(self, partition: int, offset: int) -> int:
-        """``offset``, or the end of the acknowledged loss it falls in: where a batch starting there really starts."""
-        for loss in self.losses:
+        """``offset``, or the end of the acknowledged loss it falls in (this run's, or an earlier run's):
+        where a batch starting there really starts. A batch an earlier run froze and started past a
+        loss it acknowledged, and that crashed after it committed, starts there again on the retry
+        (the ledger holds it with that range)."""
+        for loss in [*self.losses, *self.acknowledged]:
             if loss.partition == partition and loss.start <= offset < loss.end:
                 return loss.end
         return offset

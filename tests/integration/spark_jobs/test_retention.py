@@ -107,6 +107,45 @@ def test_records_removed_between_runs_fail_the_next_run_until_acknowledged(spark
     assert f"lost to retention: topic {settings.topic} partition 0 offsets [{read_to}, {cut})" in report.summary()
 
 
+def test_a_batch_that_started_past_an_acknowledged_loss_and_crashed_once_committed_is_finished_by_the_retry(
+    spark, fresh
+) -> None:
+    """A run acknowledges a loss: Spark's batch starts inside the removed offsets and the writer starts
+    it past them. The run crashes after that batch's PostgreSQL commit, before Spark commits it. The
+    retry has nothing left to acknowledge (the loss is recorded), and must see the frozen batch as the
+    ledger has it, not start it inside the loss again (the ledger would refuse it, on every retry)."""
+    settings = fresh
+    produce(settings, ProduceSpec(count=11, entities=3, seed=6, id_prefix="a-"), topic=settings.topic, partitions=1)
+    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=6)
+    produce(settings, ProduceSpec(count=16, entities=3, seed=7, id_prefix="b-"), topic=settings.topic, partitions=1)
+    delete_records(settings, 0, 19)  # Spark plans [11, 17) and [17, 23): the second starts inside the loss
+    committed = []
+
+    def crash_after_the_second(reached: str) -> None:
+        if reached == "after_postgres":
+            committed.append(True)
+            if len(committed) == 2:
+                raise InjectedCrash("injected crash after the second batch's PostgreSQL commit")
+
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(
+            spark, settings, max_offsets_per_trigger=6, allow_data_loss=True, fault=crash_after_the_second
+        )
+    pipeline = f"ingest:{settings.topic}"
+    ranges = "SELECT start_offset, end_offset FROM ledger_ranges WHERE pipeline = %s AND batch_id = 3"
+    assert query(settings, ranges, pipeline) == [(19, 23)]  # the batch Spark froze as [17, 23)
+
+    results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=6)
+    assert [(r.batch_id, r.skipped, [(x.start, x.end) for x in r.ranges]) for r in results] == [
+        (3, True, [(19, 23)]),
+        (4, False, [(23, 27)]),
+    ]
+    assert query(settings, "SELECT kafka_partition, start_offset, end_offset FROM retention_losses") == [(0, 11, 19)]
+    report = reconcile.run(settings, "after-the-retry", lambda: spark)
+    assert report is not None and report.ok, report.summary()
+    assert not report.gaps
+
+
 def test_a_time_range_backfill_fails_when_retention_removed_records_it_may_hold(fresh) -> None:
     settings = fresh
     produce(settings, ProduceSpec(count=200, entities=4, seed=6, id_prefix="t-"), topic=settings.topic, partitions=1)
