@@ -142,10 +142,19 @@ class BatchPlanner:
         # Read and validated once. Only quarantined records keep their raw key and value.
         quarantined_flag = F.col("quarantine_reason").isNotNull()
         parsed = parse_records(batch_df)
-        parsed = self.frozen.freeze(
-            parsed.select(
-                *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
-            )
+        parsed = parsed.select(
+            *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
+        )
+        # Over every record read, those a table holds already too, counted as they are frozen: the
+        # producer checks and the earliest valid arrival (the dedupe horizon is measured from it);
+        # and, when nothing is held, the fresh records' totals.
+        parsed, summary = self.frozen.freeze_counted(
+            producers.with_previous_arrival(parsed),
+            F.count(F.lit(1)).alias("fresh"),
+            F.count("quarantine_reason").alias("invalid"),
+            F.unix_micros(F.min(F.when(~quarantined_flag, F.col("arrival_time")))).alias("earliest_us"),
+            *producers.aggregates(),
+            keep=parsed.columns,
         )
         held = self.held(ranges)
         # What the batch has of its ranges: read from Kafka, or held (an earlier attempt wrote it
@@ -153,18 +162,6 @@ class BatchPlanner:
         had = parsed if held is None else parsed.select(*COORDINATES).unionByName(held.select(*COORDINATES)).distinct()
         read_spans = consecutive_offsets(had) if self.watch_losses else []
         held_in = {} if held is None else held_counts(held)
-        # Over every record, held ones too: the producer checks and the earliest valid arrival (the
-        # dedupe horizon is measured from it); and, when nothing is held, the fresh records' totals.
-        summary = (
-            producers.with_previous_arrival(parsed.drop("key", "value"))
-            .agg(
-                F.count(F.lit(1)).alias("fresh"),
-                F.count("quarantine_reason").alias("invalid"),
-                F.unix_micros(F.min(F.when(~quarantined_flag, F.col("arrival_time")))).alias("earliest_us"),
-                *producers.aggregates(),
-            )
-            .first()
-        )
         totals = summary
         if held_in:
             parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti")
@@ -181,8 +178,10 @@ class BatchPlanner:
         # The batch has at most as many candidates as records: few enough, its ids are broadcast.
         broadcast_ids = broadcastable(self.spark, summary["fresh"], dedupe.ID_ROW_BYTES)
         # Frozen before the writes change the tables it read.
-        ranked = self.frozen.freeze(dedupe.rank(candidates, events, since, broadcast_ids))
-        counts = dedupe.count(ranked)
+        ranked, observed = self.frozen.freeze_counted(
+            dedupe.rank(candidates, events, since, broadcast_ids), *dedupe.aggregates()
+        )
+        counts = dedupe.DedupeCounts(**observed)
         clock.lap("dedupe")
 
         # A takeover an earlier attempt of this batch committed moved the displaced row to
@@ -272,11 +271,11 @@ class BatchPlanner:
 
         sessions = self._read("sessions")
         since = counts.touched_since_us if displaced is None else None
-        entities = self.frozen.freeze(session_changes.entities(ranked, sessions, self.rules, displaced, since))
-        summary = entities.agg(
+        entities, summary = self.frozen.freeze_counted(
+            session_changes.entities(ranked, sessions, self.rules, displaced, since),
             F.unix_micros(F.min("anchor")).alias("earliest"),  # UTC micros, never a local time
             F.count_if(F.col("partitions") > 1).alias("many_partitions"),
-        ).first()
+        )
         anchors = session_changes.touched(entities)
         earliest = summary["earliest"]
         if earliest is None:  # no valid record in the batch changes an entity's events
@@ -285,18 +284,11 @@ class BatchPlanner:
         events = session_changes.events_since_anchors(
             self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
         )
-        compared = self.frozen.freeze(
-            session_changes.compare(sessionize(events, self.rules, self.frozen), sessions, anchors, earliest)
+        compared, ops = self.frozen.freeze_counted(
+            session_changes.compare(sessionize(events, self.rules, self.frozen), sessions, anchors, earliest),
+            *session_changes.op_counts(),
         )
-        ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
-        return SessionChanges(
-            anchors,
-            compared,
-            ops.get("update", 0) + ops.get("delete", 0),
-            ops.get("insert", 0),
-            summary["many_partitions"],
-            earliest,
-        )
+        return SessionChanges(anchors, compared, ops["changed"], ops["inserted"], summary["many_partitions"], earliest)
 
 
 def held_counts(held: DataFrame) -> dict[str, int]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 # Arrival order; topic last only to make ties between topics deterministic.
 ARRIVAL_ORDER = ("arrival_time", "partition", "offset", "topic")
@@ -137,11 +137,12 @@ class DedupeCounts:
     touched_since_us: int | None  # earliest arrival that changes an entity's events (sessions from there on)
 
 
-def count(ranked: DataFrame) -> DedupeCounts:
-    """Every count a batch needs, in one aggregate over :func:`rank`'s output."""
+def aggregates() -> list[Column]:
+    """Every count a batch needs (:class:`DedupeCounts`' fields), as aggregates over :func:`rank`'s
+    output: observed on the ranking as the writer materialises it (no job of their own)."""
     from pyspark.sql import functions as F
 
-    row = ranked.agg(
+    return [
         F.count_if(F.col("in_batch") & ~F.col("loser")).alias("accepted"),
         F.count_if(F.col("in_batch") & F.col("loser")).alias("duplicates"),
         F.count_if(F.col("new") & ~F.col("has_stored")).alias("first_arrivals"),
@@ -154,5 +155,9 @@ def count(ranked: DataFrame) -> DedupeCounts:
             "takeovers_since_us"
         ),
         F.unix_micros(F.min(F.when(F.expr(TOUCHES), F.col("arrival_time")))).alias("touched_since_us"),
-    ).first()
-    return DedupeCounts(**row.asDict())
+    ]
+
+
+def count(ranked: DataFrame) -> DedupeCounts:
+    """:func:`aggregates` over a ranking, in a job of its own (for a ranking that is not materialised)."""
+    return DedupeCounts(**ranked.agg(*aggregates()).first().asDict())

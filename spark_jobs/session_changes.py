@@ -14,7 +14,7 @@ from spark_jobs.contract import COORDINATES, SESSION_COLUMNS, SessionRules
 from spark_jobs.dedupe import TOUCHES
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "topic", "partition", "offset", "event_time", "event_id")
 
@@ -155,6 +155,16 @@ def compare(
             f"WHEN {differs} THEN 'update' ELSE 'same' END"
         ).alias("op"),
     )
+
+
+def op_counts() -> list[Column]:
+    """``changed`` (updates and deletes) and ``inserted``: aggregates over :func:`compare`'s rows."""
+    from pyspark.sql import functions as F
+
+    return [
+        F.count_if(F.col("op").isin("update", "delete")).alias("changed"),
+        F.count_if(F.col("op") == "insert").alias("inserted"),
+    ]
 
 
 def surviving(compared: DataFrame) -> DataFrame:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs import jvm
 from spark_jobs.errors import ConfigError
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 REQUIRED_JARS = ("spark-sql-kafka-0-10_2.13-", "delta-spark_4.2_2.13-", "kafka-clients-")
 S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
@@ -145,6 +145,19 @@ class FrozenFrames:
         frozen = df.localCheckpoint(eager=True)
         self._rdd_ids.append(jvm.checkpoint_rdd_id(frozen))
         return frozen
+
+    def freeze_counted(
+        self, df: DataFrame, *aggregates: Column, keep: list[str] | None = None
+    ) -> tuple[DataFrame, dict[str, Any]]:
+        """:meth:`freeze` ``df`` (only its ``keep`` columns, when given), and ``aggregates`` over its
+        rows (named columns), observed while it is computed: they cost no Spark job of their own
+        (``DataFrame.observe``)."""
+        from pyspark.sql import Observation
+
+        observed = Observation()
+        counted = df.observe(observed, *aggregates)
+        frozen = self.freeze(counted if keep is None else counted.select(*keep))
+        return frozen, observed.get
 
     def __enter__(self) -> FrozenFrames:
         return self

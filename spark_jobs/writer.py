@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import db, ledger, moves, producers, quarantine, retention, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
-from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, SESSION_COLUMNS
+from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES
 from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange, watermarks
@@ -226,11 +226,8 @@ class BatchWriter:
             if ledger.batch_exists(cur, self.pipeline, batch_id):
                 raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
             ledger.check_session_rules(cur, self.rules)
-            written, deleted = postgres.upsert_sessions(
-                cur,
-                postgres.text_rows(plan.session_rows, SESSION_COLUMNS),
-                postgres.text_rows(plan.anchor_rows, ("entity_id", "anchor")),
-            )
+            anchors, sessions = postgres.pulled(plan.session_rows, plan.anchor_rows)
+            written, deleted = postgres.upsert_sessions(cur, sessions, anchors)
             retention.record_losses(cur, lost)
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id)
             quarantine.record(cur, self.pipeline, batch_id, plan.quarantine_reasons)
@@ -402,22 +399,19 @@ def recompute_sessions(
                 .agg(F.min("anchor").alias("anchor"))
             )
         recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules, frozen)
-        compared = frozen.freeze(session_changes.compare(recomputed, sessions, anchors))
-        ops = {row["op"]: row["count"] for row in compared.groupBy("op").count().collect()}
+        compared, ops = frozen.freeze_counted(
+            session_changes.compare(recomputed, sessions, anchors), *session_changes.op_counts()
+        )
         with batch_commit(settings, lease) as cur:
             delta.apply_session_changes(
                 spark,
                 settings.table_path("sessions"),
                 compared,
-                ops.get("update", 0) + ops.get("delete", 0),
-                ops.get("insert", 0),
+                ops["changed"],
+                ops["inserted"],
             )
-            written = postgres.upsert_sessions(
-                cur,
-                postgres.text_rows(session_changes.surviving(compared), SESSION_COLUMNS),
-                postgres.text_rows(anchors, ("entity_id", "anchor")),
-                every_entity=entities is None,
-            )
+            anchor_rows, session_rows = postgres.pulled(session_changes.surviving(compared), anchors)
+            written = postgres.upsert_sessions(cur, session_rows, anchor_rows, every_entity=entities is None)
             if entities is None:
                 ledger.record_session_rules(cur, settings.session_rules, "rebuild")
         return written

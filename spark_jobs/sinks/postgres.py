@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +50,32 @@ def text_rows(df: DataFrame, columns: tuple[str, ...]) -> Iterator[tuple]:
         ]
     )
     return (tuple(row) for row in formatted.toLocalIterator())
+
+
+def pulled(sessions: DataFrame, anchors: DataFrame) -> tuple[list[tuple], Iterator[tuple]]:
+    """What :func:`upsert_sessions` takes, in one pull from Spark (one query): the ``anchors``
+    ``(entity_id, anchor)``, collected (one row per entity), and the ``sessions`` (SESSION_COLUMNS),
+    streamed after them. The anchors come first as rows without a session_id: a union keeps its
+    inputs' partitions in order, and the driver pulls them in that order."""
+    from pyspark.sql import functions as F
+
+    marked = anchors.select(
+        F.lit(None).cast("string").alias("session_id"), "entity_id", F.col("anchor").alias("started_at")
+    )
+    rows = text_rows(marked.unionByName(sessions.select(*SESSION_COLUMNS), allowMissingColumns=True), SESSION_COLUMNS)
+    anchor_rows: list[tuple] = []
+    for row in rows:
+        if row[0] is not None:
+            return anchor_rows, _sessions_only(itertools.chain([row], rows))
+        anchor_rows.append((row[1], row[2]))
+    return anchor_rows, iter(())
+
+
+def _sessions_only(rows: Iterator[tuple]) -> Iterator[tuple]:
+    for row in rows:
+        if row[0] is None:  # Spark pulled partitions out of order: a bug, not an input
+            raise RuntimeError("an anchor row came after session rows in the pull to PostgreSQL")
+        yield row
 
 
 def rows_as_text(df: DataFrame, columns: tuple[str, ...]) -> list[tuple]:

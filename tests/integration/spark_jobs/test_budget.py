@@ -21,9 +21,9 @@ from tests.integration.spark_jobs.checks import send
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 # (SQL executions, jobs) a batch may run: today's, measured on Spark 4.2 / Delta 4.4.
-BUDGET_STEADY = (42, 58)
-BUDGET_TAKEOVER = (57, 79)
-BUDGET_REPLAY = (36, 54)
+BUDGET_STEADY = (36, 49)
+BUDGET_TAKEOVER = (51, 70)
+BUDGET_REPLAY = (30, 45)
 
 
 @dataclass(frozen=True)
