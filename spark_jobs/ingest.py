@@ -176,7 +176,7 @@ def run_scheduled(
                 spark,
                 settings,
                 topic,
-                cap,
+                cap and even_limit(*backlog(settings, log, topic, start), cap),
                 # An acknowledged loss: Spark skips the removed offsets instead of failing on them.
                 fail_on_data_loss=not start.skips_removed,
                 starting_offsets=start.starting_offsets if start.first_run else None,
@@ -196,6 +196,33 @@ def run_scheduled(
             raise
     runs.record(settings, runs.summarize(pipeline, topic, started, writer.results), measure_lag=True)
     return writer.results
+
+
+def backlog(settings: Settings, log: OffsetLog, topic: str, start: retention.StartCheck) -> tuple[int, int]:
+    """(records a scheduled run's stream will plan into new batches, the topic's partitions): from
+    where its last frozen batch ends (the run's start, before the first) to the ends Kafka holds now."""
+    last = log.last_frozen()
+    planned_to = (log.ends(last, topic) if last is not None else None) or start.starting_offsets
+    held = watermarks(settings, topic)
+    return sum(max(0, high - max(planned_to.get(p, low), low)) for p, (low, high) in held.items()), len(held)
+
+
+def even_limit(backlog: int, partitions: int, cap: int) -> int:
+    """Spark's ``maxOffsetsPerTrigger`` that splits a ``backlog`` of records in ``partitions``
+    partitions into batches of about equal size, none above ``cap``.
+
+    Spark shares the limit among the partitions by what each has left and rounds each share down,
+    so a batch reads up to ``partitions - 1`` records fewer than the limit: asked for the cap, a
+    backlog of twice the cap took two full batches and a third of a few records, which pays a
+    batch's whole fixed cost for them. The limit asks for an equal share of the backlog plus what the
+    rounding can lose, with as few batches as keep that within the cap.
+    """
+    if backlog <= cap or cap < partitions:
+        return cap
+    batches = -(-backlog // cap)
+    while -(-backlog // batches) + partitions - 1 > cap:
+        batches += 1
+    return -(-backlog // batches) + partitions - 1
 
 
 def record_committed_batches(

@@ -46,7 +46,10 @@ def test_scheduled_run_then_backfills_of_the_same_range_leave_identical_sinks(sp
     ranges = latest_ranges(settings, settings.topic)
     assert read_range(spark, settings, ranges).rdd.getNumPartitions() >= report.committed // 50
     results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=400)
-    assert len(results) >= 2, "maxOffsetsPerTrigger should split the run into several batches"
+    # Batches of about equal size under the cap: with the cap as Spark's limit, the run read 399,
+    # 399 and a trailing batch of about a hundred (the limit's share per partition rounds down).
+    sizes = [r.read for r in results]
+    assert len(sizes) == 3 and max(sizes) <= 400 and max(sizes) - min(sizes) <= 6, sizes
     assert sum(r.read for r in results) == report.committed
     assert sum(r.duplicates for r in results) == report.produced["duplicate"]
     assert sum(r.quarantined for r in results) == sum(
