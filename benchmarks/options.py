@@ -153,7 +153,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-offsets-per-trigger",
         type=positive,
         default=None,
-        help="passed to P1's scheduled run (default: none, as `tidemark ingest`)",
+        help="records per batch at most, the same for B2, PEER and P1 (default: TIDEMARK_MAX_OFFSETS_PER_TRIGGER, "
+        "as `tidemark ingest`)",
     )
     parser.add_argument(
         "--growth-sessions",

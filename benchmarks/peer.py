@@ -32,9 +32,9 @@ PEER_EVENTS = "peer_events"
 PEER_SESSIONS = "peer_sessions"
 
 
-def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_per_trigger: int | None) -> int:
+def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_per_trigger: int) -> int:
     """Run the peer over ``topic`` into ``settings``' lake and PostgreSQL, at most ``max_offsets_per_trigger``
-    records a batch (tidemark's cap: the default setting); returns the records read."""
+    records a batch (the bench gives B2, PEER and P1 the same cap); returns the records read."""
     import psycopg2
     from delta.tables import DeltaTable
     from psycopg2.extras import execute_values
@@ -122,7 +122,7 @@ def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_pe
         df.unpersist()
 
     query = (
-        stream_reader(spark, settings, topic, max_offsets_per_trigger or settings.max_offsets_per_trigger or None, True)
+        stream_reader(spark, settings, topic, max_offsets_per_trigger, True)
         .load()
         .writeStream.foreachBatch(batch)
         .option("checkpointLocation", f"{settings.checkpoint_root}/peer")

@@ -106,6 +106,12 @@ def stage_spark(ctx: BenchContext) -> None:
             _ingest_once(ctx, p1, rep)
 
 
+def batch_cap(ctx: BenchContext) -> int:
+    """Records per batch at most, the same for B2, PEER and P1: ``--max-offsets-per-trigger``, or
+    the settings' ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER``."""
+    return ctx.options.max_offsets_per_trigger or ctx.settings.max_offsets_per_trigger
+
+
 def _land_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     """One B2L repetition: land the main topic's ranges raw into a fresh lake with ``land.py``."""
     from spark_jobs.land import land
@@ -123,7 +129,7 @@ def _append_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     """One B2 repetition: append the main topic raw to a fresh lake with an AvailableNow query."""
     main, n = ctx.main, ctx.main.committed
     sink = ctx.new_sink(f"b2_{rep}", main.name)
-    ctx.record.measure(m, lambda: append_available_now(ctx.spark, sink.settings, main.name))
+    ctx.record.measure(m, lambda: append_available_now(ctx.spark, sink.settings, main.name, batch_cap(ctx)))
     landed = ctx.spark.read.format("delta").load(sink.settings.table_path("raw_append")).count()
     ensure(landed == n, f"B2 appended {landed} of {n}")
     ctx.discard(sink)
@@ -135,9 +141,7 @@ def _peer_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
 
     main, n = ctx.main, ctx.main.committed
     sink = ctx.new_sink(f"peer_{rep}", main.name)
-    read = ctx.record.measure(
-        m, lambda: run_peer(ctx.spark, sink.settings, main.name, ctx.options.max_offsets_per_trigger)
-    )
+    read = ctx.record.measure(m, lambda: run_peer(ctx.spark, sink.settings, main.name, batch_cap(ctx)))
     ensure(read == n, f"PEER read {read} of {n} records")
     stored = ctx.spark.read.format("delta").load(sink.settings.table_path(PEER_EVENTS)).count()
     ensure(0 < stored <= n, f"PEER stored {stored} events of {n} records")
@@ -150,7 +154,7 @@ def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     from spark_jobs import ingest
 
     main, n = ctx.main, ctx.main.committed
-    per_trigger = ctx.options.max_offsets_per_trigger
+    per_trigger = batch_cap(ctx)
     sink = ctx.new_sink(f"p1_{rep}", main.name)
     before = profile.last_job_id(ctx.spark)
     results = ctx.record.measure(

@@ -80,12 +80,13 @@ def drain(settings: Settings, ranges: list[PartitionRange], idle_timeout: float 
         consumer.close()
 
 
-def append_available_now(spark: SparkSession, settings: Settings, topic: str) -> None:
-    """Structured Streaming, AvailableNow: the topic appended raw to the Delta table ``raw_append``."""
+def append_available_now(spark: SparkSession, settings: Settings, topic: str, max_offsets_per_trigger: int) -> None:
+    """Structured Streaming, AvailableNow: the topic appended raw to the Delta table ``raw_append``,
+    at most ``max_offsets_per_trigger`` records a batch (Spark's own limit)."""
     from spark_jobs.kafka_source import stream_reader
 
     query = (
-        stream_reader(spark, settings, topic, None, True)
+        stream_reader(spark, settings, topic, max_offsets_per_trigger, True)
         .load()
         .select("topic", "partition", "offset", "timestamp", "timestampType", "key", "value")
         .writeStream.format("delta")
