@@ -157,6 +157,15 @@ class Check:
         }
 
 
+def cpu_slope(a: Measurement, b: Measurement) -> float | None:
+    """CPU-seconds per million events between two sizes of one workload (median CPU of each): what
+    each further event costs, a run's fixed cost left out. None for equal sizes."""
+    cpu_a, cpu_b = median(a.cpu_seconds), median(b.cpu_seconds)
+    if cpu_a is None or cpu_b is None or a.count == b.count:
+        return None
+    return (cpu_a - cpu_b) / (a.count - b.count) * 1_000_000
+
+
 def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
     """The issue's ratios and targets, from whichever stages were measured."""
     m = measurements
@@ -177,6 +186,16 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 throughput_ratio(rate("P1"), rate("B2")),
                 # The issue's targets: 0.35 at 100k events, 0.5 at 1M (a batch's fixed work weighs less).
                 Target(">=", 0.5 if m["P1"].count >= 1_000_000 else 0.35),
+            )
+        )
+    if "P1" in m and "P1S" in m:
+        checks.append(
+            Check(
+                "P1 CPU-s/M",
+                "P1S",
+                "P1's CPU-seconds per million events, from the slope between its two sizes",
+                cpu_slope(m["P1"], m["P1S"]),
+                Target("<=", 60),
             )
         )
     if "P1" in m and "B2L" in m:

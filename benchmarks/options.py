@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spark_jobs.settings import PROJECT_ROOT, Settings
-from tidemark.options import fraction, positive
+from tidemark.options import fraction, non_negative, positive
 
-STAGES = ("b1", "b2", "b2l", "peer", "p1", "replay", "empty", "pg", "growth", "hotkey", "soak")
+STAGES = ("b1", "b2", "b2l", "peer", "p1", "slope", "replay", "empty", "pg", "growth", "hotkey", "soak")
 STAGE_HELP = {
     "b1": "confluent-kafka drain of the topic",
     "b2": "Spark AvailableNow raw append to Delta, the Spark baseline",
     "b2l": "Spark raw landing with land.py (context)",
     "peer": "the pipeline a user writes from the docs: from_json, MERGE dedupe, window sessions, PG upsert",
     "p1": "full ingest (ingest.run_scheduled)",
+    "slope": "P1 again at --slope-events: CPU-seconds per million events from the slope between the two sizes",
     "replay": "backfill of P1's range: time, Delta files rewritten, PostgreSQL rows changed",
     "empty": "scheduled run with no new data vs trivial spark-submit",
     "pg": "COPY vs sinks.postgres.upsert_sessions: cold, replay, 10%% changed",
@@ -31,7 +32,7 @@ STAGE_HELP = {
     "soak": "many small scheduled runs into one sink with maintenance between: are the last runs as fast as the first?",
 }
 # Stages `make bench` leaves out (they take long): `make bench-long` runs them.
-LONG_STAGES = ("soak",)
+LONG_STAGES = ("slope", "soak")
 DEFAULT_STAGES = tuple(s for s in STAGES if s not in LONG_STAGES)
 BENCH_KAFKA_PORT = 39092
 BENCH_KAFKA_CONTROLLER_PORT = 39093
@@ -64,6 +65,7 @@ class BenchOptions:
 
     events: int = 100_000
     repeat: int = 3
+    warmup: int = 1
     pg_repeat: int = 5
     replay_repeat: int = 1
     stages: tuple[str, ...] = DEFAULT_STAGES
@@ -79,6 +81,7 @@ class BenchOptions:
     hotkey_events: int = 1_000_000
     soak_batches: int = 500
     soak_events: int = 2_000
+    slope_events: int = 100_000
     soak_maintenance_every: int = 100
     home: Path = field(default_factory=default_home)
     output: Path | None = None  # default: <home>/results.json
@@ -101,10 +104,13 @@ class BenchOptions:
             "hotkey_events",
             "soak_batches",
             "soak_events",
+            "slope_events",
             "soak_maintenance_every",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,6 +128,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive,
         default=d.repeat,
         help=f"repetitions of each stage; figures are medians (default {d.repeat})",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=non_negative,
+        default=d.warmup,
+        help=f"repetitions of B2L, B2, PEER and P1 run first and not counted (default {d.warmup})",
     )
     parser.add_argument(
         "--pg-repeat",
@@ -178,6 +190,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--soak-batches", type=positive, default=d.soak_batches, help=f"soak: scheduled runs (default {d.soak_batches})"
     )
     parser.add_argument(
+        "--slope-events",
+        type=positive,
+        default=d.slope_events,
+        help=f"slope: the second size P1 runs at (default {d.slope_events:,}; `make bench-long` runs P1 at 1,000,000)",
+    )
+    parser.add_argument(
         "--soak-events",
         type=positive,
         default=d.soak_events,
@@ -206,6 +224,7 @@ def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
     return BenchOptions(
         events=args.events,
         repeat=args.repeat,
+        warmup=args.warmup,
         pg_repeat=args.pg_repeat or max(args.repeat, d.pg_repeat),
         replay_repeat=args.replay_repeat,
         stages=args.stages,
@@ -221,6 +240,7 @@ def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
         hotkey_events=args.hotkey_events,
         soak_batches=args.soak_batches,
         soak_events=args.soak_events,
+        slope_events=args.slope_events,
         soak_maintenance_every=args.soak_maintenance_every,
         home=args.home or d.home,
         output=args.output,

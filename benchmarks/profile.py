@@ -1,18 +1,60 @@
-"""Which Spark jobs a measured run started, from the Spark UI's REST API (``TIDEMARK_SPARK_UI=true``).
-
-The profile lists each job with the line that started it and its duration, so a bench result says
-not only how long a batch took but what work it did.
+"""What a measured run did beside how long it took: the Spark SQL executions, jobs and Delta commits
+of its batches (:func:`run_profile`, always), and with the Spark UI on (``TIDEMARK_SPARK_UI=true``)
+each job with the line that started it and its duration, from the UI's REST API.
 """
 
 from __future__ import annotations
 
 import json
 import urllib.request
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from spark_jobs.jvm import newest_query_ids
+from spark_jobs.sinks.delta import table_versions
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from spark_jobs.settings import Settings
+
+
+@dataclass(frozen=True)
+class RunProfile:
+    """A scheduled run into a new lake: its batches, and the Spark SQL executions, jobs and Delta
+    commits (per sink table, its creation left out) they ran."""
+
+    batches: int
+    executions: int
+    jobs: int
+    commits: dict[str, int]
+
+    def per_batch(self, value: int) -> float:
+        return value / self.batches if self.batches else 0.0
+
+    def describe(self) -> str:
+        commits = ", ".join(f"{name} {self.per_batch(n):.1f}" for name, n in self.commits.items())
+        return (
+            f"per batch ({self.batches}): {self.per_batch(self.executions):.1f} Spark SQL executions, "
+            f"{self.per_batch(self.jobs):.1f} jobs, Delta commits {commits}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "executions_per_batch": round(self.per_batch(self.executions), 1),
+            "jobs_per_batch": round(self.per_batch(self.jobs), 1),
+            "commits_per_batch": {name: round(self.per_batch(n), 2) for name, n in self.commits.items()},
+        }
+
+
+def run_profile(spark: SparkSession, settings: Settings, before: tuple[int, int], batches: int) -> RunProfile:
+    """The profile of a run into ``settings``' new lake that started after ``before``
+    (:func:`spark_jobs.jvm.newest_query_ids` then) and ran ``batches`` batches. The lake's tables are
+    created at version 0, so each table's version is the commits the batches made."""
+    executions, jobs = newest_query_ids(spark)
+    return RunProfile(batches, executions - before[0], jobs - before[1], table_versions(spark, settings))
 
 
 def _get(spark: SparkSession, what: str) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from benchmarks.workloads import (
     spark_submit,
     steady_events,
 )
+from spark_jobs.jvm import newest_query_ids
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ def run_stages(ctx: BenchContext) -> None:
         stage_b1(ctx)
     if stages & {"b2", "b2l", "peer", "p1"}:
         stage_spark(ctx)
+    if "slope" in stages:
+        stage_slope(ctx)
     if "replay" in stages:
         stage_replay(ctx)
     if "empty" in stages:
@@ -95,15 +98,22 @@ def stage_spark(ctx: BenchContext) -> None:
     b2 = record.measurement("B2", "Spark AvailableNow raw append", n) if "b2" in stages else None
     peer = record.measurement("PEER", "peer pipeline with sessions (bench/peer.py)", n) if "peer" in stages else None
     p1 = record.measurement("P1", "full ingest (ingest.run_scheduled)", n) if "p1" in stages else None
-    for rep in range(ctx.options.repeat):
+    # The first repetitions warm the JVM's compiler up and are not counted (scratch measurements).
+    warmup = ctx.options.warmup
+    for rep in range(warmup + ctx.options.repeat):
         if b2l is not None:
-            _land_once(ctx, b2l, rep)
+            _land_once(ctx, counted(b2l, rep >= warmup), rep)
         if b2 is not None:
-            _append_once(ctx, b2, rep)
+            _append_once(ctx, counted(b2, rep >= warmup), rep)
         if peer is not None:
-            _peer_once(ctx, peer, rep)
+            _peer_once(ctx, counted(peer, rep >= warmup), rep)
         if p1 is not None:
-            _ingest_once(ctx, p1, rep)
+            _ingest_once(ctx, counted(p1, rep >= warmup), rep)
+
+
+def counted(m: Measurement, count: bool) -> Measurement:
+    """``m``, or for a warm-up repetition a scratch copy of it that no figure reads."""
+    return m if count else Measurement(m.key, f"{m.label} (warm-up, not counted)", m.count, m.unit)
 
 
 def batch_cap(ctx: BenchContext) -> int:
@@ -149,14 +159,33 @@ def _peer_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     ctx.discard(sink)
 
 
-def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
-    """One P1 repetition: a scheduled ingest of the main topic into a fresh sink, kept as ``ctx.ingested``."""
+def stage_slope(ctx: BenchContext) -> None:
+    """P1S: P1 on a topic of ``--slope-events`` events, so that P1's CPU-seconds per million events
+    come from the slope between two sizes (a batch's fixed cost left out), not from one size."""
+    from spark_jobs.offsets import latest_ranges
+
+    o = ctx.options
+    topic = f"bench-{ctx.run_id}-slope"
+    ctx.record.progress(f"producing {o.slope_events:,} events for the slope (not measured)")
+    report = ctx.produce(topic, o.slope_events, o.entities, f"{ctx.run_id}-s-", o.seed + 1)
+    ensure(report.committed == o.slope_events, f"produced {report.committed} of {o.slope_events} events")
+    slope = MainTopic(topic, latest_ranges(ctx.settings, topic), report.committed)
+    m = ctx.record.measurement("P1S", "full ingest, the slope's second size", report.committed)
+    for rep in range(o.warmup + o.repeat):
+        _ingest_once(ctx, counted(m, rep >= o.warmup), rep, slope)
+
+
+def _ingest_once(ctx: BenchContext, m: Measurement, rep: int, source: MainTopic | None = None) -> None:
+    """One P1 repetition: a scheduled ingest of the main topic (or ``source``) into a fresh sink; the
+    main topic's is kept as ``ctx.ingested``."""
     from spark_jobs import ingest
 
-    main, n = ctx.main, ctx.main.committed
+    main = source or ctx.main
+    n = main.committed
     per_trigger = batch_cap(ctx)
-    sink = ctx.new_sink(f"p1_{rep}", main.name)
+    sink = ctx.new_sink(f"{m.key.lower()}_{rep}", main.name)
     before = profile.last_job_id(ctx.spark)
+    queries = newest_query_ids(ctx.spark)
     results = ctx.record.measure(
         m,
         lambda: ingest.run_scheduled(ctx.spark, sink.settings, max_offsets_per_trigger=per_trigger),
@@ -164,7 +193,10 @@ def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     )
     read = sum(r.read for r in results)
     ensure(read == n, f"P1 read {read} of {n} records")
+    ran = profile.run_profile(ctx.spark, sink.settings, queries, len(results))
+    ctx.record.progress(f"P1 {ran.describe()}")
     m.details = {
+        "profile": ran.to_json(),
         "batches": len(results),
         "accepted": sum(r.accepted for r in results),
         "duplicates": sum(r.duplicates for r in results),
@@ -179,6 +211,9 @@ def _ingest_once(ctx: BenchContext, m: Measurement, rep: int) -> None:
     }
     if before is not None:  # the Spark UI is on (TIDEMARK_SPARK_UI=true): which jobs the run started
         m.details["spark_jobs"] = profile.jobs_since(ctx.spark, before)
+    if source is not None:
+        ctx.discard(sink)
+        return
     if ctx.ingested is not None:
         ctx.discard(ctx.ingested)
     ctx.ingested = sink

@@ -2,9 +2,9 @@
 
 Files go through Hadoop's ``FileSystem`` (so a local path, ``file://`` or ``s3a://`` is read the way
 Spark writes it, never with ``pathlib``); the rest are a Delta log checkpoint, a SQL setting's
-parsed value, a frame's plan, the local checkpoints a batch releases and the console lines Delta
-prints. Everything else in the pipeline stays on PySpark's public API; ``_jvm``, ``_jsc``, ``_jdf``
-and ``_jsparkSession`` are reached from here only.
+parsed value, a frame's plan, the local checkpoints a batch releases, the console lines Delta
+prints and the count of queries a piece of work ran. Everything else in the pipeline stays on
+PySpark's public API; ``_jvm``, ``_jsc``, ``_jdf`` and ``_jsparkSession`` are reached from here only.
 """
 
 from __future__ import annotations
@@ -117,3 +117,17 @@ def console_silenced(spark: SparkSession) -> Iterator[None]:
         yield
     finally:
         set_value(previous)
+
+
+def newest_query_ids(spark: SparkSession) -> tuple[int, int]:
+    """The ids of the newest Spark SQL execution and the newest job this session started (-1 for
+    none), once Spark's listener bus has delivered every event: two readings bracket what the work
+    between them ran (ids grow by one per execution and per job)."""
+    sc = spark.sparkContext._jsc.sc()
+    sc.listenerBus().waitUntilEmpty(30_000)  # the status stores are fed by the listener bus
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # Scala sequences
+    jobs = sc.statusStore().jobsList(None)
+    return (
+        max((executions.apply(i).executionId() for i in range(executions.size())), default=-1),
+        max((jobs.apply(i).jobId() for i in range(jobs.size())), default=-1),
+    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs import ingest
+from spark_jobs.jvm import newest_query_ids
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sinks.delta import table_versions
@@ -35,27 +36,12 @@ class Cost:
 
 def cost(spark, settings, work: Callable[[], object]) -> Cost:
     """What ``work()`` ran: executions and jobs started meanwhile, and the sink tables' new versions."""
-    sc = spark.sparkContext._jsc.sc()
-    sql = spark._jsparkSession.sharedState().statusStore()
-
-    def ids() -> tuple[list[int], list[int]]:
-        sc.listenerBus().waitUntilEmpty(30_000)  # the status stores are fed by Spark's listener bus
-        executions, jobs = sql.executionsList(), sc.statusStore().jobsList(None)  # Scala sequences
-        return (
-            [executions.apply(i).executionId() for i in range(executions.size())],
-            [jobs.apply(i).jobId() for i in range(jobs.size())],
-        )
-
     versions = table_versions(spark, settings)
-    executions, jobs = (max(found, default=-1) for found in ids())
+    executions, jobs = newest_query_ids(spark)
     work()
-    new_executions, new_jobs = ids()
+    new_executions, new_jobs = newest_query_ids(spark)
     after = table_versions(spark, settings)
-    return Cost(
-        sum(1 for e in new_executions if e > executions),
-        sum(1 for j in new_jobs if j > jobs),
-        {name: after[name] - versions[name] for name in after},
-    )
+    return Cost(new_executions - executions, new_jobs - jobs, {name: after[name] - versions[name] for name in after})
 
 
 def event(i: int) -> dict:
