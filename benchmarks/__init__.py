@@ -9,7 +9,9 @@ against a baseline taken in the same run (DESIGN.md, "Performance"; issue 5). St
   baseline the issue names), and **B2L** (context) ``spark_jobs/land.py``, a bounded read landed
   raw by MERGE with a ledger row;
 * **P1** the full ingest, ``ingest.run_scheduled``: parse, dedupe, sessionize, Delta MERGE,
-  PostgreSQL upsert; P1/B2 as a throughput ratio;
+  PostgreSQL upsert; P1/B2 as a throughput ratio; with its profile per batch (Spark SQL executions,
+  jobs, Delta commits per table); **P1S** (``slope``, long) P1 at ``--slope-events``, for P1's
+  CPU-seconds per million events from the slope between the two sizes;
 * **B3** ``COPY`` of P1's session rows into an empty table with the ``sessions`` table's columns,
   constraints and indexes, against **P2** ``sinks.postgres.upsert_sessions`` with the same rows:
   cold insert, a replay where every row conflicts and nothing changes, and a batch where 10% of
@@ -17,8 +19,10 @@ against a baseline taken in the same run (DESIGN.md, "Performance"; issue 5). St
 * **G1 / G10** a scheduled run of 10k new events against sinks holding N and 10xN sessions (the
   sinks are pre-populated directly, with the pipeline's table schemas, from a consistent synthetic
   history; the measured run is a real ``ingest.run_scheduled`` over Kafka);
-* **E0 / E1** a scheduled run with no new data (``spark-submit spark_jobs/ingest.py scheduled``)
-  against a spark-submit of a trivial job;
+* **E0 / E1 / E2** each a spark-submit of its own (a cold JVM, as a DAG's run is): a trivial job that
+  starts a SparkSession and stops, a scheduled run with no new data, and a scheduled run of 2,000
+  new events into a lake that holds earlier ones (E2 - E0: what a small scheduled run costs beyond
+  Spark's own start);
 * **H1 / H2 / HS** ``sessionize`` alone on events generated in Spark: one entity never idle for
   30 minutes over 48 h with n/2 and n events (``--hotkey-events``), against n events of 5,000
   entities; time must grow linearly (H2/H1 <= 2.3) and stay within 3x of the spread events;

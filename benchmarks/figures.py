@@ -252,6 +252,17 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 Target("<=", 1.5),
             )
         )
+    if "E2" in m and "E0" in m:
+        e2, e0 = seconds("E2"), seconds("E0")
+        checks.append(
+            Check(
+                "E2-E0",
+                "E2",
+                "cold scheduled run of 2,000 new events minus a trivial spark-submit, s",
+                None if e2 is None or e0 is None else e2 - e0,
+                Target("<=", 6.0),
+            )
+        )
     if "H1" in m and "H2" in m:
         checks.append(
             Check(

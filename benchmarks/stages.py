@@ -194,7 +194,7 @@ def _ingest_once(ctx: BenchContext, m: Measurement, rep: int, source: MainTopic 
     read = sum(r.read for r in results)
     ensure(read == n, f"P1 read {read} of {n} records")
     ran = profile.run_profile(ctx.spark, sink.settings, queries, len(results))
-    ctx.record.progress(f"P1 {ran.describe()}")
+    ctx.record.progress(f"{m.key} {ran.describe()}")
     m.details = {
         "profile": ran.to_json(),
         "batches": len(results),
@@ -281,8 +281,13 @@ def _postgres_sessions(settings: Settings) -> tuple[int, int]:
         return sessions_summary(cur)
 
 
+COLD_EVENTS = 2_000
+
+
 def stage_empty(ctx: BenchContext) -> None:
-    """E0 / E1: a trivial spark-submit against a spark-submit'ed scheduled run with nothing new to read."""
+    """E0 / E1 / E2, each a spark-submit of its own (a cold JVM, as a DAG's run is): a trivial job
+    that starts a SparkSession and stops, a scheduled run with nothing new to read, and a scheduled
+    run of :data:`COLD_EVENTS` new events into a lake that holds earlier ones."""
     from spark_jobs import ingest
 
     settings = ingested_sink(ctx).settings
@@ -290,13 +295,23 @@ def stage_empty(ctx: BenchContext) -> None:
     app.parent.mkdir(parents=True, exist_ok=True)
     app.write_text(TRIVIAL_APP)
     ingest_app = Path(ingest.__file__)
+    o = ctx.options
+    topic = f"bench-{ctx.run_id}-cold"
+    cold = ctx.new_sink("cold", topic)
+    ctx.produce(topic, COLD_EVENTS, o.entities, f"{ctx.run_id}-c0-", o.seed + 2)
+    spark_submit(cold.settings, ingest_app, ["scheduled"])  # the lake and its first events (not measured)
     e0 = ctx.record.measurement("E0", "trivial job (spark-submit)", 0)
     e1 = ctx.record.measurement("E1", "empty scheduled run (spark-submit ingest.py)", 0)
-    for _ in range(ctx.options.repeat):
+    e2 = ctx.record.measurement("E2", "cold scheduled run of new events (spark-submit ingest.py)", COLD_EVENTS)
+    for rep in range(o.repeat):
         out = ctx.record.measure(e0, lambda: spark_submit(settings, app, []))
         ensure(out.strip().endswith("1"), f"the trivial job printed {out!r}")
         out = ctx.record.measure(e1, lambda: spark_submit(settings, ingest_app, ["scheduled"]))
         ensure("no new records" in out, f"the empty scheduled run processed something: {out!r}")
+        ctx.produce(topic, COLD_EVENTS, o.entities, f"{ctx.run_id}-c{rep + 1}-", o.seed + 3 + rep)
+        out = ctx.record.measure(e2, lambda: spark_submit(cold.settings, ingest_app, ["scheduled"]))
+        ensure(f"read {COLD_EVENTS:,} " in out, f"the cold scheduled run did not read {COLD_EVENTS:,} records: {out!r}")
+    ctx.discard(cold)
 
 
 def stage_pg(ctx: BenchContext) -> None:
