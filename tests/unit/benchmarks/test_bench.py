@@ -126,6 +126,29 @@ def test_hot_key_checks_hold_growth_and_spread_to_their_targets() -> None:
     assert checks["H2/H1"].result == "PASS" and checks["H2/HS"].result == "PASS"
 
 
+def test_cpu_per_million_events_is_the_slope_between_two_sizes_and_a_cold_run_is_held_to_spark_start() -> None:
+    # measured() adds 0.5 CPU-s of services to each repetition's seconds.
+    ms = {
+        "P1": measured("P1", 1_000_000, 50.0, 60.0, 55.0),  # CPU median 55.5
+        "P1S": measured("P1S", 100_000, 10.0),  # CPU 10.5: the fixed cost weighs in at one size
+        "E0": measured("E0", 0, 9.0),
+        "E2": measured("E2", 2_000, 16.0),
+    }
+    checks = {c.key: c for c in build_checks(ms)}
+    assert checks["P1 CPU-s/M"].value == pytest.approx(50.0) and checks["P1 CPU-s/M"].result == "PASS"
+    assert checks["E2-E0"].value == pytest.approx(7.0) and checks["E2-E0"].result == "FAIL"
+    ms["P1S"] = measured("P1S", 1_000_000, 10.0)  # the same size twice: no slope
+    assert {c.key: c for c in build_checks(ms)}["P1 CPU-s/M"].value is None
+
+
+def test_warm_up_repetitions_are_zero_or_more_and_slope_events_positive() -> None:
+    assert BenchOptions(warmup=0).warmup == 0
+    with pytest.raises(ValueError, match="warmup"):
+        BenchOptions(warmup=-1)
+    with pytest.raises(ValueError, match="slope_events"):
+        BenchOptions(slope_events=0)
+
+
 def test_only_measured_stages_give_checks() -> None:
     assert build_checks({"P1": measured("P1", 1_000_000, 100.0)}) == []
 
