@@ -128,22 +128,30 @@ def test_the_pipeline_matches_the_model_after_every_run(spark, database, seed) -
     ensure_topic(settings, topic, partitions=scenario.partitions, timestamp_type="CreateTime")
     trial = Trial(spark, settings, scenario, home)
     for index, step in enumerate(scenario.steps):
-        if isinstance(step, Produce):
-            trial.records += _produce(settings, step.records)
-            trial.done.append(str(step))
-        elif isinstance(step, Retention):
-            _retention(trial, index)
-        elif isinstance(step, Tamper):
-            _tamper(trial, index, step)
-            _check(trial)
-        elif isinstance(step, Recreate):
-            _recreate(trial)
-            _check(trial)
-        else:
-            _run(trial, index, step)
-            _check(trial)
+        try:
+            _step(trial, index, step)
+        except Exception as exc:  # an error the pipeline raised: with the steps that led to it
+            trial.fail(f"{type(exc).__name__}: {exc}")
     if os.environ.get("TIDEMARK_FUZZ_VERBOSE"):  # what a passing seed did (make fuzz ... FUZZ_ARGS=-s)
         print(f"\nseed {seed}:\n{trial.steps()}")
+
+
+def _step(trial: Trial, index: int, step) -> None:
+    """Do step ``index`` of the scenario, and check the sinks against the model after any that writes."""
+    if isinstance(step, Produce):
+        trial.records += _produce(trial.settings, step.records)
+        trial.done.append(str(step))
+    elif isinstance(step, Retention):
+        _retention(trial, index)
+    elif isinstance(step, Tamper):
+        _tamper(trial, index, step)
+        _check(trial)
+    elif isinstance(step, Recreate):
+        _recreate(trial)
+        _check(trial)
+    else:
+        _run(trial, index, step)
+        _check(trial)
 
 
 def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
