@@ -199,12 +199,14 @@ def run_scheduled(
 
 
 def backlog(settings: Settings, log: OffsetLog, topic: str, start: retention.StartCheck) -> tuple[int, int]:
-    """(records a scheduled run's stream will plan into new batches, the topic's partitions): from
-    where its last frozen batch ends (the run's start, before the first) to the ends Kafka holds now."""
+    """(offsets a scheduled run's stream will plan into new batches, the topic's partitions): from
+    where its last frozen batch ends (the run's start, before the first) to the ends Kafka holds now.
+    Offsets retention removed since count too: Spark plans its batches over them (an acknowledged
+    loss), and the batches that cover them read nothing."""
     last = log.last_frozen()
     planned_to = (log.ends(last, topic) if last is not None else None) or start.starting_offsets
     held = watermarks(settings, topic)
-    return sum(max(0, high - max(planned_to.get(p, low), low)) for p, (low, high) in held.items()), len(held)
+    return sum(max(0, high - planned_to.get(p, low)) for p, (low, high) in held.items()), len(held)
 
 
 def even_limit(backlog: int, partitions: int, cap: int) -> int:
