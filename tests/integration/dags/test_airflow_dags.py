@@ -391,7 +391,7 @@ def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Sett
 
     settings = deployment
     produce(settings, ProduceSpec(count=200, entities=4, seed=12), topic=settings.topic, partitions=2)
-    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=100)  # two batches: a file each
+    ingest.run_scheduled(spark, settings, max_offsets_per_trigger=100)  # batches under the cap: a file each
     events = settings.table_path("events")
     assert live_files(spark, events) >= 2
 
