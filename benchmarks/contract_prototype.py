@@ -2,16 +2,17 @@
 import json, os, statistics, sys, time
 from pathlib import Path
 from pyspark.sql import SparkSession, functions as F
-sys.path.insert(0, "/work/main")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from spark_jobs.validation import parse_records
 from tidemark.producer import ProduceSpec, generate
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
-jars = ",".join(str(p) for p in [Path("/tmp/jvmproto/target/tidemark-contract-0.1.0.jar"), *Path("/tmp/jvmproto/target/deps").glob("*.jar")])
+HERE = Path(__file__).resolve().parent.parent / "jvm" / "contract" / "target"
+jars = ",".join(str(p) for p in [HERE / "tidemark-contract-0.1.0.jar", *(HERE / "deps").glob("*.jar")])
 spark = (SparkSession.builder.master("local[2]").config("spark.jars", jars).config("spark.driver.memory", "2g")
          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4").getOrCreate())
 spark.sparkContext.setLogLevel("ERROR")
-data = Path(f"/tmp/jvmproto/records-{N}.parquet")
+data = Path(f"/tmp/contract-records-{N}.parquet")
 if not data.exists():
     spec = ProduceSpec(count=N, entities=1000, duplicate_rate=0.03, late_rate=0.05, malformed_rate=0.02, seed=7)
     rows = [("t", i % 3, i, r.key, r.value) for i, r in enumerate(generate(spec))]
@@ -20,7 +21,8 @@ if not data.exists():
 raw = spark.read.parquet(str(data))
 schema = yaml_schema = json.dumps(__import__("yaml").safe_load(open("/work/main/pipelines.yaml"))["pipelines"][0]["contract"]["schema"])
 jvm = spark.sparkContext._jvm
-check = jvm.io.tidemark.contract.RecordCheck(schema, "/event_id", "/entity_id", "/event_type", "/event_time", "/properties", True, 65536)
+no_columns = spark.sparkContext._gateway.new_array(jvm.java.lang.String, 0)
+check = jvm.io.tidemark.contract.RecordCheck(schema, "/event_id", "/entity_id", "/event_type", "/event_time", "/properties", no_columns, True, 65536)
 spark._jsparkSession.udf().register("contract_check", check, jvm.io.tidemark.contract.RecordCheck.RESULT)
 
 from spark_jobs.validation import _ISO_WITH_OFFSET
