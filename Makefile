@@ -31,7 +31,17 @@ $(STATE)/jars/.fetched: jvm/settings.xml jvm/spark/pom.xml jvm/kafka/pom.xml
 	$(MVN) -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(STATE))/jars/kafka
 	touch $@
 
-jars: $(STATE)/jars/.fetched  ## fetch the pinned Kafka connector, Delta and Kafka broker jars (Maven)
+# The contract check, compiled from jvm/contract (javac through Maven), with its runtime dependencies.
+CONTRACT_SOURCES := jvm/contract/pom.xml $(wildcard jvm/contract/src/main/java/io/tidemark/contract/*.java)
+$(STATE)/jars/contract/.built: jvm/settings.xml $(CONTRACT_SOURCES)
+	@command -v mvn >/dev/null || { echo "Maven is needed to build the jars (Debian: apt-get install maven)"; exit 1; }
+	@command -v javac >/dev/null || { echo "A JDK is needed to build the contract check (Debian: apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	rm -rf $(STATE)/jars/contract
+	$(MVN) -f jvm/contract/pom.xml package dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(STATE))/jars/contract
+	cp jvm/contract/target/tidemark-contract-*.jar $(STATE)/jars/contract/
+	touch $@
+
+jars: $(STATE)/jars/.fetched $(STATE)/jars/contract/.built  ## fetch the pinned Kafka connector, Delta and Kafka broker jars, and build the contract check (Maven)
 
 $(STATE)/jars/s3/.fetched: jvm/settings.xml jvm/s3/pom.xml
 	@command -v mvn >/dev/null || { echo "Maven is needed to fetch the jars (Debian: apt-get install maven)"; exit 1; }

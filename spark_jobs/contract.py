@@ -24,8 +24,6 @@ MAX_ENTITY_ID_BYTES = 1024
 # is 10000-01-01 in UTC), and PostgreSQL's COPY refuses what Spark writes for them. Outside, quarantined.
 EARLIEST_EVENT_TIME_US = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
 LATEST_EVENT_TIME_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
-REQUIRED_FIELDS = ("event_id", "entity_id", "event_type", "event_time")
-FIELDS = (*REQUIRED_FIELDS, "properties")
 
 COORDINATES = ("topic", "partition", "offset")
 EVENT_COLUMNS = (

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from spark_jobs.errors import ConfigError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -131,3 +133,25 @@ def newest_query_ids(spark: SparkSession) -> tuple[int, int]:
         max((executions.apply(i).executionId() for i in range(executions.size())), default=-1),
         max((jobs.apply(i).jobId() for i in range(jobs.size())), default=-1),
     )
+
+
+def register_contract_check(
+    spark: SparkSession,
+    name: str,
+    schema_json: str,
+    roles: tuple[str, str, str | None, str],
+    properties: str | None,
+    key_is_entity_id: bool,
+    max_value_bytes: int,
+    max_entity_id_bytes: int,
+) -> None:
+    """Register the SQL function ``name(key, value)``: a pipeline's contract check of a Kafka record,
+    ``io.tidemark.contract.RecordCheck`` (jvm/contract; its struct is ``RecordCheck.RESULT``).
+    ``roles``: the JSON pointers of the event id, entity id, event type (None: none) and event time."""
+    from py4j.java_gateway import JavaClass
+
+    record_check = spark.sparkContext._jvm.io.tidemark.contract.RecordCheck
+    if not isinstance(record_check, JavaClass):  # py4j's JavaPackage: no such class on the classpath
+        raise ConfigError("the contract check (jars/contract) is not on Spark's classpath. Run `make jars`.")
+    check = record_check(schema_json, *roles, properties, key_is_entity_id, max_value_bytes, max_entity_id_bytes)
+    spark._jsparkSession.udf().register(name, check, record_check.RESULT)

@@ -202,6 +202,30 @@ class Contract:
         }
 
 
+# Today's contract, which the shipped pipelines.yaml declares for the pipeline `events`: every topic
+# is read with it until each pipeline owns its state (docs/adr/0004-pipelines-as-configuration.md).
+EVENTS_CONTRACT = Contract(
+    schema={
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "required": ["event_id", "entity_id", "event_type", "event_time"],
+        "properties": {
+            "event_id": {"type": "string", "minLength": 1},
+            "entity_id": {"type": "string", "minLength": 1},
+            "event_type": {"type": "string", "minLength": 1},
+            "event_time": {"type": "string", "format": "date-time"},
+            "properties": {"type": ["object", "null"]},
+        },
+    },
+    event_id="/event_id",
+    entity_id="/entity_id",
+    event_time="/event_time",
+    event_type="/event_type",
+    properties="/properties",
+    key_is_entity_id=True,
+)
+
+
 @dataclass(frozen=True)
 class Alerts:
     """Where a pipeline's alerts go besides the task log: an Airflow connection's webhook, e-mail addresses."""

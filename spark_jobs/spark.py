@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 REQUIRED_JARS = ("spark-sql-kafka-0-10_2.13-", "delta-spark_4.2_2.13-", "kafka-clients-")
+CONTRACT_JARS = ("tidemark-contract-", "json-schema-validator-")
 S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 CODEGEN_CACHE_ENTRIES = 2000
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
@@ -41,8 +42,13 @@ def object_store_jars(settings: Settings) -> list[Path]:
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    """The jars a tidemark job needs from the cache: Kafka connector, Delta, and s3a when used."""
-    return _cached(settings.jars_dir / "spark", REQUIRED_JARS, "make jars") + object_store_jars(settings)
+    """The jars a tidemark job needs from the cache: Kafka connector, Delta, the contract check
+    (built from jvm/contract), and s3a when used."""
+    return (
+        _cached(settings.jars_dir / "spark", REQUIRED_JARS, "make jars")
+        + _cached(settings.jars_dir / "contract", CONTRACT_JARS, "make jars")
+        + object_store_jars(settings)
+    )
 
 
 def broadcastable(spark: SparkSession, rows: int, row_bytes: int) -> bool:

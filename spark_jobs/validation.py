@@ -1,111 +1,75 @@
-"""Parse and validate Kafka records against the message contract (``spark_jobs.contract``).
+"""Parse and validate Kafka records against a pipeline's contract (``spark_jobs.pipelines.Contract``).
 
 :func:`parse_records` is a pure ``DataFrame -> DataFrame`` transform: every input row comes out
 once, with its coordinates, the parsed fields, and ``quarantine_reason`` (null when the record is
 valid). Nothing is dropped, so every source offset lands in exactly one record table
-(docs/design.md, "Offset coverage"). All checks are native Spark SQL (the Variant type keeps JSON
-token types, so a number where a string belongs is caught), which keeps parsing off the Python path.
+(docs/design.md, "Offset coverage").
+
+The record is checked in one pass inside Spark's JVM, by the Java function of ``jvm/contract``
+(``io.tidemark.contract.RecordCheck``): its size, UTF-8, one JSON document (as Spark's
+``parse_json`` reads it), the roles, the pipeline's JSON Schema, the key. The event time's parse
+and range are Spark SQL's, here, so a time means the same in every pipeline; no record goes
+through Python.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import (
-    EARLIEST_EVENT_TIME_US,
-    FIELDS,
-    LATEST_EVENT_TIME_US,
-    MAX_ENTITY_ID_BYTES,
-    MAX_VALUE_BYTES,
-    REQUIRED_FIELDS,
-)
+from spark_jobs import jvm
+from spark_jobs.contract import EARLIEST_EVENT_TIME_US, LATEST_EVENT_TIME_US, MAX_ENTITY_ID_BYTES, MAX_VALUE_BYTES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+    from spark_jobs.pipelines import Contract
 
 # ISO-8601 with an explicit offset (or Z), as the contract requires.
 _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
     "^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?(Z|[+-][0-9]{2}:?[0-9]{2})$"
 )
 
-# JSON's insignificant whitespace, as the characters themselves (see the note on backslashes above).
-_JSON_WHITESPACE = " \t\r\n"
+# The first problem of a record: the check's own (before the time), the time's, then the rest of
+# the check's (the properties' type, the schema, the key). Spark parses the properties the check
+# accepted from the same text with the same parser: should it ever refuse them, the record is
+# quarantined as the invalid JSON Spark finds it, rather than the batch failing on it.
+_REASON = f"""CASE
+WHEN checked.reason IS NOT NULL THEN checked.reason
+WHEN checked.properties IS NOT NULL AND properties_variant IS NULL THEN 'invalid_json'
+WHEN NOT regexp_like(checked.event_time, '{_ISO_WITH_OFFSET}') OR event_ts IS NULL
+  THEN 'bad_event_time: not ISO-8601 with an offset'
+WHEN unix_micros(event_ts) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}
+  THEN 'bad_event_time: outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (what both sinks store)'
+ELSE checked.late_reason END"""
 
 
-# Spark's JSON parsers (``parse_json`` included) stop after the first document and ignore what
-# follows, so ``{...}\n{...}`` (two events in one value) parsed as its first event and the second
-# vanished. Wrapped in ``[...]``, the value must be an array of exactly one element: text after the
-# document breaks it (no comma) or adds an element (a comma), unless that text starts with ``]``.
-# Only a value holding a ``]`` can do that; those are also wrapped in ``{"k": ...}``, which such
-# text breaks. (Each wrap is one more parse of the value.)
-_TEXT_AFTER_THE_DOCUMENT = (
-    "json_array_length(concat('[', text, ']')) IS DISTINCT FROM 1 "
-    """OR (contains(text, ']') AND json_object_keys(concat('{"k":', text, '}')) IS NULL)"""
-)
+def register_check(raw: DataFrame, contract: Contract) -> str:
+    """The name of the SQL function that checks a record (key, value) against ``contract``,
+    registered in ``raw``'s session."""
+    schema = json.dumps(contract.schema, sort_keys=True)
+    limits = (MAX_VALUE_BYTES, MAX_ENTITY_ID_BYTES)
+    name = f"tidemark_contract_{contract.digest[:16]}_{limits[0]}_{limits[1]}"
+    roles = (contract.event_id, contract.entity_id, contract.event_type, contract.event_time)
+    jvm.register_contract_check(
+        raw.sparkSession, name, schema, roles, contract.properties, contract.key_is_entity_id, *limits
+    )
+    return name
 
 
-def _reason_sql() -> str:
-    """One SQL CASE naming the first contract violation of a row, NULL when there is none.
-
-    It reads the columns :func:`parse_records` extracts once per record: ``text`` (the value as a
-    string), ``doc`` (the Variant), ``ts_event_time``, and per field ``v_<name>`` (its Variant),
-    ``t_<name>`` (its type) and, for the required ones, ``s_<name>`` (its text).
-    """
-    checks = [
-        ("key IS NULL", "'null_key'"),
-        (
-            f"octet_length(value) > {MAX_VALUE_BYTES}",
-            f"'oversized: value is larger than {MAX_VALUE_BYTES} bytes'",
-        ),
-        ("value IS NULL", "'null_value'"),
-        ("NOT is_valid_utf8(text)", "'not_utf8'"),
-        ("doc IS NULL", "'invalid_json'"),
-        (_TEXT_AFTER_THE_DOCUMENT, "'invalid_json: text after the JSON object'"),
-        # The document parsed, so it is an object exactly when its first character is '{'.
-        (f"NOT startswith(TRIM(LEADING '{_JSON_WHITESPACE}' FROM text), '{{')", "'not_an_object'"),
-    ]
-    for name in REQUIRED_FIELDS:
-        checks.append((f"v_{name} IS NULL OR t_{name} = 'VOID'", f"'missing_field: {name}'"))
-        checks.append((f"t_{name} <> 'STRING'", f"'wrong_type: {name} must be a string'"))
-    checks += [
-        ("length(s_event_id) = 0", "'missing_field: event_id is empty'"),
-        ("length(s_entity_id) = 0", "'missing_field: entity_id is empty'"),
-        ("length(s_event_type) = 0", "'missing_field: event_type is empty'"),
-        ("contains(s_entity_id, chr(0))", "'bad_entity_id: entity_id contains a NUL character'"),
-        (
-            f"octet_length(s_entity_id) > {MAX_ENTITY_ID_BYTES}",
-            f"'bad_entity_id: entity_id is longer than {MAX_ENTITY_ID_BYTES} bytes'",
-        ),
-        (
-            f"NOT regexp_like(s_event_time, '{_ISO_WITH_OFFSET}') OR ts_event_time IS NULL",
-            "'bad_event_time: not ISO-8601 with an offset'",
-        ),
-        (
-            f"unix_micros(ts_event_time) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}",
-            "'bad_event_time: outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (what both sinks store)'",
-        ),
-        (
-            "v_properties IS NOT NULL AND t_properties NOT IN ('VOID') AND NOT startswith(t_properties, 'OBJECT')",
-            "'wrong_type: properties must be an object'",
-        ),
-        ("cast(key AS string) <> s_entity_id", "'key_mismatch: key is not the entity_id'"),
-    ]
-    whens = "\n".join(f"WHEN {condition} THEN {reason}" for condition, reason in checks)
-    return f"CASE {whens} ELSE NULL END"
-
-
-def parse_records(raw: DataFrame) -> DataFrame:
+def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
     """Kafka source rows -> one row per record with parsed fields and ``quarantine_reason``.
 
     Output columns: topic, partition, offset, arrival_time (the Kafka timestamp), key, value,
-    event_id, entity_id, event_type, event_time, properties (JSON text), quarantine_reason, and
-    timestamp_type (Kafka's: 0 CreateTime, 1 LogAppendTime) when ``raw`` has ``timestampType``.
-    Parsed fields are null for quarantined rows.
+    event_id, entity_id, event_type, event_time, properties (JSON text, in the Variant's canonical
+    form), quarantine_reason, and timestamp_type (Kafka's: 0 CreateTime, 1 LogAppendTime) when
+    ``raw`` has ``timestampType``. Parsed fields are null for quarantined rows.
     """
     from pyspark.sql import functions as F
 
     timestamp_type = ["timestamp_type"] if "timestampType" in raw.columns else []
-    with_doc = raw.select(
+    check = register_check(raw, contract)
+    checked = raw.select(
         "topic",
         "partition",
         "offset",
@@ -113,29 +77,14 @@ def parse_records(raw: DataFrame) -> DataFrame:
         *([F.col("timestampType").alias("timestamp_type")] if timestamp_type else []),
         "key",
         "value",
-        F.expr("cast(value AS string)").alias("text"),
+        F.expr(f"{check}(key, value)").alias("checked"),
     ).select(
         "*",
-        F.expr(
-            f"CASE WHEN octet_length(value) <= {MAX_VALUE_BYTES} AND is_valid_utf8(text) THEN try_parse_json(text) END"
-        ).alias("doc"),
+        F.expr("try_to_timestamp(checked.event_time)").alias("event_ts"),
+        F.expr("try_parse_json(checked.properties)").alias("properties_variant"),
     )
-    # Each field is extracted, typed and cast once, and the checks and the output read those.
-    fields = with_doc.select(
-        "*",
-        *[F.expr(f"variant_get(doc, '$.{name}')").alias(f"v_{name}") for name in FIELDS],
-    )
-    fields = fields.select(
-        "*",
-        *[F.expr(f"schema_of_variant(v_{name})").alias(f"t_{name}") for name in FIELDS],
-        *[F.expr(f"v_{name}::string").alias(f"s_{name}") for name in REQUIRED_FIELDS],
-    ).withColumn("ts_event_time", F.expr("try_to_timestamp(s_event_time)"))
-    checked = fields.withColumn("quarantine_reason", F.expr(_reason_sql()))
+    checked = checked.withColumn("quarantine_reason", F.expr(_REASON))
     valid = F.col("quarantine_reason").isNull()
-
-    def parsed(expression: str):  # a Column
-        return F.when(valid, F.expr(expression))
-
     return checked.select(
         "topic",
         "partition",
@@ -143,11 +92,12 @@ def parse_records(raw: DataFrame) -> DataFrame:
         "arrival_time",
         "key",
         "value",
-        parsed("s_event_id").alias("event_id"),
-        parsed("s_entity_id").alias("entity_id"),
-        parsed("s_event_type").alias("event_type"),
-        parsed("ts_event_time").alias("event_time"),
-        parsed("to_json(v_properties)").alias("properties"),
+        F.when(valid, F.col("checked.event_id")).alias("event_id"),
+        F.when(valid, F.col("checked.entity_id")).alias("entity_id"),
+        F.when(valid, F.col("checked.event_type")).alias("event_type"),
+        F.when(valid, F.col("event_ts")).alias("event_time"),
+        # The producer's text, written back as Spark's Variant writes it (keys sorted, numbers canonical).
+        F.when(valid, F.expr("to_json(properties_variant)")).alias("properties"),
         "quarantine_reason",
         *timestamp_type,
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from spark_jobs.contract import MAX_VALUE_BYTES
+from spark_jobs.pipelines import EVENTS_CONTRACT
 from spark_jobs.validation import parse_records
 from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
 
@@ -22,7 +24,7 @@ def kafka_rows(spark, records: dict[int, tuple[bytes | None, bytes]]):  # a Data
 def test_each_malformed_kind_gets_its_reason_and_valid_records_pass(spark_session) -> None:
     records = list(generate(ProduceSpec(count=1500, entities=20, malformed_rate=0.4, late_rate=0.1, seed=3)))
     raw = kafka_rows(spark_session, {offset: (r.key, r.value) for offset, r in enumerate(records)})
-    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
+    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw, EVENTS_CONTRACT).collect()}
 
     assert len(reasons) == len(records)  # nothing dropped
     seen = set()
@@ -49,7 +51,7 @@ def test_whitespace_around_a_document_is_allowed_and_only_objects_pass(spark_ses
         3: '"a string"',
     }
     raw = kafka_rows(spark_session, {offset: (b"u1", value.encode()) for offset, value in values.items()})
-    rows = {row["offset"]: row for row in parse_records(raw).collect()}
+    rows = {row["offset"]: row for row in parse_records(raw, EVENTS_CONTRACT).collect()}
 
     assert rows[0]["quarantine_reason"] is None
     assert (rows[0]["event_id"], rows[0]["properties"]) == ("e1", '{"a":[1,2]}')
@@ -71,7 +73,7 @@ def test_text_after_the_object_makes_the_value_invalid_json(spark_session) -> No
         8: body + ' "}"',
     }
     raw = kafka_rows(spark_session, {offset: (b"u1", value.encode()) for offset, value in values.items()})
-    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
+    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw, EVENTS_CONTRACT).collect()}
 
     assert reasons[0] is None
     assert {offset: reasons[offset] for offset in values if offset} == {
@@ -87,7 +89,7 @@ def test_properties_are_kept_as_the_variant_writes_them_back(spark_session) -> N
         f'"event_time": "2026-03-01T00:00:00+00:00", "properties": {properties}}}'
     )
     raw = kafka_rows(spark_session, {0: (b"u1", value.encode())})
-    [row] = parse_records(raw).collect()
+    [row] = parse_records(raw, EVENTS_CONTRACT).collect()
 
     assert row["quarantine_reason"] is None
     assert row["properties"] == '{"a":100.0,"big":1.2345678901234568E41,"huge":"Infinity","z":2.5}'
@@ -100,7 +102,7 @@ def test_empty_identifying_fields_are_missing_fields(spark_session) -> None:
     raw = kafka_rows(
         spark_session, {offset: (v["entity_id"].encode(), json.dumps(v).encode()) for offset, v in values.items()}
     )
-    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw).collect()}
+    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw, EVENTS_CONTRACT).collect()}
 
     assert reasons == {
         0: None,
@@ -108,3 +110,167 @@ def test_empty_identifying_fields_are_missing_fields(spark_session) -> None:
         2: "missing_field: entity_id is empty",
         3: "missing_field: event_type is empty",
     }
+
+
+# --- The Java check against the Variant check it replaced -------------------------------------------------------
+#
+# Random records around the edges of the contract (bytes, JSON, roles, times, properties, keys), checked by both:
+# every output column must be the same, the quarantine reason included. The Variant check is Spark SQL only
+# (benchmarks/variant_contract.py), so this also holds the Java parse to what Spark's own parser and UTF-8 check say.
+
+_TIMES = (
+    "2026-03-01T00:00:00+00:00",
+    "2026-03-01 10:00:00+01:00",
+    "2026-03-01T10:00+0100",
+    "2026-03-01T10:00:00.123456789Z",
+    "2026-03-01T10:00:00",
+    "2026-02-30T00:00:00Z",
+    "0001-01-01T00:00:00+01:00",
+    "0000-06-01T00:00:00Z",
+    "9999-12-31T23:59:59-01:00",
+    "9999-12-31T23:59:59Z",
+    "",
+    "last tuesday",
+)
+_VALUES = (None, 0, -1.5, True, [], {}, "", "x", [1, "a"], {"a": None})
+_PROPERTIES = (
+    '{"z": 2.50, "a": 1E2, "n": -0, "e": 1.5e1, "big": 123456789012345678901234567890123456789012, "huge": 1e400}',
+    '{"nested": {"b": [1, {"c": "\\u00e9\\ud83d\\ude00"}], "a": null}, "t": true}',
+    '{"d": 1, "d": 2}',
+    "null",
+    "[1, 2]",
+    '"text"',
+    "12",
+    "{}",
+)
+_TEXT = ("", " ", "\n", "}", "{", "]", "[", ",", ":", '"', "\\", "x", "null", "1", " {} ", '"k": 1', "/*c*/", "\\u0000")
+_BYTES = (b"\xff", b"\xc0\x80", b"\xe0\x80\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xf0\x9f\x98", b"\x80", b"\0")
+_BOM = b"\xef\xbb\xbf"
+
+
+def _mutant(rng) -> tuple[bytes | None, bytes | None]:
+    """A record near the contract's edges: a valid event, changed in up to three ways."""
+    event = {
+        "event_id": rng.choice(("e1", "e-\u00e9", "\u4e8b\u4ef6")),
+        "entity_id": rng.choice(("u1", "\u30e6\u30fc\u30b6", "u\t1")),
+        "event_type": "click",
+        "event_time": rng.choice(_TIMES[:4]),
+    }
+    properties = rng.choice(_PROPERTIES) if rng.random() < 0.7 else None
+    if rng.random() < 0.25:  # a valid record: every kind of properties and time
+        text = json.dumps(event, ensure_ascii=rng.random() < 0.5)
+        text = text if properties is None else text[:-1] + ', "properties": ' + properties + "}"
+        return event["entity_id"].encode(), text.encode()
+    for _ in range(rng.randrange(3)):
+        name = rng.choice(("event_id", "entity_id", "event_type", "event_time"))
+        change = rng.randrange(6)
+        if change == 0:
+            event.pop(name, None)
+        elif change == 1:
+            event[name] = rng.choice(_VALUES)
+        elif change == 2 and name == "event_time":
+            event[name] = rng.choice(_TIMES)
+        elif change == 3 and name == "entity_id":
+            event[name] = rng.choice(("a\u0000b", "x" * rng.choice((1024, 1025)), "\u00e9" * 513))
+        elif change == 3:  # surrogates escaped alone or in pairs (Spark refuses the former)
+            event[name] = rng.choice(("\ud800", "\udc00x", "\ud83d\ude00", "\ude00\ud83d", "a\ud83d"))
+        elif change == 4:
+            event[name] = rng.choice(("", " "))
+    text = json.dumps(event, ensure_ascii=rng.random() < 0.5)
+    if properties is not None:
+        text = text[:-1] + ', "properties": ' + properties + "}"
+    if rng.random() < 0.1:  # a key twice in the document
+        text = text[:-1] + ', "event_type": "view"}'
+    if rng.random() < 0.05:  # nesting within and past Jackson's limit of 1,000 (see the test below)
+        depth = rng.choice((990, 1000, 1001))
+        text = text[:-1] + ', "deep": ' + "[" * depth + "]" * depth + "}"
+    if rng.random() < 0.05:  # a number around Jackson's limit of 1,000 digits
+        text = text[:-1] + ', "long": ' + "9" * rng.choice((999, 1000, 1001)) + "}"
+    for _ in range(rng.choice((0, 0, 0, 1, 1, 2))):  # the text itself
+        at = rng.randrange(len(text) + 1)
+        cut = rng.choice((0, 0, 1, 3))
+        text = text[:at] + rng.choice(_TEXT) + text[at + cut :]
+    if rng.random() < 0.03:  # not an object
+        text = rng.choice(("[" + text + "]", "42", '"text"', "null", "true"))
+    if rng.random() < 0.1:
+        text = rng.choice((" \t\r\n", "\u00a0", "\ufeff")) + text + rng.choice(("", "\n", " x", "\u2028"))
+    value = text.encode("utf-8", "surrogatepass")
+    for _ in range(rng.choice((0, 0, 0, 0, 1))):  # its bytes
+        at = rng.randrange(len(value) + 1)
+        value = value[:at] + rng.choice(_BYTES) + value[at + rng.randrange(2) :]
+    if rng.random() < 0.03:
+        value = _BOM + value
+    if rng.random() < 0.03:  # around the size limit
+        value = value[:-1] + b" " * (MAX_VALUE_BYTES - len(value) + rng.choice((-1, 0, 1))) + value[-1:]
+    entity = event.get("entity_id")
+    key = entity.encode("utf-8", "surrogatepass") if isinstance(entity, str) else b"u1"
+    roll = rng.random()
+    if roll < 0.04:
+        key = None
+    elif roll < 0.08:
+        key = key + b"\xff"
+    elif roll < 0.12:
+        key = b"other"
+    if rng.random() < 0.01:
+        value = None
+    return key, value
+
+
+def test_the_check_says_what_the_variant_check_said_for_every_record(spark_session) -> None:
+    """Same accepted records, same fields, same reason for each quarantined one, over 4,000 random records."""
+    import random
+
+    from benchmarks.variant_contract import variant_parse_records
+
+    rng = random.Random(46)
+    raw = kafka_rows(spark_session, {offset: _mutant(rng) for offset in range(4000)})
+    before = {row["offset"]: row.asDict() for row in variant_parse_records(raw).collect()}
+    after = {row["offset"]: row.asDict() for row in parse_records(raw, EVENTS_CONTRACT).collect()}
+
+    differ = [
+        (o, {c: (before[o][c], after[o][c]) for c in before[o] if c != "value" and before[o][c] != after[o][c]})
+        for o in sorted(before)
+        if before[o] != after[o]
+    ]
+    shown = [(o, changes, (before[o]["value"] or b"")[:160]) for o, changes in differ[:5]]
+    assert not differ, f"{len(differ)} records differ (offset, (before, after) per column, value): {shown}"
+    reasons = {row["quarantine_reason"].split(":")[0] for row in before.values() if row["quarantine_reason"]}
+    accepted = sum(row["quarantine_reason"] is None for row in before.values())
+    # The sample reaches every kind of reason, and accepts enough records to compare their fields.
+    assert reasons == {*MALFORMED_KINDS, "null_value", "bad_entity_id", "key_mismatch"}, reasons
+    assert accepted > 600, accepted
+
+
+def test_a_document_is_json_exactly_when_spark_reads_it(spark_session) -> None:
+    """Nesting up to Jackson's limit, and escaped surrogates only in pairs: as Spark's ``parse_json``.
+
+    The Variant check quarantined a document nested 1,000 deep as "text after the JSON object" (its
+    check for trailing text wrapped the value in one more level); the Java check reads what Spark reads.
+    """
+    event = '"event_id": "e1", "entity_id": "u1", "event_type": "click", "event_time": "2026-03-01T00:00:00Z"'
+    texts = [
+        *("{" + event + ', "deep": ' + "[" * depth + "]" * depth + "}" for depth in (998, 999, 1000)),
+        *(
+            "{" + event + ', "p": "' + escaped + '"}'
+            for escaped in ("\\ud83d\\ude00", "\\ud800", "\\udc00", "\\\\ud800")
+        ),
+        "{" + event + ', "\\ud800": 1}',
+    ]
+    raw = kafka_rows(spark_session, {offset: (b"u1", text.encode()) for offset, text in enumerate(texts)})
+    spark_reads = {
+        row["offset"]: row["read"]
+        for row in raw.selectExpr("offset", "try_parse_json(cast(value AS string)) IS NOT NULL AS read").collect()
+    }
+    reasons = {row["offset"]: row["quarantine_reason"] for row in parse_records(raw, EVENTS_CONTRACT).collect()}
+
+    assert reasons == {offset: None if spark_reads[offset] else "invalid_json" for offset in reasons}
+    assert [spark_reads[offset] for offset in sorted(spark_reads)] == [
+        True,
+        True,
+        False,
+        True,
+        False,
+        False,
+        True,
+        False,
+    ]

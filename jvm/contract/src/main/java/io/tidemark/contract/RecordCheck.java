@@ -4,11 +4,11 @@ import com.fasterxml.jackson.core.JsonFactory;
 import com.fasterxml.jackson.core.JsonParser;
 import com.fasterxml.jackson.core.JsonPointer;
 import com.fasterxml.jackson.core.JsonProcessingException;
+import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
-import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.networknt.schema.Error;
 import com.networknt.schema.OutputFormat;
 import com.networknt.schema.Schema;
@@ -17,7 +17,11 @@ import com.networknt.schema.SpecificationVersion;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
@@ -25,47 +29,50 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
 /**
- * A pipeline's contract check of one Kafka record, in one pass, inside Spark's JVM.
+ * A pipeline's contract check of one Kafka record (key, value), in one pass, inside Spark's JVM.
  *
- * <p>In order: a key (when the contract keys records by entity), the value's size, well-formed
- * UTF-8, one JSON document (Jackson, duplicate keys refused, nothing but whitespace after it), an
- * object, the pipeline's JSON Schema (draft 2020-12), then the roles: non-empty strings, an entity
- * id PostgreSQL can index, the key equal to it. The event time's parse and range stay in Spark SQL
- * (spark_jobs/validation.py), so a time means the same in every pipeline.
+ * <p>The checks, in the order that names a record's first problem: the key (when the contract
+ * keys records by entity), the value's size, well-formed UTF-8, one JSON document (duplicate keys
+ * refused, nothing but whitespace after it), an object; then each role (event id, entity id, event
+ * type, event time) present as a string, the ids and type not empty, an entity id PostgreSQL can
+ * hold. Those make {@code reason}. The event time's parse and range are Spark SQL's (see
+ * spark_jobs/validation.py), so a time means the same in every pipeline; they rank after the
+ * above and before {@code late_reason}: the properties an object (or null), the pipeline's JSON
+ * Schema (draft 2020-12), the key equal to the entity id. For today's contract this is the order
+ * (and the text) of the SQL check this class replaced.
  *
- * <p>Returns {@link #RESULT}: {@code reason} (null when the record passes) and, for a record that
- * passes, the roles, {@code properties} as JSON text and the typed columns' values as text.
+ * <p>The value is parsed from its decoded text with Jackson's defaults, exactly as Spark's {@code
+ * parse_json} does (which the pipeline's {@code properties} then go through): a document one of
+ * them accepts, the other accepts too. {@code properties} is the JSON text of the value at the
+ * properties pointer as the producer wrote it, so Spark writes it back in the Variant's canonical
+ * form, exactly as before.
  */
 public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializable {
   private static final long serialVersionUID = 1L;
 
+  /** What {@link #call} returns. */
   public static final StructType RESULT =
       new StructType()
           .add("reason", DataTypes.StringType)
+          .add("late_reason", DataTypes.StringType)
           .add("event_id", DataTypes.StringType)
           .add("entity_id", DataTypes.StringType)
           .add("event_type", DataTypes.StringType)
           .add("event_time", DataTypes.StringType)
-          .add("properties", DataTypes.StringType)
-          .add("columns", DataTypes.createArrayType(DataTypes.StringType));
+          .add("properties", DataTypes.StringType);
 
-  /** The longest entity id, in UTF-8 bytes, that PostgreSQL's btree index takes with room to spare. */
-  public static final int MAX_ENTITY_ID_BYTES = 1024;
+  private static final String TEXT_AFTER = "invalid_json: text after the JSON object";
+
+  /** The compiled contracts of this JVM, by their configuration: tasks share one. */
+  private static final Map<String, Compiled> COMPILED = new ConcurrentHashMap<>();
 
   private final String schemaJson;
-  private final String eventId;
-  private final String entityId;
-  private final String eventType; // may be null
-  private final String eventTime;
-  private final String properties; // may be null: no properties column
-  private final String[] columns;
+  private final String[] roles; // event id, entity id, event type (or null), event time
+  private final String properties; // may be null: the pipeline keeps no properties
   private final boolean keyIsEntityId;
   private final int maxValueBytes;
-
-  private transient ObjectMapper mapper;
-  private transient Schema schema;
-  private transient JsonPointer[] roles; // event id, entity id, event type, event time, properties
-  private transient JsonPointer[] columnPointers;
+  private final int maxEntityIdBytes;
+  private transient Compiled compiled;
 
   public RecordCheck(
       String schemaJson,
@@ -74,110 +81,72 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
       String eventType,
       String eventTime,
       String properties,
-      String[] columns,
       boolean keyIsEntityId,
-      int maxValueBytes) {
+      int maxValueBytes,
+      int maxEntityIdBytes) {
     this.schemaJson = schemaJson;
-    this.eventId = eventId;
-    this.entityId = entityId;
-    this.eventType = eventType;
-    this.eventTime = eventTime;
+    this.roles = new String[] {eventId, entityId, eventType, eventTime};
     this.properties = properties;
-    this.columns = columns == null ? new String[0] : columns.clone();
     this.keyIsEntityId = keyIsEntityId;
     this.maxValueBytes = maxValueBytes;
+    this.maxEntityIdBytes = maxEntityIdBytes;
+    compiled(); // a schema that does not compile fails here, on the driver, before any task
   }
 
-  /** Built once per task's copy of the check (the UDF is serialized to each executor). */
-  private void init() {
-    if (mapper != null) return;
-    JsonFactory factory =
-        JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
-    // Numbers keep their exact value (no double rounding, no Infinity): Spark parses properties again.
-    mapper =
-        new ObjectMapper(factory)
-            .enable(DeserializationFeature.USE_BIG_DECIMAL_FOR_FLOATS)
-            .setNodeFactory(JsonNodeFactory.withExactBigDecimals(true));
-    schema = SchemaRegistry.withDefaultDialect(SpecificationVersion.DRAFT_2020_12).getSchema(schemaJson);
-    roles =
-        new JsonPointer[] {
-          JsonPointer.compile(eventId),
-          JsonPointer.compile(entityId),
-          eventType == null ? null : JsonPointer.compile(eventType),
-          JsonPointer.compile(eventTime),
-          properties == null ? null : JsonPointer.compile(properties),
-        };
-    columnPointers = new JsonPointer[columns.length];
-    for (int i = 0; i < columns.length; i++) columnPointers[i] = JsonPointer.compile(columns[i]);
+  private Compiled compiled() {
+    if (compiled == null) {
+      String key = String.join("\u0000", schemaJson, Arrays.toString(roles), String.valueOf(properties));
+      compiled = COMPILED.computeIfAbsent(key, k -> new Compiled(schemaJson, roles, properties));
+    }
+    return compiled;
   }
 
-  private static Row reject(String reason) {
-    return RowFactory.create(reason, null, null, null, null, null, null);
-  }
-
-  /** A pointer as a quarantine reason names it: without its leading slash ("order/id"). */
-  private static String named(String pointer) {
-    return pointer.startsWith("/") ? pointer.substring(1) : pointer;
-  }
-
+  /** A record's check: {@link #RESULT}, its reasons null when it passes. */
   @Override
   public Row call(byte[] key, byte[] value) {
-    init();
+    Compiled c = compiled();
     if (key == null && keyIsEntityId) return reject("null_key");
     if (value != null && value.length > maxValueBytes)
       return reject("oversized: value is larger than " + maxValueBytes + " bytes");
     if (value == null) return reject("null_value");
     if (!Utf8.isValid(value)) return reject("not_utf8");
-    JsonNode doc;
-    try (JsonParser parser = mapper.getFactory().createParser(value)) {
-      doc = mapper.readTree(parser);
-      if (doc == null) return reject("invalid_json");
-      if (parser.nextToken() != null) return reject("invalid_json: text after the JSON object");
-    } catch (JsonProcessingException e) {
-      String message = e.getOriginalMessage();
-      if (message != null && message.startsWith("Duplicate field"))
-        return reject("invalid_json: a key appears twice in one object");
-      return reject("invalid_json");
-    } catch (IOException e) {
-      return reject("invalid_json");
-    }
+    Parsed parsed = c.parse(new String(value, StandardCharsets.UTF_8));
+    if (parsed.reason != null) return reject(parsed.reason);
+    JsonNode doc = parsed.doc;
     if (!doc.isObject()) return reject("not_an_object");
-    // The boolean format stops at the first failure; the full one runs only to name it.
-    if (!schema.validate(doc, OutputFormat.BOOLEAN)) return reject(reason(schema.validate(doc)));
 
-    String id = text(doc, roles[0]);
-    String entity = text(doc, roles[1]);
-    String type = roles[2] == null ? null : text(doc, roles[2]);
-    String time = text(doc, roles[3]);
-    if (id == null || id.isEmpty()) return reject("missing_field: " + named(eventId) + " is empty");
-    if (entity == null || entity.isEmpty())
-      return reject("missing_field: " + named(entityId) + " is empty");
-    if (type != null && type.isEmpty()) return reject("missing_field: " + named(eventType) + " is empty");
-    if (time == null) return reject("missing_field: " + named(eventTime));
+    String[] texts = new String[4];
+    for (int i = 0; i < 4; i++) {
+      if (c.roles[i] == null) continue;
+      JsonNode node = doc.at(c.roles[i]);
+      if (node.isMissingNode() || node.isNull()) return reject("missing_field: " + c.names[i]);
+      if (!node.isTextual()) return reject("wrong_type: " + c.names[i] + " must be a string");
+      texts[i] = node.textValue();
+    }
+    for (int i = 0; i < 3; i++) { // the ids and the type; an empty time is a bad time
+      if (texts[i] != null && texts[i].isEmpty()) return reject("missing_field: " + c.names[i] + " is empty");
+    }
+    String entity = texts[1];
     if (entity.indexOf('\0') >= 0) return reject("bad_entity_id: entity_id contains a NUL character");
-    if (entity.getBytes(StandardCharsets.UTF_8).length > MAX_ENTITY_ID_BYTES)
-      return reject("bad_entity_id: entity_id is longer than " + MAX_ENTITY_ID_BYTES + " bytes");
-    if (keyIsEntityId && !entity.equals(new String(key, StandardCharsets.UTF_8)))
-      return reject("key_mismatch: key is not the entity_id");
+    byte[] entityBytes = entity.getBytes(StandardCharsets.UTF_8);
+    if (entityBytes.length > maxEntityIdBytes)
+      return reject("bad_entity_id: entity_id is longer than " + maxEntityIdBytes + " bytes");
 
-    String props = null;
-    if (roles[4] != null) {
-      JsonNode node = doc.at(roles[4]);
-      props = node.isMissingNode() || node.isNull() ? null : node.toString();
-    } else {
-      props = doc.toString();
+    String late = null;
+    if (c.properties != null) {
+      JsonNode node = doc.at(c.properties);
+      if (!node.isMissingNode() && !node.isNull() && !node.isObject())
+        late = "wrong_type: " + c.propertiesName + " must be an object";
     }
-    String[] values = new String[columnPointers.length];
-    for (int i = 0; i < values.length; i++) {
-      JsonNode node = doc.at(columnPointers[i]);
-      values[i] = node.isMissingNode() || node.isNull() ? null : node.isValueNode() ? node.asText() : node.toString();
-    }
-    return RowFactory.create(null, id, entity, type, time, props, values);
+    // The boolean format stops at the first failure; the full one runs only to name it.
+    if (late == null && !c.schema.validate(doc, OutputFormat.BOOLEAN)) late = reason(c.schema.validate(doc));
+    if (late == null && keyIsEntityId && !Arrays.equals(key, entityBytes))
+      late = "key_mismatch: key is not the entity_id";
+    return RowFactory.create(null, late, texts[0], texts[1], texts[2], texts[3], parsed.properties);
   }
 
-  private static String text(JsonNode doc, JsonPointer pointer) {
-    JsonNode node = doc.at(pointer);
-    return node.isTextual() ? node.textValue() : null;
+  private static Row reject(String reason) {
+    return RowFactory.create(reason, null, null, null, null, null, null);
   }
 
   /** The first schema error as a quarantine reason: the rule and where (a JSON pointer). */
@@ -194,9 +163,14 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     }
   }
 
+  /** A pointer as a quarantine reason names it: without its leading slash ("order/id"). */
+  static String named(String pointer) {
+    return pointer.startsWith("/") ? pointer.substring(1) : pointer;
+  }
+
   /** "a string", "an object or null" from a schema's {@code type}. */
-  private static String expected(JsonNode type) {
-    JsonNode types = type != null && type.has("type") ? type.get("type") : type;
+  private static String expected(JsonNode schemaNode) {
+    JsonNode types = schemaNode != null && schemaNode.has("type") ? schemaNode.get("type") : schemaNode;
     if (types == null) return "of another type";
     if (types.isTextual()) return article(types.textValue());
     StringBuilder out = new StringBuilder();
@@ -209,5 +183,92 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
 
   private static String article(String type) {
     return ("object".equals(type) || "array".equals(type) || "integer".equals(type) ? "an " : "a ") + type;
+  }
+
+  /** A parsed value: the document and the text at the properties pointer, or why it is not JSON. */
+  private static final class Parsed {
+    final JsonNode doc;
+    final String properties;
+    final String reason;
+
+    Parsed(JsonNode doc, String properties, String reason) {
+      this.doc = doc;
+      this.properties = properties;
+      this.reason = reason;
+    }
+  }
+
+  /** One contract, ready to check records: thread-safe, shared by the tasks of a JVM. */
+  private static final class Compiled {
+    final ObjectMapper mapper;
+    final Schema schema;
+    final JsonPointer[] roles;
+    final String[] names;
+    final JsonPointer properties;
+    final String propertiesName;
+    final String[] propertiesPath; // the object keys down to the properties (null: no properties)
+
+    Compiled(String schemaJson, String[] rolePointers, String propertiesPointer) {
+      JsonFactory factory = JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
+      mapper = new ObjectMapper(factory);
+      schema = SchemaRegistry.withDefaultDialect(SpecificationVersion.DRAFT_2020_12).getSchema(schemaJson);
+      roles = new JsonPointer[rolePointers.length];
+      names = new String[rolePointers.length];
+      for (int i = 0; i < rolePointers.length; i++) {
+        if (rolePointers[i] == null) continue;
+        roles[i] = JsonPointer.compile(rolePointers[i]);
+        names[i] = named(rolePointers[i]);
+      }
+      properties = propertiesPointer == null ? null : JsonPointer.compile(propertiesPointer);
+      propertiesName = propertiesPointer == null ? null : named(propertiesPointer);
+      if (properties == null) {
+        propertiesPath = null;
+      } else {
+        List<String> path = new ArrayList<>();
+        for (JsonPointer p = properties; !p.matches(); p = p.tail()) path.add(p.getMatchingProperty());
+        propertiesPath = path.toArray(new String[0]);
+      }
+    }
+
+    /** One JSON document and nothing after it, as Spark's parse_json reads text. */
+    Parsed parse(String text) {
+      String[] span = new String[1];
+      JsonNode doc;
+      try (JsonParser parser = mapper.getFactory().createParser(text)) {
+        if (parser.nextToken() == null) return new Parsed(null, null, "invalid_json");
+        doc = read(parser, text, 0, span);
+        // Jackson reads an escaped surrogate without its pair into the text; Spark refuses it.
+        if (Json.hasUnpairedSurrogate(text, (int) parser.currentLocation().getCharOffset()))
+          return new Parsed(null, null, "invalid_json");
+        try {
+          if (parser.nextToken() != null) return new Parsed(null, null, TEXT_AFTER);
+        } catch (JsonProcessingException e) {
+          return new Parsed(null, null, TEXT_AFTER);
+        }
+      } catch (IOException e) { // not JSON, a key twice in one object, or past Jackson's limits
+        return new Parsed(null, null, "invalid_json");
+      }
+      return new Parsed(doc, span[0], null);
+    }
+
+    /** The value at the parser's token as a tree; the text of the properties into {@code span[0]}. */
+    private JsonNode read(JsonParser parser, String text, int depth, String[] span) throws IOException {
+      if (propertiesPath == null) return mapper.readTree(parser);
+      if (depth == propertiesPath.length) {
+        int start = (int) parser.currentTokenLocation().getCharOffset();
+        JsonNode node = mapper.readTree(parser);
+        span[0] = text.substring(start, (int) parser.currentLocation().getCharOffset());
+        return node;
+      }
+      if (parser.currentToken() != JsonToken.START_OBJECT) return mapper.readTree(parser);
+      ObjectNode object = mapper.getNodeFactory().objectNode();
+      String wanted = propertiesPath[depth];
+      for (String name = parser.nextFieldName(); name != null; name = parser.nextFieldName()) {
+        parser.nextToken();
+        object.set(name, name.equals(wanted) ? read(parser, text, depth + 1, span) : mapper.readTree(parser));
+      }
+      if (parser.currentToken() != JsonToken.END_OBJECT) throw new IOException("not an object's end");
+      return object;
+    }
   }
 }
