@@ -283,6 +283,26 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 Target("<=", 3.0),
             )
         )
+    if "C0" in m and "C1" in m:
+        checks.append(
+            Check(
+                "C1/C0",
+                "C1",
+                "contract check: Java vs the Variant SQL check it replaced, CPU-seconds",
+                throughput_ratio(median(m["C1"].cpu_seconds_client), median(m["C0"].cpu_seconds_client)),
+                Target("<=", 1.0),
+            )
+        )
+        checks.append(
+            Check(
+                "C differ",
+                "C1",
+                "records the two contract checks classify differently (any column)",
+                m["C1"].details.get("records_classified_differently"),
+                Target("==", 0),
+                integer=True,
+            )
+        )
     if "P1" in m and "PEER" in m:
         checks.append(
             Check(

@@ -16,7 +16,7 @@ from pathlib import Path
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.options import fraction, non_negative, positive
 
-STAGES = ("b1", "b2", "b2l", "peer", "p1", "slope", "replay", "empty", "pg", "growth", "hotkey", "soak")
+STAGES = ("b1", "b2", "b2l", "peer", "p1", "slope", "replay", "empty", "pg", "growth", "hotkey", "contract", "soak")
 STAGE_HELP = {
     "b1": "confluent-kafka drain of the topic",
     "b2": "Spark AvailableNow raw append to Delta, the Spark baseline",
@@ -29,6 +29,7 @@ STAGE_HELP = {
     "pg": "COPY vs sinks.postgres.upsert_sessions: cold, replay, 10%% changed",
     "growth": "10k new events against sinks with N and 10xN sessions, then a reconcile of each",
     "hotkey": "sessionize one entity that is never idle (n/2 and n events over 48 h) vs n events of 5,000 entities",
+    "contract": "the contract check alone: the Java check vs the Variant SQL check it replaced, same records",
     "soak": "many small scheduled runs into one sink with maintenance between: are the last runs as fast as the first?",
 }
 # Stages `make bench` leaves out (they take long): `make bench-long` runs them.
@@ -82,6 +83,7 @@ class BenchOptions:
     soak_batches: int = 500
     soak_events: int = 2_000
     slope_events: int = 100_000
+    contract_events: int = 200_000
     soak_maintenance_every: int = 100
     home: Path = field(default_factory=default_home)
     output: Path | None = None  # default: <home>/results.json
@@ -105,6 +107,7 @@ class BenchOptions:
             "soak_batches",
             "soak_events",
             "slope_events",
+            "contract_events",
             "soak_maintenance_every",
         ):
             if getattr(self, name) < 1:
@@ -196,6 +199,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"slope: the second size P1 runs at (default {d.slope_events:,}; `make bench-long` runs P1 at 1,000,000)",
     )
     parser.add_argument(
+        "--contract-events",
+        type=positive,
+        default=d.contract_events,
+        help=f"contract: records of the produced mix checked in memory, no Kafka (default {d.contract_events:,})",
+    )
+    parser.add_argument(
         "--soak-events",
         type=positive,
         default=d.soak_events,
@@ -241,6 +250,7 @@ def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
         soak_batches=args.soak_batches,
         soak_events=args.soak_events,
         slope_events=args.slope_events,
+        contract_events=args.contract_events,
         soak_maintenance_every=args.soak_maintenance_every,
         home=args.home or d.home,
         output=args.output,

@@ -8,7 +8,9 @@ ingested it (P1's last, or one ingested unmeasured).
 
 from __future__ import annotations
 
+import functools
 import gc
+import operator
 import time
 from dataclasses import replace
 from datetime import timedelta
@@ -60,6 +62,8 @@ def run_stages(ctx: BenchContext) -> None:
         stage_growth(ctx)
     if "hotkey" in stages:
         stage_hotkey(ctx)
+    if "contract" in stages:
+        stage_contract(ctx)
     if "soak" in stages:
         stage_soak(ctx)
 
@@ -472,6 +476,59 @@ def stage_hotkey(ctx: BenchContext) -> None:
             ms[key].details = {"sessions": row[0]}
     for events in inputs.values():
         events.unpersist()
+
+
+def stage_contract(ctx: BenchContext) -> None:
+    """C0 / C1: the contract check alone, on ``--contract-events`` records of the produced mix (kept
+    in Parquet, no Kafka): today's Variant SQL check before the Java one
+    (``benchmarks/variant_contract.py``), then the Java check (``spark_jobs.validation``). Each
+    repetition reads the records and checks them all (a no-op write), so both pay the same read;
+    the records on which the two differ in any column are counted (the target is none)."""
+    from pyspark.sql import functions as F
+
+    from benchmarks.variant_contract import variant_parse_records
+    from spark_jobs.pipelines import EVENTS_CONTRACT
+    from spark_jobs.validation import parse_records
+    from tidemark.producer import ProduceSpec, generate
+
+    o = ctx.options
+    n = o.contract_events
+    spec = ProduceSpec(
+        count=n,
+        entities=o.entities,
+        duplicate_rate=o.duplicate_rate,
+        late_rate=o.late_rate,
+        malformed_rate=o.malformed_rate,
+        seed=o.seed,
+    )
+    path = str(ctx.work / "contract-records.parquet")
+    started = time.perf_counter()
+    rows = (("bench", i % o.partitions, i, r.key, r.value) for i, r in enumerate(generate(spec)))
+    schema = "topic string, partition int, offset long, key binary, value binary"
+    ctx.spark.createDataFrame(list(rows), schema).withColumn("timestamp", F.current_timestamp()).write.parquet(path)
+    seconds = time.perf_counter() - started
+    ctx.record.progress(f"contract: {n:,} records written to Parquet in {seconds:.1f} s (not measured)")
+    raw = ctx.spark.read.parquet(path)
+    checks = (("C0", "Variant SQL check (before)", variant_parse_records), ("C1", "Java check", parse_records))
+    ms = {key: ctx.record.measurement(key, label, n, unit="records") for key, label, _ in checks}
+
+    def check_all(parse) -> None:
+        frame = parse(raw) if parse is variant_parse_records else parse(raw, EVENTS_CONTRACT)
+        frame.write.format("noop").mode("overwrite").save()
+
+    for _ in range(o.warmup):
+        for _, _, parse in checks:
+            check_all(parse)
+    for _ in range(o.repeat):
+        for key, _, parse in checks:
+            ctx.record.measure(ms[key], lambda p=parse: check_all(p))
+    columns = ("event_id", "entity_id", "event_type", "event_time", "properties", "quarantine_reason")
+    before = variant_parse_records(raw).select("offset", *[F.col(c).alias(f"b_{c}") for c in columns])
+    same = [F.col(f"b_{c}").eqNullSafe(F.col(c)) for c in columns]
+    joined = before.join(parse_records(raw, EVENTS_CONTRACT), "offset", "full_outer")
+    differ = joined.where(~functools.reduce(operator.and_, same)).count()
+    ms["C1"].details = {"records_classified_differently": differ}
+    ensure(differ == 0, f"contract: the Java check and the Variant check differ on {differ} of {n} records")
 
 
 # Soak runs are seconds apart, not 15 minutes: the session rules shrink with them, so sessions end

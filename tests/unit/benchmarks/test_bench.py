@@ -248,3 +248,15 @@ def test_reconcile_checks_hold_its_growth_and_the_lake_lock_to_their_targets() -
     assert checks["RC lock"].value == pytest.approx(6.0) and checks["RC lock"].result == "FAIL"
     ms["RC10"].details["lock_seconds"] = [0.4]
     assert {c.key: c for c in build_checks(ms)}["RC lock"].result == "PASS"
+
+
+def test_the_contract_check_is_held_to_the_cpu_of_the_check_it_replaced_and_to_no_difference() -> None:
+    ms = {
+        "C0": measured("C0", 200_000, 4.0, 5.0, 6.0, unit="records"),
+        "C1": measured("C1", 200_000, 2.0, 1.0, 3.0, unit="records", records_classified_differently=0),
+    }
+    checks = {c.key: c for c in build_checks(ms)}
+    assert checks["C1/C0"].value == pytest.approx(0.4) and checks["C1/C0"].result == "PASS"  # client CPU
+    assert checks["C differ"].value == 0 and checks["C differ"].result == "PASS"
+    ms["C1"].details["records_classified_differently"] = 3
+    assert {c.key: c for c in build_checks(ms)}["C differ"].result == "FAIL"

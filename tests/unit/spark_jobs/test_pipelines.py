@@ -108,6 +108,8 @@ def test_the_shipped_file_declares_todays_events_pipeline_with_the_settings_defa
     )
     assert contract.key_is_entity_id and contract.properties == "/properties" and contract.columns == ()
     assert (events.sessions, events.dedupe_horizon_days, events.max_offsets_per_trigger) == (defaults.sessions, 3, 9)
+    # What every topic is checked with until each pipeline owns its state is this contract, to the letter.
+    assert contract == pipelines.EVENTS_CONTRACT and contract.digest == pipelines.EVENTS_CONTRACT.digest
 
 
 def test_three_pipelines_with_their_own_contracts_rules_schedules_and_alerts(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 
 from spark_jobs.contract import MAX_VALUE_BYTES
-from spark_jobs.pipelines import EVENTS_CONTRACT
+from spark_jobs.pipelines import EVENTS_CONTRACT, Contract
 from spark_jobs.validation import parse_records
 from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
 
@@ -274,3 +274,67 @@ def test_a_document_is_json_exactly_when_spark_reads_it(spark_session) -> None:
         True,
         False,
     ]
+
+
+WEB = Contract(
+    schema={
+        "type": "object",
+        "required": ["messageId", "userId", "timestamp", "event", "context"],
+        "properties": {
+            "messageId": {"type": "string", "minLength": 1},
+            "userId": {"type": "string"},
+            "timestamp": {"type": "string", "format": "date-time"},
+            "event": {"type": "string", "enum": ["page", "track"]},
+            "context": {
+                "type": "object",
+                "required": ["user"],
+                "properties": {
+                    "user": {"type": "object", "properties": {"id": {"type": "string", "pattern": "^u[0-9]+$"}}}
+                },
+            },
+            "properties": {"type": "object", "properties": {"revenue": {"type": "number", "minimum": 0}}},
+        },
+    },
+    event_id="/messageId",
+    entity_id="/context/user/id",
+    event_time="/timestamp",
+    event_type="/event",
+    properties="/properties",
+    key_is_entity_id=False,
+)
+
+
+def test_any_pipelines_contract_names_the_rule_and_the_place_that_failed(spark_session) -> None:
+    """A Segment-style contract: roles at nested pointers, the schema's own rules, no key required."""
+    good = {
+        "messageId": "m1",
+        "userId": "a1",
+        "timestamp": "2026-03-01T00:00:00Z",
+        "event": "track",
+        "context": {"user": {"id": "u1"}},
+        "properties": {"revenue": 12.50, "sku": "b"},
+    }
+    values = {
+        0: good,
+        1: {**good, "context": {"user": {}}},
+        2: {**good, "event": "purchase"},
+        3: {**good, "properties": {"revenue": -1}},
+        4: {**good, "context": {"user": {"id": "x1"}}},
+        5: {**good, "properties": [1]},
+        6: {k: v for k, v in good.items() if k != "userId"},
+        7: {**good, "userId": 7},
+    }
+    raw = kafka_rows(spark_session, {offset: (None, json.dumps(v).encode()) for offset, v in values.items()})
+    rows = {row["offset"]: row for row in parse_records(raw, WEB).collect()}
+
+    assert (rows[0]["event_id"], rows[0]["entity_id"], rows[0]["event_type"]) == ("m1", "u1", "track")
+    assert rows[0]["properties"] == '{"revenue":12.5,"sku":"b"}'
+    reasons = {offset: row["quarantine_reason"] for offset, row in rows.items()}
+    assert reasons[0] is None
+    assert reasons[1] == "missing_field: context/user/id"
+    assert reasons[2].startswith("schema: enum at /event: ")
+    assert reasons[3].startswith("schema: minimum at /properties/revenue: ")
+    assert reasons[4].startswith("schema: pattern at /context/user/id: ")
+    assert reasons[5] == "wrong_type: properties must be an object"
+    assert reasons[6] == "missing_field: userId"
+    assert reasons[7] == "wrong_type: userId must be a string"
