@@ -75,7 +75,7 @@ fi
 echo "== build context $CONTEXT"
 rm -rf "$CONTEXT" && mkdir -p "$CONTEXT/src" "$CONTEXT/jars"
 cp -al "$WHEELS" "$CONTEXT/wheelhouse" 2>/dev/null || cp -a "$WHEELS" "$CONTEXT/wheelhouse"
-cp -rL .tidemark/jars/spark .tidemark/jars/kafka "$CONTEXT/jars/"
+cp -rL .tidemark/jars/spark .tidemark/jars/contract .tidemark/jars/kafka "$CONTEXT/jars/"
 cp -r requirements.lock pyproject.toml README.md spark_jobs tidemark sql dags plugins "$CONTEXT/src/"
 find "$CONTEXT/src" -name __pycache__ -prune -exec rm -rf {} +
 cp docker/local/kafka-run.sh docker/local/kafka-configs.sh docker/local/postgres-run.sh "$CONTEXT/"

@@ -30,6 +30,7 @@ ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 COPY --from=venv /opt/venv /opt/venv
 COPY jars/spark/ /opt/tidemark/jars/spark/
+COPY jars/contract/ /opt/tidemark/jars/contract/
 COPY wheelhouse/setuptools-*.whl wheelhouse/wheel-*.whl /tmp/build-backend/
 WORKDIR /opt/tidemark
 COPY src/ ./
