@@ -38,7 +38,7 @@ $(STATE)/jars/contract/.built: jvm/settings.xml $(CONTRACT_SOURCES)
 	@command -v javac >/dev/null || { echo "A JDK is needed to build the contract check (Debian: apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	rm -rf $(STATE)/jars/contract
 	$(MVN) -f jvm/contract/pom.xml package dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(STATE))/jars/contract
-	cp jvm/contract/target/tidemark-contract-*.jar $(STATE)/jars/contract/
+	cp $(STATE)/build/contract/tidemark-contract-*.jar $(STATE)/jars/contract/
 	touch $@
 
 jars: $(STATE)/jars/.fetched $(STATE)/jars/contract/.built  ## fetch the pinned Kafka connector, Delta and Kafka broker jars, and build the contract check (Maven)

@@ -380,17 +380,18 @@ def test_a_runs_later_batches_reuse_compiled_code_and_hold_no_earlier_batchs_fra
     produce(settings, spec, topic=settings.topic, partitions=3)
     metrics = getattr(spark._jvm.org.apache.spark.metrics.source, "CodegenMetrics$").__getattr__("MODULE$")
 
-    def frozen_rdds() -> int:
+    def frozen_rdds() -> set[int]:
         persistent = spark.sparkContext._jsc.getPersistentRDDs().values()
-        return sum(1 for rdd in persistent if rdd.rdd().isLocallyCheckpointed())
+        return {rdd.id() for rdd in persistent if rdd.rdd().isLocallyCheckpointed()}
 
+    # Frames an earlier test left are not this run's (Spark's cleaner may drop them meanwhile).
     frozen_before = frozen_rdds()
     compiled, frozen = [], []  # classes compiled so far, and frames still held, at the end of each batch
 
     def at_batch_end(point: str) -> None:
         if point == "after_postgres":
             compiled.append(metrics.METRIC_COMPILATION_TIME().getCount())
-            frozen.append(frozen_rdds() - frozen_before)
+            frozen.append(len(frozen_rdds() - frozen_before))
 
     results = ingest.run_scheduled(spark, settings, max_offsets_per_trigger=300, fault=at_batch_end)
     assert len(results) >= 4 and sum(r.read for r in results) == 1_200
