@@ -338,3 +338,30 @@ def test_any_pipelines_contract_names_the_rule_and_the_place_that_failed(spark_s
     assert reasons[5] == "wrong_type: properties must be an object"
     assert reasons[6] == "missing_field: userId"
     assert reasons[7] == "wrong_type: userId must be a string"
+
+
+def test_pointers_through_arrays_find_roles_and_properties(spark_session) -> None:
+    """A pointer's step into an array is an index (RFC 6901): the roles and the properties are found there too."""
+    contract = Contract(
+        schema={"type": "object"},
+        event_id="/ids/0",
+        entity_id="/ids/1",
+        event_time="/at",
+        properties="/items/1",
+        key_is_entity_id=False,
+    )
+    values = {
+        0: '{"ids": ["e1", "u1"], "at": "2026-03-01T00:00:00Z", "items": [{"a": 1}, {"b": 2.50, "a": 1E2}, {"c": 3}]}',
+        1: '{"ids": ["e2", "u1"], "at": "2026-03-01T00:00:00Z", "items": [{"a": 1}]}',
+        2: '{"ids": ["e3", "u1"], "at": "2026-03-01T00:00:00Z", "items": {"1": {"d": 4}}}',
+        3: '{"ids": ["e4"], "at": "2026-03-01T00:00:00Z"}',
+    }
+    raw = kafka_rows(spark_session, {offset: (None, value.encode()) for offset, value in values.items()})
+    rows = {row["offset"]: row for row in parse_records(raw, contract).collect()}
+
+    assert [(rows[o]["event_id"], rows[o]["entity_id"], rows[o]["properties"]) for o in (0, 1, 2)] == [
+        ("e1", "u1", '{"a":100.0,"b":2.5}'),
+        ("e2", "u1", None),
+        ("e3", "u1", '{"d":4}'),  # a key "1" of an object
+    ]
+    assert rows[3]["quarantine_reason"] == "missing_field: ids/1"

@@ -8,6 +8,7 @@ import com.fasterxml.jackson.core.JsonToken;
 import com.fasterxml.jackson.core.StreamReadFeature;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import com.networknt.schema.Error;
 import com.networknt.schema.OutputFormat;
@@ -206,12 +207,13 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     final String[] names;
     final JsonPointer properties;
     final String propertiesName;
-    final String[] propertiesPath; // the object keys down to the properties (null: no properties)
+    final JsonPointer[] propertiesPath; // the steps down to the properties (null: no properties)
 
     Compiled(String schemaJson, String[] rolePointers, String propertiesPointer) {
       JsonFactory factory = JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
       mapper = new ObjectMapper(factory);
       schema = SchemaRegistry.withDefaultDialect(SpecificationVersion.DRAFT_2020_12).getSchema(schemaJson);
+      schema.initializeValidators(); // now, once: the tasks of this JVM then share it, read-only
       roles = new JsonPointer[rolePointers.length];
       names = new String[rolePointers.length];
       for (int i = 0; i < rolePointers.length; i++) {
@@ -224,9 +226,9 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
       if (properties == null) {
         propertiesPath = null;
       } else {
-        List<String> path = new ArrayList<>();
-        for (JsonPointer p = properties; !p.matches(); p = p.tail()) path.add(p.getMatchingProperty());
-        propertiesPath = path.toArray(new String[0]);
+        List<JsonPointer> path = new ArrayList<>();
+        for (JsonPointer p = properties; !p.matches(); p = p.tail()) path.add(p);
+        propertiesPath = path.toArray(new JsonPointer[0]);
       }
     }
 
@@ -260,15 +262,27 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
         span[0] = text.substring(start, (int) parser.currentLocation().getCharOffset());
         return node;
       }
-      if (parser.currentToken() != JsonToken.START_OBJECT) return mapper.readTree(parser);
-      ObjectNode object = mapper.getNodeFactory().objectNode();
-      String wanted = propertiesPath[depth];
-      for (String name = parser.nextFieldName(); name != null; name = parser.nextFieldName()) {
-        parser.nextToken();
-        object.set(name, name.equals(wanted) ? read(parser, text, depth + 1, span) : mapper.readTree(parser));
+      JsonPointer step = propertiesPath[depth]; // a key, or an index when the value there is an array
+      if (parser.currentToken() == JsonToken.START_OBJECT) {
+        ObjectNode object = mapper.getNodeFactory().objectNode();
+        String wanted = step.getMatchingProperty();
+        for (String name = parser.nextFieldName(); name != null; name = parser.nextFieldName()) {
+          parser.nextToken();
+          object.set(name, name.equals(wanted) ? read(parser, text, depth + 1, span) : mapper.readTree(parser));
+        }
+        if (parser.currentToken() != JsonToken.END_OBJECT) throw new IOException("not an object's end");
+        return object;
       }
-      if (parser.currentToken() != JsonToken.END_OBJECT) throw new IOException("not an object's end");
-      return object;
+      if (parser.currentToken() == JsonToken.START_ARRAY) {
+        ArrayNode array = mapper.getNodeFactory().arrayNode();
+        int wanted = step.getMatchingIndex();
+        for (JsonToken token = parser.nextToken(); token != JsonToken.END_ARRAY; token = parser.nextToken()) {
+          if (token == null) throw new IOException("not an array's end");
+          array.add(array.size() == wanted ? read(parser, text, depth + 1, span) : mapper.readTree(parser));
+        }
+        return array;
+      }
+      return mapper.readTree(parser);
     }
   }
 }
