@@ -509,23 +509,24 @@ def stage_contract(ctx: BenchContext) -> None:
     seconds = time.perf_counter() - started
     ctx.record.progress(f"contract: {n:,} records written to Parquet in {seconds:.1f} s (not measured)")
     raw = ctx.spark.read.parquet(path)
-    checks = (("C0", "Variant SQL check (before)", variant_parse_records), ("C1", "Java check", parse_records))
+    variant = variant_parse_records(raw)
+    java = parse_records(raw, EVENTS_CONTRACT)
+    checks = (("C0", "Variant SQL check (before)", variant), ("C1", "Java check", java))
     ms = {key: ctx.record.measurement(key, label, n, unit="records") for key, label, _ in checks}
 
-    def check_all(parse) -> None:
-        frame = parse(raw) if parse is variant_parse_records else parse(raw, EVENTS_CONTRACT)
+    def check_all(frame: DataFrame) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
     for _ in range(o.warmup):
-        for _, _, parse in checks:
-            check_all(parse)
+        for _, _, frame in checks:
+            check_all(frame)
     for _ in range(o.repeat):
-        for key, _, parse in checks:
-            ctx.record.measure(ms[key], lambda p=parse: check_all(p))
+        for key, _, frame in checks:
+            ctx.record.measure(ms[key], lambda f=frame: check_all(f))
     columns = ("event_id", "entity_id", "event_type", "event_time", "properties", "quarantine_reason")
-    before = variant_parse_records(raw).select("offset", *[F.col(c).alias(f"b_{c}") for c in columns])
+    before = variant.select("offset", *[F.col(c).alias(f"b_{c}") for c in columns])
     same = [F.col(f"b_{c}").eqNullSafe(F.col(c)) for c in columns]
-    joined = before.join(parse_records(raw, EVENTS_CONTRACT), "offset", "full_outer")
+    joined = before.join(java, "offset", "full_outer")
     differ = joined.where(~functools.reduce(operator.and_, same)).count()
     ms["C1"].details = {"records_classified_differently": differ}
     ensure(differ == 0, f"contract: the Java check and the Variant check differ on {differ} of {n} records")
