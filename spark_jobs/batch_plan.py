@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs import dedupe, ledger, moves, producers, quarantine, session_changes
 from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, TABLE_SCHEMAS, SessionRules
 from spark_jobs.offsets import PartitionRange
-from spark_jobs.pipelines import EVENTS_CONTRACT
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
@@ -105,6 +104,7 @@ class BatchPlanner:
         watch_losses: bool = False,
     ) -> None:
         self.spark, self.settings, self.pipeline, self.rules = spark, settings, pipeline, rules
+        self.contract = settings.contract()  # the pipeline's, from its file; read once a run
         self.frozen = frozen
         self._may_hold = on_ledger
         self.scheduled, self.created_lake, self.watch_losses = scheduled, created_lake, watch_losses
@@ -142,7 +142,7 @@ class BatchPlanner:
         clock = clock or Stopwatch()
         # Read and validated once. Only quarantined records keep their raw key and value.
         quarantined_flag = F.col("quarantine_reason").isNotNull()
-        parsed = parse_records(batch_df, EVENTS_CONTRACT)
+        parsed = parse_records(batch_df, self.contract)
         parsed = parsed.select(
             *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
         )

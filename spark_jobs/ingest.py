@@ -52,7 +52,7 @@ def pipeline_name(kind: str, topic: str) -> str:
 
 def _check_session_rules(spark: SparkSession, settings: Settings, lease: WriterLease, rebuild: bool) -> None:
     """Before any batch: the run's session rules must be the stored ones, or it rebuilds every session."""
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         stored = ledger.stored_session_rules(cur)
         if stored is None or stored == settings.session_rules:
             return
@@ -74,7 +74,7 @@ def streaming_ranges(
         raise RuntimeError(f"no offset log entry for batch {batch_id} in {log.location}")
     starts = log.ends(batch_id - 1, topic) if batch_id > 0 else None
     if starts is None:
-        with db.transaction(settings.postgres_dsn) as cur:
+        with db.transaction(settings.pipeline_dsn) as cur:
             previous = ledger.batch_ranges(cur, pipeline_name(SCHEDULED, topic), batch_id - 1) if batch_id > 0 else []
         starts = {r.partition: r.end for r in previous if r.topic == topic}
     starts = start.first_offsets | starts
@@ -97,7 +97,7 @@ def check_retention(settings: Settings, log: OffsetLog, topic: str, allow_data_l
     it starts.
     """
     pipeline = pipeline_name(SCHEDULED, topic)
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         check = start_check(settings, cur, topic)
         if check.losses and not allow_data_loss:
             raise retention.loss_error(check.losses)
@@ -241,7 +241,7 @@ def record_committed_batches(
     identifiers, so nothing is added twice. A batch whose starting offsets the checkpoint no longer
     holds is left to reconcile, which reports it as a gap once a later batch commits.
     """
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         recorded = ledger.next_batch_id(cur, writer.pipeline)
     for batch_id in (b for b in log.committed() if b >= recorded):
         if batch_id > recorded and log.ends(batch_id - 1, topic) is None:
@@ -252,7 +252,7 @@ def record_committed_batches(
             "backup?): writing it again from Kafka",
             writer.pipeline, batch_id, ", ".join(map(str, ranges)),
         )  # fmt: skip
-        with db.transaction(settings.postgres_dsn) as cur:
+        with db.transaction(settings.pipeline_dsn) as cur:
             ledger.record_attempt(cur, writer.pipeline, batch_id, ranges)
         # A run that acknowledged a loss reads what Kafka still holds; the batch finds the rest
         # in the record tables or records it as lost.
@@ -264,7 +264,7 @@ def record_committed_batches(
         # may have lost that attempt's row, while this run may plan it over other ranges (a loss it
         # acknowledges now) and so with other Delta write ids: record the attempt again, so the
         # retry looks in Delta for what it holds.
-        with db.transaction(settings.postgres_dsn) as cur:
+        with db.transaction(settings.pipeline_dsn) as cur:
             ledger.record_attempt(cur, writer.pipeline, frozen, writer.ranges_for(frozen))
 
 
@@ -286,7 +286,7 @@ def unfreeze_batch(settings: Settings, log: OffsetLog, pipeline: str) -> int:
     batch_id = log.frozen_uncommitted()
     if batch_id is None:
         raise ConfigError(f"{log.location} has no frozen, uncommitted batch: run without --split-frozen-batch")
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         if ledger.batch_exists(cur, pipeline, batch_id):
             raise ConfigError(
                 f"batch {batch_id} of {pipeline} is in the ledger already (it committed; Spark did not record "
@@ -316,7 +316,7 @@ def run_backfill(
     with single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, plan.topic)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
-        with db.transaction(settings.postgres_dsn) as cur:
+        with db.transaction(settings.pipeline_dsn) as cur:
             batch_id = recorded_plan(cur, plan)
             if batch_id is None:
                 batch_id = ledger.next_batch_id(cur, pipeline)
@@ -397,7 +397,7 @@ def settings_for(settings: Settings, args: argparse.Namespace) -> Settings:
 
 def check_services(settings: Settings, topic: str) -> None:
     """PostgreSQL answers, Kafka answers and has ``topic``: checked before Spark starts, one line if not."""
-    db.check_reachable(settings.postgres_dsn)
+    db.check_reachable(settings.pipeline_dsn)
     check_reachable(settings)
     watermarks(settings, topic)  # TopicError for an unknown topic
 
@@ -413,7 +413,7 @@ def run_from_arguments(
         if not args.wait:
             check_writer_free(settings)
         if not args.allow_data_loss:  # the run's own check, once it holds the writer lock, says the same
-            with db.transaction(settings.postgres_dsn) as cur:
+            with db.transaction(settings.pipeline_dsn) as cur:
                 losses = start_check(settings, cur, topic).losses
             if losses:
                 raise retention.loss_error(losses)

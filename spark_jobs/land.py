@@ -43,7 +43,7 @@ def land(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) 
     from delta.tables import DeltaTable
 
     path = settings.table_path(TABLE)
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         transaction_lock(cur, PIPELINE)
         batch_id = ledger.batch_with_ranges(cur, PIPELINE, ranges)
         if batch_id is not None:

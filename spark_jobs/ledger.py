@@ -161,7 +161,7 @@ def verify_topic(settings, topic: str, held: Mapping[int, tuple[int, int]] | Non
 
     held = watermarks(settings, topic) if held is None else held
     current = topic_id(settings, topic)
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         check_topic(cur, topic, current, held)
     return current
 

@@ -1,8 +1,11 @@
-"""PostgreSQL advisory locks: one fenced writer for the lake, and a consistent snapshot of it.
+"""PostgreSQL advisory locks: one fenced writer per pipeline, and a consistent snapshot of its state.
 
-* :func:`single_writer`: only one run (scheduled ingest, backfill, repair, of any topic) writes the
-  lake's tables and PostgreSQL ``sessions`` at a time: they are shared by every topic. Taking the
-  lock increments the writer epoch (``writer_epochs``); the run holds a :class:`WriterLease`.
+Every lock is the pipeline's own (:meth:`Settings.lock_key`): two pipelines write, reconcile and take
+snapshots at the same time, as their tables, schema and ledger are their own.
+
+* :func:`single_writer`: only one run of a pipeline (scheduled ingest, backfill, repair) writes its
+  Delta tables and PostgreSQL ``sessions`` at a time. Taking the lock increments the writer epoch
+  (the pipeline's ``writer_epochs``); the run holds a :class:`WriterLease`.
 * :func:`batch_commit`: every batch's writes, Delta then PostgreSQL, run inside one PostgreSQL
   transaction that first proves the lease still holds (the epoch is unchanged and the lock's backend
   still has the lock) and keeps the epoch row share-locked until the ledger row commits. A run that
@@ -101,15 +104,16 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
     started at once gets it; a run that dies releases it with its connection.
     """
     holder = describe_holder(what)
-    with db.session(settings.postgres_dsn, **KEEPALIVES) as conn:
+    key = settings.lock_key(WRITER_KEY)
+    with db.session(settings.pipeline_dsn, **KEEPALIVES) as conn:
         with conn.cursor() as cur:
             cur.execute("SET idle_session_timeout = 0")
             cur.execute("SET idle_in_transaction_session_timeout = 0")
-            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (WRITER_KEY,))
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
             if not cur.fetchone()[0]:
                 if not wait:
-                    raise _busy(cur)
-                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (WRITER_KEY,))
+                    raise _busy(cur, settings)
+                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
             # Waits for a batch in flight of a run that lost the lock (it holds the row FOR SHARE).
             cur.execute(
                 """UPDATE writer_epochs SET epoch = epoch + 1, holder = %s, acquired_at = now()
@@ -123,7 +127,7 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
             yield lease
         finally:
             heartbeat.stop()
-            _unlock(conn, WRITER_KEY)
+            _unlock(conn, key)
 
 
 # A session-level advisory lock on hashtext(key) is granted (the key given twice as parameters).
@@ -136,19 +140,17 @@ def check_writer_free(settings: Settings) -> None:
     """Fail at once (``WriterBusy``, naming the run) when a run holds the writer lock: what a run
     that would not wait finds, said before it starts Spark. A look, not a claim: the run still takes
     the lock itself, and a run that starts in between is found then."""
-    with db.session(settings.postgres_dsn) as conn, conn.cursor() as cur:
-        cur.execute(
-            f"SELECT count(*) FROM pg_locks AS l WHERE {_HELD}",
-            (WRITER_KEY, WRITER_KEY),
-        )
+    with db.session(settings.pipeline_dsn) as conn, conn.cursor() as cur:
+        key = settings.lock_key(WRITER_KEY)
+        cur.execute(f"SELECT count(*) FROM pg_locks AS l WHERE {_HELD}", (key, key))
         if cur.fetchone()[0]:
-            raise _busy(cur)
+            raise _busy(cur, settings)
 
 
-def _busy(cur) -> WriterBusy:
+def _busy(cur, settings: Settings) -> WriterBusy:
     return WriterBusy(
-        f"{_current_holder(cur)} is writing the lake; one run (scheduled ingest, backfill or repair, "
-        f"of any topic) writes at a time. Wait for it to finish, or run with --wait to queue."
+        f"{_current_holder(cur)} is writing the pipeline {settings.pipeline!r}; one run of a pipeline (scheduled "
+        "ingest, backfill or repair) writes at a time. Wait for it to finish, or run with --wait to queue."
     )
 
 
@@ -207,7 +209,7 @@ def batch_commit(settings: Settings, lease: WriterLease) -> Iterator:
     first (:meth:`WriterLease.prove`). The Delta writes run inside, the PostgreSQL writes go on the
     cursor; the transaction commits when the block ends without an error.
     """
-    with _advisory(settings, LAKE_KEY, shared=True), db.transaction(settings.postgres_dsn) as cur:
+    with _advisory(settings, LAKE_KEY, shared=True), db.transaction(settings.pipeline_dsn) as cur:
         cur.execute("SET LOCAL idle_in_transaction_session_timeout = 0")  # open while Delta writes
         lease.prove(cur)
         yield cur
@@ -224,22 +226,23 @@ def one_reconcile(settings: Settings, run_id: str, wait: bool = False) -> Iterat
     """Hold the reconcile lock for run ``run_id``; with ``wait``, queue for it, else fail at once
     (before any counting) naming the run that holds it. A run that dies releases it with its connection."""
     holder = describe_holder(f"reconcile {run_id}")[:63]  # PostgreSQL keeps 63 bytes of an application_name
-    with db.session(settings.postgres_dsn, application_name=holder) as conn:
+    key = settings.lock_key(RECONCILE_KEY)
+    with db.session(settings.pipeline_dsn, application_name=holder) as conn:
         with conn.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (RECONCILE_KEY,))
+            cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
             if not cur.fetchone()[0]:
-                running = _advisory_holder(cur, RECONCILE_KEY, "another reconcile run")
+                running = _advisory_holder(cur, key, "another reconcile run")
                 if not wait:
                     raise ReconcileBusy(
                         f"{running} is checking the sinks; one reconcile runs at a time. Wait for it to "
                         "finish, or run with --wait to queue."
                     )
                 log.info("waiting for %s to finish", running)
-                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (RECONCILE_KEY,))
+                cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
         try:
             yield
         finally:
-            _unlock(conn, RECONCILE_KEY)
+            _unlock(conn, key)
 
 
 def _advisory_holder(cur, key: str, default: str) -> str:
@@ -263,9 +266,10 @@ def lake_snapshot(settings: Settings) -> Iterator[None]:
 
 
 @contextmanager
-def _advisory(settings: Settings, key: str, shared: bool) -> Iterator[None]:
+def _advisory(settings: Settings, name: str, shared: bool) -> Iterator[None]:
     kind = "_shared" if shared else ""
-    with db.session(settings.postgres_dsn) as conn:
+    key = settings.lock_key(name)
+    with db.session(settings.pipeline_dsn) as conn:
         with conn.cursor() as cur:
             cur.execute(f"SELECT pg_advisory_lock{kind}(hashtext(%s))", (key,))
         try:

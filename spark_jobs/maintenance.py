@@ -167,7 +167,7 @@ def prune_history(settings: Settings) -> int:
     with them), keeping the latest run, which the next reconcile compares itself with."""
     from spark_jobs.reconcile import history
 
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         return history.prune(cur, settings.history_days)
 
 

@@ -32,6 +32,13 @@ from spark_jobs.errors import ConfigError
 
 # A pipeline's name names its PostgreSQL schema, its folder of Delta tables and its DAGs.
 NAME_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
+# Names a pipeline may not have: PostgreSQL's schemas (and those starting pg_), `public` (the default
+# pipeline `events` keeps its tables there), and the lake root's own folders, where the default
+# pipeline keeps its Delta tables (`tidemark land` its raw_events).
+RESERVED_NAMES = {
+    **dict.fromkeys(("public", "information_schema"), "is a schema PostgreSQL keeps for itself"),
+    **dict.fromkeys(("duplicates", "quarantine", "sessions", "raw_events"), "is a Delta table of the lake root"),
+}
 # Kafka's rule for topic names.
 TOPIC_PATTERN = "^[A-Za-z0-9._-]{1,249}$"
 # The Spark SQL types a typed column may have.
@@ -202,8 +209,7 @@ class Contract:
         }
 
 
-# Today's contract, which the shipped pipelines.yaml declares for the pipeline `events`: every topic
-# is read with it until each pipeline owns its state (docs/adr/0004-pipelines-as-configuration.md).
+# Today's contract, which the shipped pipelines.yaml declares for the pipeline `events`.
 EVENTS_CONTRACT = Contract(
     schema={
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -293,6 +299,15 @@ def parse(document: Any, path: Path, defaults: Defaults) -> list[Pipeline]:
             problems.append(f"{where}: name: another pipeline has this name; each name is used once")
             continue
         names.add(entry["name"])
+        taken = RESERVED_NAMES.get(entry["name"])
+        if entry["name"].startswith("pg_"):
+            taken = RESERVED_NAMES["public"]
+        if taken:
+            problems.append(
+                f"{where}: name: {entry['name']!r} {taken}, and a pipeline's name names its PostgreSQL schema and "
+                "its folder of the lake; choose another"
+            )
+            continue
         topic = entry.get("topic", entry["name"])
         if topic in topics:
             problems.append(

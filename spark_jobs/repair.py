@@ -122,7 +122,7 @@ class RepairOutcome:
 def load_findings(settings: Settings, run_id: str | None) -> tuple[str, list[dict]]:
     """The id and findings of ``run_id`` (default: the latest run that found a mismatch); checks
     before any work."""
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         row = history.run_findings(cur, run_id)
     if row is None:
         raise ConfigError(
@@ -192,7 +192,7 @@ def still_found(spark: SparkSession, settings: Settings, findings: list[dict]) -
         LedgerRange(f["pipeline"], f["batch_id"], PartitionRange(f["topic"], f["partition"], f["start"], f["end"]))
         for f in ranges
     ]
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         verified = history.verified_ranges(cur)
     to_check = [(e, reason_to_check(e, verified, CHANGED)) for e in entries]
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
@@ -243,7 +243,7 @@ def _reprocess(
         actions.append(f"cleared {', '.join(str(r) for r in clear)} from the record tables to rewrite them")
     pipeline = f"{REPAIR}:{topic}"
     for batch in _batches(readable):
-        with db.transaction(settings.postgres_dsn) as cur:
+        with db.transaction(settings.pipeline_dsn) as cur:
             batch_id = ledger.next_batch_id(cur, pipeline)
         # Scoped by the repair: a batch id and ranges an earlier, failed repair used write afresh here
         # (this repair cleared what that one wrote).
@@ -275,7 +275,7 @@ def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:
 def _record(
     settings: Settings, repair_id: str, run_id: str, actions: list[str], recheck: str | None, status: str
 ) -> None:
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         history.record_repair(cur, repair_id, run_id, actions, recheck, status)
 
 

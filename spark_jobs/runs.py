@@ -84,10 +84,10 @@ def processed_to(cur, topic: str) -> dict[int, int]:  # psycopg2 cursor
 
 def record(settings: Settings, run: Run, measure_lag: bool) -> list[Lag]:
     """Write ``run``, with the lag it left when ``measure_lag`` (a scheduled run); returns that lag."""
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         ends = processed_to(cur, run.topic)
     lags = lag_behind(settings, {run.topic: ends}, run.finished_at) if measure_lag and ends else []
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         cur.execute(
             """INSERT INTO ingest_runs (run_id, pipeline, topic, started_by, started_at, finished_at, batches,
                                         records_read, accepted, duplicates, quarantined, sessions_written,

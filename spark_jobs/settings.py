@@ -20,9 +20,12 @@ from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
 
 if TYPE_CHECKING:
-    from spark_jobs.pipelines import Pipeline
+    from spark_jobs.pipelines import Contract, Pipeline
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The pipeline of a deployment made before pipelines were declared: its tables keep their places
+# (the lake root's top level, PostgreSQL's `public` schema, the lock keys without a suffix).
+DEFAULT_PIPELINE = "events"
 
 
 def _checkout() -> Path:
@@ -160,6 +163,9 @@ class Settings:
     kafka_controller_port: int = setting("TIDEMARK_KAFKA_CONTROLLER_PORT", PORT, 19093,
         "the embedded Kafka broker's controller port")
     postgres_port: int = setting("TIDEMARK_POSTGRES_PORT", PORT, 15432, "the embedded PostgreSQL's port")
+    # A run works on one pipeline: its Delta tables, PostgreSQL schema, writer lock and contract.
+    pipeline: str = setting("TIDEMARK_PIPELINE", TEXT, DEFAULT_PIPELINE, "the pipeline a run works on (its tables, "
+        "PostgreSQL schema, writer lock and contract; README, \"Your own pipelines\")")
     topic: str = setting("TIDEMARK_TOPIC", TEXT, "events", "the Kafka topic of user events")
     pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
         "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
@@ -275,6 +281,53 @@ class Settings:
         defaults = pipelines.Defaults(self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger)
         return pipelines.load(self.pipelines_file, defaults)
 
+    def for_pipeline(self, pipeline: Pipeline) -> Settings:
+        """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, session
+        rules, dedupe horizon and batch cap. The contract is read from :attr:`pipelines_file` by name."""
+        if pipeline.sessions is None:
+            raise ConfigError(
+                f"{self.pipelines_file.name}: pipeline {pipeline.name!r}: sessions: off is not supported yet (every "
+                "pipeline cuts sessions in this release); declare its gap_minutes and max_hours instead"
+            )
+        return replace(
+            self,
+            pipeline=pipeline.name,
+            topic=pipeline.topic,
+            session_rules=pipeline.sessions,
+            dedupe_horizon_days=pipeline.dedupe_horizon_days,
+            max_offsets_per_trigger=pipeline.max_offsets_per_trigger,
+        )
+
+    def contract(self) -> Contract:
+        """The contract :attr:`pipelines_file` declares for :attr:`pipeline`."""
+        for declared in self.pipelines():
+            if declared.name == self.pipeline:
+                return declared.contract
+        raise ConfigError(
+            f"{self.pipelines_file}: declares no pipeline {self.pipeline!r}; add it, or set TIDEMARK_PIPELINE to "
+            "one it declares (`tidemark pipelines` lists them)"
+        )
+
+    @property
+    def postgres_schema(self) -> str:
+        """The PostgreSQL schema holding the pipeline's tables (ledger, sessions, reconcile history, ...)."""
+        return "public" if self.pipeline == DEFAULT_PIPELINE else self.pipeline
+
+    @property
+    def pipeline_dsn(self) -> str:
+        """:attr:`postgres_dsn` with the pipeline's schema as the only one on the search path, so every
+        table a run names is the pipeline's own (and a pipeline not migrated yet says so)."""
+        if self.postgres_schema == "public":
+            return self.postgres_dsn
+        from psycopg2.extensions import make_dsn, parse_dsn
+
+        options = parse_dsn(self.postgres_dsn).get("options", "")
+        return make_dsn(self.postgres_dsn, options=f"{options} -c search_path={self.postgres_schema}".strip())
+
+    def lock_key(self, name: str) -> str:
+        """The advisory-lock key ``name`` (e.g. ``tidemark-writer``) of the pipeline: each has its own."""
+        return name if self.pipeline == DEFAULT_PIPELINE else f"{name}:{self.pipeline}"
+
     @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
@@ -288,8 +341,10 @@ class Settings:
         return self.home / "postgres"
 
     def table_path(self, name: str) -> str:
-        """Location of the Delta table ``name`` under the lake root (a path or an object-store URI)."""
-        return f"{self.lake_root.rstrip('/')}/{name}"
+        """Location of the pipeline's Delta table ``name`` (a path or an object-store URI): in its folder of
+        the lake root, ``<lake root>/<pipeline>/<name>``; the default pipeline's at the lake root's top level."""
+        root = self.lake_root.rstrip("/")
+        return f"{root}/{name}" if self.pipeline == DEFAULT_PIPELINE else f"{root}/{self.pipeline}/{name}"
 
     def secrets(self) -> list[str]:
         """The secret values these settings carry (for :func:`spark_jobs.secrets.redact`)."""

@@ -250,7 +250,7 @@ class BatchWriter:
 
     def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
         """``work`` in one PostgreSQL transaction of its own."""
-        with db.transaction(self.settings.postgres_dsn) as cur:
+        with db.transaction(self.settings.pipeline_dsn) as cur:
             return work(cur)
 
     def write_delta(self, plan: BatchPlan, fence: Callable[[], None] = lambda: None) -> None:

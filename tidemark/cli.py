@@ -104,11 +104,11 @@ def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs.db import check_reachable
-    from tidemark.migrations import migrate
+    from tidemark.migrations import migrate_pipelines
 
     check_reachable(settings.postgres_dsn)  # a clear error if the server is down
-    applied = migrate(settings.postgres_dsn)
-    print(f"applied {', '.join(applied)}" if applied else "database is up to date")
+    for schema, applied in migrate_pipelines(settings).items():
+        print(f"{schema}: applied {', '.join(applied)}" if applied else f"{schema}: up to date")
     return 0
 
 
@@ -186,7 +186,7 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs.spark import build_session
 
     if args.show is not None:
-        with db.transaction(settings.postgres_dsn) as cur:
+        with db.transaction(settings.pipeline_dsn) as cur:
             stored = history.stored_report(cur, args.show or None)
         if stored is None:
             raise TidemarkError(f"no reconcile run {args.show!r}" if args.show else "no reconcile run yet")
@@ -211,7 +211,7 @@ def cmd_findings(settings: Settings, args: argparse.Namespace) -> int:
         closed = reconcile.acknowledge(settings, args.acknowledge, getpass.getuser(), args.reason)
         for finding in closed:
             print(f"acknowledged {finding.describe()}")
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         still = history.open_findings(cur)
     if not still:
         print("no open findings")
@@ -258,7 +258,7 @@ def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
     """Quarantined records by reason, with the latest sample records of each (from PostgreSQL, no Spark)."""
     from spark_jobs import db, quarantine
 
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         totals = quarantine.totals(cur, args.reason)
         samples = {t.reason: quarantine.latest_samples(cur, t.reason, args.limit) for t in totals}
     if not totals:
@@ -296,7 +296,7 @@ def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs.maintenance import maintain
     from spark_jobs.spark import build_session
 
-    db.check_reachable(settings.postgres_dsn)  # PostgreSQL down: one line, before Spark starts
+    db.check_reachable(settings.pipeline_dsn)  # PostgreSQL down: one line, before Spark starts
     print(maintain(build_session(settings, "tidemark-maintenance"), settings, wait=args.wait).describe())
     return 0
 
@@ -318,7 +318,7 @@ def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs import db
     from spark_jobs.sinks.postgres import entity_sessions
 
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         rows = entity_sessions(cur, args.entity_id)
     if not rows:
         print(f"no sessions for entity {args.entity_id!r}")

@@ -18,7 +18,7 @@ def sink_fingerprint(spark, settings: Settings) -> dict[str, tuple]:  # SparkSes
     fingerprint: dict[str, tuple] = {
         f"delta {name}": delta.fingerprint(spark, settings, name) for name in TABLE_SCHEMAS
     }
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         fingerprint["postgres sessions"] = postgres.sessions_summary(cur)
     return fingerprint
 

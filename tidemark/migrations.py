@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from spark_jobs.errors import TidemarkError
-from spark_jobs.settings import PROJECT_ROOT
+from spark_jobs.settings import PROJECT_ROOT, Settings
 
 SQL_DIR = PROJECT_ROOT / "sql"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
@@ -72,6 +72,20 @@ def _make_read_only_for_others(cur) -> None:  # a psycopg2 cursor
         cur.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON schema_migrations FROM {}").format(role))
 
 
+def _create_schema(cur, schema: str) -> None:  # a psycopg2 cursor
+    """Create a pipeline's schema, usable by every role that may use ``public`` (sql/roles/roles.sql grants
+    that to the pipeline role, and the owner's default privileges give it rows in the tables created here)."""
+    from psycopg2 import sql
+
+    cur.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    cur.execute(
+        """SELECT DISTINCT r.rolname FROM pg_namespace n, aclexplode(n.nspacl) a JOIN pg_roles r ON r.oid = a.grantee
+           WHERE n.nspname = 'public' AND a.privilege_type = 'USAGE' AND r.rolname <> current_user"""
+    )
+    for (role,) in cur.fetchall():
+        cur.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(sql.Identifier(schema), sql.Identifier(role)))
+
+
 def _check_encoding(conn) -> None:
     """Refuse a database that cannot hold any UTF-8 text: entity ids and properties are UTF-8, and a
     SQL_ASCII or LATIN1 database fails a batch's COPY on every retry of a non-Latin id."""
@@ -87,9 +101,18 @@ def _check_encoding(conn) -> None:
         )
 
 
-def migrate(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
-    """Apply pending migrations; returns the names applied now (empty when up to date)."""
+def migrate_pipelines(settings: Settings) -> dict[str, list[str]]:
+    """Migrate the schema of every pipeline :attr:`Settings.pipelines_file` declares (``public`` for the
+    default pipeline, which deployments made before pipelines keep); returns what each got now."""
+    schemas = {replace(settings, pipeline=p.name).postgres_schema for p in settings.pipelines()}
+    return {schema: migrate(settings.postgres_dsn, schema=schema) for schema in sorted(schemas)}
+
+
+def migrate(dsn: str, sql_dir: Path = SQL_DIR, schema: str = "public") -> list[str]:
+    """Apply pending migrations to ``schema`` (a pipeline's, created when missing); returns the names applied
+    now (empty when up to date). Each schema has its own tables and its own ``schema_migrations``."""
     import psycopg2
+    from psycopg2 import sql
 
     pending = discover(sql_dir)
     applied_now: list[str] = []
@@ -98,6 +121,9 @@ def migrate(dsn: str, sql_dir: Path = SQL_DIR) -> list[str]:
         _check_encoding(conn)
         with conn, conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+            if schema != "public":
+                _create_schema(cur, schema)
+            cur.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
             cur.execute(
                 """CREATE TABLE IF NOT EXISTS schema_migrations (
                        version    integer PRIMARY KEY,

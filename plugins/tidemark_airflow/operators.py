@@ -126,7 +126,7 @@ def committed_since(settings, started: datetime) -> dict[str, object]:  # Settin
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
     from spark_jobs import db, ledger
 
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         batches = ledger.committed_batches(cur, settings.topic, started)
     return {
         "topic": settings.topic,
@@ -202,7 +202,7 @@ class VerdictOperator(BaseOperator):
         from spark_jobs.reconcile import history
 
         settings = tidemark_settings(postgres_conn_id=self.postgres_conn_id)
-        with db.transaction(settings.postgres_dsn) as cur:
+        with db.transaction(settings.pipeline_dsn) as cur:
             run_id = self.reconcile_run_id
             if self.repair:
                 row = history.repair_recheck(cur, run_id)

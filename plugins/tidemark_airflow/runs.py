@@ -150,7 +150,7 @@ def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, Bac
     from spark_jobs import db
     from spark_jobs.ingest import BACKFILL, pipeline_name, recorded_plan
 
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         batch_id = recorded_plan(cur, plan)
     return None if batch_id is None else (pipeline_name(BACKFILL, plan.topic), batch_id)
 

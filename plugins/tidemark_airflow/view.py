@@ -481,5 +481,5 @@ def _query(read):
     from spark_jobs import db
     from tidemark_airflow.connections import tidemark_settings
 
-    with db.transaction(tidemark_settings().postgres_dsn) as cur:
+    with db.transaction(tidemark_settings().pipeline_dsn) as cur:
         return read(cur)

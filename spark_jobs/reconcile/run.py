@@ -79,13 +79,13 @@ def run(
 def _run(
     settings: Settings, run_id: str, spark_factory: Callable[[], SparkSession] | None, repair_of: str | None
 ) -> Report | None:
-    with db.transaction(settings.postgres_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         topics = ledger.topics(cur)
     check_reachable(settings)
     for topic in topics:  # a topic deleted and created again fails here, before any work
         ledger.verify_topic(settings, topic)
     # One REPEATABLE READ transaction from the lake lock to the record: every read sees the snapshot.
-    with db.transaction(settings.postgres_dsn, isolation_level="REPEATABLE READ") as cur:
+    with db.transaction(settings.pipeline_dsn, isolation_level="REPEATABLE READ") as cur:
         spark = None
         if local_versions(settings) is None:  # a remote lake: only Spark reads its log
             if spark_factory is None:
@@ -138,7 +138,7 @@ def acknowledge(settings: Settings, finding_ids: list[int], who: str, reason: st
     if not reason.strip():
         raise ConfigError("say why the findings are acknowledged: --reason TEXT (it is kept with them)")
     holder = f"acknowledging {', '.join(f'#{i}' for i in finding_ids)}"
-    with one_reconcile(settings, holder, wait=True), db.transaction(settings.postgres_dsn) as cur:
+    with one_reconcile(settings, holder, wait=True), db.transaction(settings.pipeline_dsn) as cur:
         return history.acknowledge(cur, finding_ids, who, reason.strip())
 
 

@@ -96,14 +96,14 @@ REVOKE ALL ON SCHEMA public FROM :"pipeline";
 GRANT USAGE ON SCHEMA public TO :"pipeline";
 
 -- Rows only: no TRUNCATE, REFERENCES or TRIGGER. Tables and sequences the owner creates from now
--- on (migrations)...
-ALTER DEFAULT PRIVILEGES FOR ROLE :"owner" IN SCHEMA public
+-- on (migrations), in `public` and in each pipeline's schema...
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner"
     REVOKE ALL ON TABLES FROM :"pipeline";
-ALTER DEFAULT PRIVILEGES FOR ROLE :"owner" IN SCHEMA public
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner"
     GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO :"pipeline";
-ALTER DEFAULT PRIVILEGES FOR ROLE :"owner" IN SCHEMA public
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner"
     REVOKE ALL ON SEQUENCES FROM :"pipeline";
-ALTER DEFAULT PRIVILEGES FOR ROLE :"owner" IN SCHEMA public
+ALTER DEFAULT PRIVILEGES FOR ROLE :"owner"
     GRANT USAGE, SELECT ON SEQUENCES TO :"pipeline";
 -- ...and those that exist already.
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM :"pipeline";
@@ -113,4 +113,13 @@ GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO :"pipeline";
 -- Which migrations ran is the owner's business: the pipeline may only read it.
 SELECT format('REVOKE INSERT, UPDATE, DELETE ON public.schema_migrations FROM %I', :'pipeline')
 WHERE to_regclass('public.schema_migrations') IS NOT NULL \gexec
+-- The same in each pipeline's schema that exists already (`tidemark db migrate` creates them, and
+-- grants USAGE on a new one to every role that may use `public`).
+SELECT format('GRANT USAGE ON SCHEMA %1$I TO %2$I; '
+              'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %1$I TO %2$I; '
+              'GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA %1$I TO %2$I; '
+              'REVOKE INSERT, UPDATE, DELETE ON %1$I.schema_migrations FROM %2$I', nspname, :'pipeline')
+FROM pg_namespace
+WHERE nspowner = (SELECT oid FROM pg_roles WHERE rolname = :'owner')
+  AND nspname <> 'public' AND to_regclass(format('%I.schema_migrations', nspname)) IS NOT NULL \gexec
 COMMIT;

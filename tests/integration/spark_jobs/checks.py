@@ -22,7 +22,7 @@ def query(settings: Settings, sql: str, *args: object) -> list[tuple]:
     """Run ``sql`` on the settings' tidemark database; the rows it returns, if any."""
     from spark_jobs.db import transaction
 
-    with transaction(settings.postgres_dsn) as cur:
+    with transaction(settings.pipeline_dsn) as cur:
         cur.execute(sql, args)
         return cur.fetchall() if cur.description else []
 
@@ -98,7 +98,7 @@ def assert_settings_sinks_agree(spark, settings: Settings, prefix: str) -> None:
     """:func:`assert_sinks_agree` over the database ``settings`` name (a test's own, from ``fresh``)."""
     from spark_jobs.db import connect
 
-    pg = connect(settings.postgres_dsn)
+    pg = connect(settings.pipeline_dsn)
     try:
         assert_sinks_agree(snapshot(spark, settings, pg, prefix))
     finally:

@@ -209,6 +209,18 @@ def change(path: str, value: object, delete: bool = False) -> dict:
         ),
         (
             "1.name",
+            "public",
+            "pipelines.yaml: pipeline 'public': name: 'public' is a schema PostgreSQL keeps for itself, and a "
+            "pipeline's name names its PostgreSQL schema and its folder of the lake; choose another",
+        ),
+        (
+            "2.name",
+            "sessions",
+            "pipelines.yaml: pipeline 'sessions': name: 'sessions' is a Delta table of the lake root, and a "
+            "pipeline's name names its PostgreSQL schema and its folder of the lake; choose another",
+        ),
+        (
+            "1.name",
             "Web Clicks",
             "pipelines.yaml: pipeline 'Web Clicks': name: must be lower-case letters, digits and _, starting with a "
             "letter, at most 40",

@@ -1,7 +1,9 @@
 from dataclasses import fields
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from psycopg2.extensions import parse_dsn
 
 from spark_jobs.settings import Settings
 
@@ -13,6 +15,49 @@ def test_defaults_derive_from_home_and_ports(tmp_path: Path) -> None:
     assert settings.lake_root == str(tmp_path / "lake")
     assert settings.table_path("events") == f"{tmp_path}/lake/events"
     assert settings.jars_dir == tmp_path / "jars"
+
+
+def test_a_pipeline_owns_its_tables_schema_locks_and_rules(tmp_path: Path) -> None:
+    from spark_jobs.contract import SessionRules
+    from spark_jobs.pipelines import Contract, Pipeline
+
+    events = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_POSTGRES_DSN": "host=db options='-c x=1'"})
+    rules = SessionRules(timedelta(minutes=20), timedelta(hours=6))
+    web = events.for_pipeline(Pipeline("web", "web-clicks", Contract({}, "/a", "/b", "/c"), rules, 0.0, 10, None))
+    # The default pipeline keeps what a deployment made before pipelines has.
+    assert (events.pipeline, events.postgres_schema, events.pipeline_dsn) == ("events", "public", events.postgres_dsn)
+    assert events.table_path("events") == f"{tmp_path}/lake/events"
+    assert events.lock_key("tidemark-writer") == "tidemark-writer"
+    # Another has its own folder of the lake, schema (alone on the search path: the DSN's options kept) and locks.
+    assert (web.topic, web.session_rules, web.dedupe_horizon_days, web.max_offsets_per_trigger) == (
+        "web-clicks",
+        rules,
+        0.0,
+        10,
+    )
+    assert web.table_path("events") == f"{tmp_path}/lake/web/events"
+    assert web.postgres_schema == "web" and web.lock_key("tidemark-writer") == "tidemark-writer:web"
+    assert parse_dsn(web.pipeline_dsn) == {"host": "db", "options": "-c x=1 -c search_path=web"}
+    assert Settings.from_env(web.to_env()) == web
+
+
+def test_a_pipeline_that_cuts_no_sessions_is_refused_before_any_work(tmp_path: Path) -> None:
+    from spark_jobs.errors import ConfigError
+    from spark_jobs.pipelines import Contract, Pipeline
+
+    orders = Pipeline("orders", "orders", Contract({}, "/a", "/b", "/c"), None, 0.0, 10, None)
+    with pytest.raises(ConfigError, match="pipeline 'orders': sessions: off is not supported yet"):
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path)}).for_pipeline(orders)
+
+
+def test_the_contract_is_the_declared_pipelines(tmp_path: Path) -> None:
+    from spark_jobs.errors import ConfigError
+    from spark_jobs.pipelines import EVENTS_CONTRACT
+
+    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
+    assert settings.contract() == EVENTS_CONTRACT  # the shipped pipelines.yaml
+    with pytest.raises(ConfigError, match="declares no pipeline 'web'; add it, or set TIDEMARK_PIPELINE"):
+        Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_PIPELINE": "web"}).contract()
 
 
 def test_explicit_values_win_over_derived_ones(tmp_path: Path) -> None:
@@ -54,6 +99,7 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
     settings = Settings.from_env(
         {
             "TIDEMARK_HOME": str(tmp_path),
+            "TIDEMARK_PIPELINE": "web",
             "TIDEMARK_TOPIC": "clicks",
             "TIDEMARK_LAKE_ROOT": "s3a://bucket/lake",
             "TIDEMARK_KAFKA_OPT_SECURITY_PROTOCOL": "SASL_SSL",
@@ -126,6 +172,7 @@ OTHER_VALUES = {
     "TIDEMARK_KAFKA_PORT": "29092",
     "TIDEMARK_KAFKA_CONTROLLER_PORT": "29093",
     "TIDEMARK_POSTGRES_PORT": "25432",
+    "TIDEMARK_PIPELINE": "web",
     "TIDEMARK_TOPIC": "clicks",
     "TIDEMARK_PIPELINES": "/etc/tidemark/pipelines.yaml",
     "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092",

@@ -1,0 +1,152 @@
+"""Two pipelines in one deployment, against real Kafka, Spark/Delta and PostgreSQL: each owns its state.
+
+The pipeline ``events`` (today's contract, the tables a deployment made before pipelines has) and a
+Segment-style ``web`` (its own topic, contract, session rules, folder of the lake and PostgreSQL
+schema) share one database and one lake root. Each is exact on its own, neither sees the other's
+records, and each has its own writer lock: one writes while the other holds its lock.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spark_jobs import ingest, reconcile
+from spark_jobs.errors import WriterBusy
+from spark_jobs.lock import check_writer_free, single_writer
+from spark_jobs.offsets import ensure_topic
+from spark_jobs.settings import Settings
+from tests.integration.spark_jobs.checks import (
+    assert_offset_coverage,
+    assert_sessions_follow_events,
+    assert_settings_sinks_agree,
+    delta_rows,
+    query,
+    send,
+)
+from tidemark.migrations import migrate_pipelines
+
+SHIPPED = Path(__file__).resolve().parents[3] / "pipelines.yaml"
+
+WEB = {
+    "name": "web",
+    "contract": {
+        "schema": {
+            "type": "object",
+            "required": ["messageId", "userId", "timestamp", "event"],
+            "properties": {
+                "messageId": {"type": "string", "minLength": 1},
+                "userId": {"type": "string", "minLength": 1},
+                "timestamp": {"type": "string", "format": "date-time"},
+                "event": {"type": "string", "enum": ["page", "track"]},
+                "properties": {"type": "object"},
+            },
+        },
+        "event_id": "/messageId",
+        "entity_id": "/userId",
+        "event_time": "/timestamp",
+        "event_type": "/event",
+        "properties": "/properties",
+        "key_is_entity_id": False,
+    },
+    "sessions": {"gap_minutes": 5, "max_hours": 1},
+}
+
+
+@pytest.fixture
+def two(fresh: Settings, tmp_path: Path) -> tuple[Settings, Settings]:
+    """Settings of the pipelines ``events`` and ``web``, declared in one file, on this test's database and lake."""
+    config = yaml.safe_load(SHIPPED.read_text())
+    web_topic = f"web-{uuid.uuid4().hex[:8]}"
+    config["pipelines"][0]["topic"] = fresh.topic
+    config["pipelines"].append({**WEB, "topic": web_topic})
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(yaml.safe_dump(config))
+    settings = replace(fresh, pipelines_file=path)
+    events, web = (settings.for_pipeline(p) for p in settings.pipelines())
+    # `tidemark db migrate`: the database made before had `public` migrated; web's schema is new.
+    assert migrate_pipelines(settings)["public"] == []
+    assert query(web, "SELECT count(*) FROM schema_migrations") == query(
+        events, "SELECT count(*) FROM schema_migrations"
+    )
+    return events, web
+
+
+def send_web(settings: Settings, records: list[dict | str]) -> None:
+    """Segment-style records (or raw text), keyed by an anonymous id: the key is not the entity."""
+    from confluent_kafka import Producer
+
+    producer = Producer(settings.kafka_client_config())
+    for record in records:
+        value = record if isinstance(record, str) else json.dumps(record)
+        producer.produce(settings.topic, key=b"anonymous-7", value=value.encode())
+    assert producer.flush(30) == 0
+
+
+def test_two_pipelines_each_write_their_own_tables_schema_and_ledger_and_reconcile_alone(spark, two) -> None:
+    events, web = two
+    prefix = f"p{uuid.uuid4().hex[:6]}-"
+    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    ensure_topic(events, events.topic, partitions=2)
+    ensure_topic(web, web.topic, partitions=2)
+    send(events, events.topic, [
+        {"event_id": f"{prefix}e{i}", "entity_id": f"{prefix}user{i % 3}", "event_type": "click",
+         "event_time": (t + timedelta(minutes=i)).isoformat()}
+        for i in range(12)
+    ])  # fmt: skip
+    page = {"event": "page", "properties": {"path": "/"}}
+    send_web(web, [
+        *({"messageId": f"{prefix}m{i}", "userId": f"{prefix}visitor{i % 2}",
+           "timestamp": (t + timedelta(minutes=4 * i)).isoformat(), **page} for i in range(8)),
+        {"messageId": f"{prefix}m0", "userId": f"{prefix}visitor0", "timestamp": t.isoformat(), **page},  # a copy
+        {"messageId": f"{prefix}m9", "userId": f"{prefix}visitor1", "timestamp": t.isoformat(), "event": "buy"},
+        # today's contract is not web's: no messageId
+        {"event_id": f"{prefix}x", "entity_id": f"{prefix}visitor1", "event_type": "page", "event_time": t.isoformat()},
+    ])  # fmt: skip
+
+    # While a run of events holds its writer lock, web writes (its own lock), and events' next run is refused.
+    with single_writer(events, "ingest:events (held by the test)"):
+        check_writer_free(web)
+        with pytest.raises(WriterBusy, match="writing the pipeline 'events'"):
+            ingest.run_scheduled(spark, events)
+        ingest.run_scheduled(spark, web)
+    ingest.run_scheduled(spark, events)
+
+    # Each pipeline's records are in its own tables: events' at the lake root's top level, web's in its folder.
+    assert web.table_path("events") == f"{events.lake_root}/web/events"
+    assert len(delta_rows(spark, events, "events")) == 12
+    assert {r["topic"] for name in ("events", "duplicates", "quarantine") for r in delta_rows(spark, web, name)} == {
+        web.topic
+    }
+    assert sorted(r["event_id"] for r in delta_rows(spark, web, "events")) == sorted(f"{prefix}m{i}" for i in range(8))
+    assert [r["event_id"] for r in delta_rows(spark, web, "duplicates")] == [f"{prefix}m0"]
+    reasons = sorted(r["reason"] for r in delta_rows(spark, web, "quarantine"))
+    assert reasons[0].startswith("missing_field") and "messageId" in reasons[0], reasons
+    assert reasons[1].startswith("schema: enum at /event"), reasons
+    for settings, committed in ((events, 12), (web, 11)):
+        assert_offset_coverage(spark, settings, committed)
+        assert_sessions_follow_events(spark, settings)  # under each pipeline's own rules
+        assert_settings_sinks_agree(spark, settings, prefix)
+
+    # PostgreSQL: web's sessions, ledger and epoch are in its schema; events' stay in public.
+    assert query(events, "SELECT DISTINCT topic FROM ledger_ranges") == [(events.topic,)]
+    assert query(web, "SELECT DISTINCT topic FROM ledger_ranges") == [(web.topic,)]
+    assert query(web, "SELECT DISTINCT entity_id FROM web.sessions ORDER BY 1") == [
+        (f"{prefix}visitor0",), (f"{prefix}visitor1",)
+    ]  # fmt: skip
+    assert query(events, "SELECT count(*) FROM public.sessions WHERE entity_id LIKE %s", f"{prefix}visitor%") == [(0,)]
+    gaps = query(web, "SELECT DISTINCT session_gap_seconds FROM ledger_batches")
+    assert gaps == [(300.0,)]
+    assert query(web, "SELECT epoch FROM writer_epochs") == [(1,)]
+
+    # Reconcile checks one pipeline's ledger against that pipeline's tables: both are green.
+    for settings in (events, web):
+        report = reconcile.run(settings, f"check-{settings.pipeline}", lambda: spark)
+        assert report is not None and report.status == "ok", report.findings()
+        assert {c.topic for c in report.checks} == {settings.topic}
