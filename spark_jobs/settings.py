@@ -298,15 +298,21 @@ class Settings:
             max_offsets_per_trigger=pipeline.max_offsets_per_trigger,
         )
 
+    def declared(self, name: str | None = None) -> Pipeline:
+        """The pipeline :attr:`pipelines_file` declares as ``name`` (default: :attr:`pipeline`)."""
+        name = name or self.pipeline
+        declared = self.pipelines()
+        for pipeline in declared:
+            if pipeline.name == name:
+                return pipeline
+        raise ConfigError(
+            f"{self.pipelines_file.name} declares no pipeline {name!r} (it declares "
+            f"{', '.join(p.name for p in declared)}): add it, or name one it declares"
+        )
+
     def contract(self) -> Contract:
         """The contract :attr:`pipelines_file` declares for :attr:`pipeline`."""
-        for declared in self.pipelines():
-            if declared.name == self.pipeline:
-                return declared.contract
-        raise ConfigError(
-            f"{self.pipelines_file}: declares no pipeline {self.pipeline!r}; add it, or set TIDEMARK_PIPELINE to "
-            "one it declares (`tidemark pipelines` lists them)"
-        )
+        return self.declared().contract
 
     @property
     def postgres_schema(self) -> str:

@@ -417,11 +417,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="produce demo events and run the Spark job; prints a summary")
     demo.add_argument("--count", type=positive, default=5_000)
-    for command in sub.choices.values():
+    for name, command in sub.choices.items():
         command.add_argument(
             "--verbose", action="store_true", help="show Spark's warnings too (TIDEMARK_SPARK_LOG_LEVEL=WARN)"
         )
+        if name in PIPELINE_COMMANDS:
+            command.add_argument(
+                "--pipeline",
+                metavar="NAME",
+                help="the pipeline of the pipelines file to work on: its topic, "
+                "contract, rules, tables and lock (default: the settings', TIDEMARK_PIPELINE and TIDEMARK_TOPIC)",
+            )
     return parser
+
+
+# The commands that work on one pipeline's state.
+PIPELINE_COMMANDS = ("ingest", "backfill", "reconcile", "findings", "quarantine", "repair", "maintain", "sessions")
 
 
 COMMANDS = {
@@ -458,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
             # librdkafka's notices (a fresh broker still loading, a retry) only with --verbose; its errors always.
             logging.getLogger("tidemark.kafka").setLevel(logging.ERROR)
         secrets = settings.secrets()
+        if getattr(args, "pipeline", None):
+            settings = settings.for_pipeline(settings.declared(args.pipeline))
         handler = cmd_migrate if args.command == "db" else COMMANDS[args.command]
         return handler(settings, args)
     except TidemarkError as exc:

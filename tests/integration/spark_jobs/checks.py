@@ -52,16 +52,17 @@ def fail_over(settings: Settings) -> None:
 
 
 def dump_postgres(settings: Settings, path) -> None:
-    """A ``pg_dump`` of the settings' tidemark database to ``path`` (plain SQL that drops what it creates)."""
+    """A ``pg_dump`` of the pipeline's schema in the settings' tidemark database to ``path`` (plain SQL that
+    drops what it creates): a backup of the pipeline's state, which a restore puts back alone."""
     subprocess.run(
-        ["pg_dump", "--clean", "--if-exists", "--no-owner", "-f", str(path), "-d", settings.postgres_dsn],
+        ["pg_dump", "--clean", "--if-exists", "--no-owner", "-n", settings.postgres_schema, "-f", str(path),
+         "-d", settings.postgres_dsn],
         check=True, capture_output=True,
     )  # fmt: skip
 
 
 def restore_postgres(settings: Settings, path) -> None:
-    """Restore the settings' tidemark database from a :func:`dump_postgres` dump, as an operator
-    restores a backup."""
+    """Restore the pipeline's schema from a :func:`dump_postgres` dump, as an operator restores a backup."""
     subprocess.run(
         ["psql", "-q", "-v", "ON_ERROR_STOP=1", "-d", settings.postgres_dsn, "-f", str(path)],
         check=True, capture_output=True,

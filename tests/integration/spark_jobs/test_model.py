@@ -32,10 +32,12 @@ import os
 import random
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from spark_jobs import ingest, maintenance, reconcile, repair
 from spark_jobs.db import transaction
@@ -70,6 +72,11 @@ from tests.integration.spark_jobs.model import (
     generate,
     retention_cuts,
 )
+from tidemark.migrations import migrate
+
+# The second pipeline's scenario is drawn from seed + SECOND.
+SECOND = 1_000_003
+SHIPPED_PIPELINES = Path(__file__).resolve().parents[3] / "pipelines.yaml"
 
 # Every fault but one in one scenario (about 100 s): two partitions, a restore, maintenance,
 # retention before and during runs, a takeover, a stale repair, a re-created topic, a 10 min 7.25 s
@@ -88,70 +95,101 @@ def _seeds() -> list[int]:
 
 @dataclass
 class Trial:
-    """One seed's run: the real services' settings, and what the model knows so far."""
+    """One pipeline's run of a seed: the real services' settings, and what the model knows so far."""
 
     spark: object
     settings: object
     scenario: Scenario
     home: Path
+    done: list[str]  # what both pipelines did so far, in order (shared)
     records: list[Record] = field(default_factory=list)
     processed: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) the sinks must hold
     deleted: set[tuple[int, int]] = field(default_factory=set)  # what retention removed from Kafka
     lost: set[tuple[int, int]] = field(default_factory=set)  # removed before any run read them: recorded losses
-    done: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.done.append(f"[{self.settings.pipeline}] {text}")
 
     def steps(self) -> str:
         return "\n".join(f"  {i}. {text}" for i, text in enumerate(self.done))
 
     def fail(self, problem: str) -> None:
         pytest.fail(
-            f"seed {self.scenario.seed} ({self.scenario.partitions} partition(s), rules {self.scenario.rules}) "
-            f"after step {len(self.done) - 1}: {problem}\nsteps:\n{self.steps()}\n"
+            f"seed {self.scenario.seed}, pipeline {self.settings.pipeline} ({self.scenario.partitions} partition(s), "
+            f"rules {self.scenario.rules}) after step {len(self.done) - 1}: {problem}\nsteps:\n{self.steps()}\n"
             f"replay: make fuzz SEED={self.scenario.seed}",
             pytrace=False,
         )
 
 
 @pytest.mark.parametrize("seed", _seeds())
-def test_the_pipeline_matches_the_model_after_every_run(spark, database, seed) -> None:
+def test_two_pipelines_match_the_model_after_every_run(spark, database, seed) -> None:
+    """The pipeline ``events`` (PostgreSQL's ``public``, the lake root's top level) and ``second`` (its own
+    schema and folder), each with its own topic, records, session rules and faults, their steps
+    interleaved; after each step both must match the model: one pipeline's crash, restore, retention,
+    damage, repair or re-created topic leaves the other as it was."""
     home = database.home / "runs" / f"model-{seed}-{uuid.uuid4().hex[:6]}"
     home.mkdir(parents=True)
-    topic = f"model-{seed}-{uuid.uuid4().hex[:6]}"
-    scenario = generate(seed, prefix=f"s{seed}-")
-    settings = replace(
+    scenarios = {"events": generate(seed, prefix=f"s{seed}-"), "second": generate(seed + SECOND, prefix=f"s{seed}b-")}
+    topics = {name: f"model-{seed}-{name}-{uuid.uuid4().hex[:6]}" for name in scenarios}
+    config = yaml.safe_load(SHIPPED_PIPELINES.read_text())
+    events_entry = config["pipelines"][0]
+    config["pipelines"] = [{**events_entry, "name": name, "topic": topic} for name, topic in topics.items()]
+    (home / "pipelines.yaml").write_text(yaml.safe_dump(config))
+    lake = replace(
         database,
         lake_root=str(home / "lake"),
         checkpoint_root=str(home / "checkpoints"),
-        topic=topic,
-        session_rules=scenario.rules,
+        pipelines_file=home / "pipelines.yaml",
     )
-    ensure_topic(settings, topic, partitions=scenario.partitions, timestamp_type="CreateTime")
-    trial = Trial(spark, settings, scenario, home)
-    for index, step in enumerate(scenario.steps):
+    migrate(database.postgres_dsn, schema="second")
+    done: list[str] = []
+    trials = []
+    for pipeline in lake.pipelines():
+        scenario = scenarios[pipeline.name]
+        settings = replace(lake.for_pipeline(pipeline), session_rules=scenario.rules)
+        ensure_topic(settings, settings.topic, partitions=scenario.partitions, timestamp_type="CreateTime")
+        trials.append(Trial(spark, settings, scenario, home, done))
+    for trial, index, step in _interleaved(seed, trials):
         try:
-            _step(trial, index, step)
+            if _step(trial, index, step):
+                for other in trials:
+                    if other is not trial:
+                        _check(other)
         except Exception as exc:  # an error the pipeline raised: with the steps that led to it
             trial.fail(f"{type(exc).__name__}: {exc}")
     if os.environ.get("TIDEMARK_FUZZ_VERBOSE"):  # what a passing seed did (make fuzz ... FUZZ_ARGS=-s)
-        print(f"\nseed {seed}:\n{trial.steps()}")
+        print(f"\nseed {seed}:\n{trials[0].steps()}")
 
 
-def _step(trial: Trial, index: int, step) -> None:
-    """Do step ``index`` of the scenario, and check the sinks against the model after any that writes."""
+def _interleaved(seed: int, trials: list[Trial]) -> Iterator[tuple[Trial, int, object]]:
+    """Each trial's steps in its order, the trials' taken in a random order (drawn from the seed)."""
+    rng = random.Random(seed * 15_485_863 + 3)
+    pending = [list(enumerate(t.scenario.steps)) for t in trials]
+    while any(pending):
+        which = rng.choice([i for i, steps in enumerate(pending) if steps])
+        index, step = pending[which].pop(0)
+        yield trials[which], index, step
+
+
+def _step(trial: Trial, index: int, step) -> bool:
+    """Do step ``index`` of the scenario, and check the sinks against the model after any that writes
+    (returns whether it wrote)."""
     if isinstance(step, Produce):
         trial.records += _produce(trial.settings, step.records)
-        trial.done.append(str(step))
-    elif isinstance(step, Retention):
+        trial.note(str(step))
+        return False
+    if isinstance(step, Retention):
         _retention(trial, index)
-    elif isinstance(step, Tamper):
+        return False
+    if isinstance(step, Tamper):
         _tamper(trial, index, step)
-        _check(trial)
     elif isinstance(step, Recreate):
         _recreate(trial)
-        _check(trial)
     else:
         _run(trial, index, step)
-        _check(trial)
+    _check(trial)
+    return True
 
 
 def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
@@ -164,7 +202,7 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
         lows = {p: low for p, (low, _) in held.items()}
         step = replace(step, offsets=choose_ranges(trial.scenario.seed, index, ends, lows))
         if not step.offsets:
-            trial.done.append(f"{step}: every range drawn is gone")
+            trial.note(f"{step}: every range drawn is gone")
             return
         try:
             plan = plan_backfill(settings, settings.topic, offsets=step.offsets)
@@ -191,7 +229,7 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
         if step.erode:
             run = _eroding(trial, run)
         covered = {(p, o) for p, end in ends.items() for o in range(end)}
-    trial.done.append(str(step))
+    trial.note(str(step))
     before = set(trial.processed)
     dump = trial.home / f"before-step-{index}.sql"
     crash = step.crash
@@ -202,7 +240,7 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
             dump_postgres(settings, dump)
         try:
             run(crash.hook())
-            trial.done.append(f"(the run wrote fewer than {crash.batch + 1} batches: it did not crash)")
+            trial.note(f"(the run wrote fewer than {crash.batch + 1} batches: it did not crash)")
         except Exception as exc:  # the crash surfaces wrapped by Spark's streaming query
             if "injected crash" not in str(exc):
                 raise
@@ -225,7 +263,7 @@ def _refused_for(trial: Trial, what: str) -> None:
     """A run refused for lost offsets: only after retention removed some."""
     if not trial.deleted:
         trial.fail(f"the {what} was refused for lost offsets, but retention removed nothing")
-    trial.done.append(f"(the {what} is refused for offsets retention removed; run again acknowledging the loss)")
+    trial.note(f"(the {what} is refused for offsets retention removed; run again acknowledging the loss)")
 
 
 def _eroding(trial: Trial, run):
@@ -255,7 +293,7 @@ def _eroding(trial: Trial, run):
                 if cut > low and rng.random() < 0.7:
                     delete_records(settings, p, cut)
                     trial.deleted |= {(p, o) for o in range(cut)}
-                    trial.done.append(f"(after its first batch, retention removes partition {p} below {cut})")
+                    trial.note(f"(after its first batch, retention removes partition {p} below {cut})")
 
         run(strike)
 
@@ -288,7 +326,7 @@ def _taken_over(trial: Trial, plan, crash: Crash) -> None:
     old = backfill("old", fault=sleep_inside_the_write)
     until(lambda: asleep.is_set() or not old.is_alive(), "the backfill sleeps inside its write")
     if not asleep.is_set():
-        trial.done.append("(the backfill wrote nothing to Delta: nothing to take over)")
+        trial.note("(the backfill wrote nothing to Delta: nothing to take over)")
         return
     new = backfill("new", wait=True)
     until(lambda: waiting_for_the_lock(settings), "the second backfill waits for the lock")
@@ -311,7 +349,7 @@ def _retention(trial: Trial, index: int) -> None:
     for p, cut in cuts.items():
         delete_records(settings, p, cut)
         trial.deleted |= {(p, o) for o in range(cut)}
-    trial.done.append(f"retention removes the records below {cuts or 'nothing'} (partition: first kept offset)")
+    trial.note(f"retention removes the records below {cuts or 'nothing'} (partition: first kept offset)")
 
 
 def _tamper(trial: Trial, index: int, step: Tamper) -> None:
@@ -321,29 +359,29 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
     re-check must pass."""
     spark, settings = trial.spark, trial.settings
     rng = random.Random(trial.scenario.seed * 1_000 + index)
-    trial.done.append(str(step))
+    trial.note(str(step))
     checked = reconcile.run(settings, f"before-tamper-{index}", lambda: spark)
     if not checked.consistent:
         trial.fail(f"reconcile found something before the damage: {checked.headline()}")
     if step.what == "delete a session":
         sessions = query(settings, "SELECT session_id FROM sessions ORDER BY session_id")
         if not sessions:
-            trial.done.append("(no session to delete)")
+            trial.note("(no session to delete)")
             return
         (session,) = rng.choice(sessions)
-        with transaction(settings.postgres_dsn) as cur:
+        with transaction(settings.pipeline_dsn) as cur:
             cur.execute("DELETE FROM sessions WHERE session_id = %s RETURNING *", (session,))
             row, columns = cur.fetchone(), [d.name for d in cur.description]
 
         def undo() -> None:
-            with transaction(settings.postgres_dsn) as cur:
+            with transaction(settings.pipeline_dsn) as cur:
                 cur.execute(f"INSERT INTO sessions ({', '.join(columns)}) VALUES ({', '.join(['%s'] * len(row))})", row)
 
     else:
         from delta.tables import DeltaTable
 
         if not DeltaTable.isDeltaTable(spark, settings.table_path("events")):
-            trial.done.append("(no lake yet: no event to damage)")
+            trial.note("(no lake yet: no event to damage)")
             return
         events = delta.table(spark, settings.table_path("events"))
         # Only where Kafka still holds the record: a repair cannot put back what retention removed
@@ -355,7 +393,7 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
             if o >= lows[p]
         ]
         if not rows:
-            trial.done.append("(no event to damage)")
+            trial.note("(no event to damage)")
             return
         partition, offset = rng.choice(rows)
         version = events.history(1).first()["version"]
@@ -375,7 +413,7 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
     if step.undo:
         undo()
     fixed = repair.repair(spark, settings, report.run_id)
-    trial.done.append(f"reconcile: {report.headline()}; repaired: {fixed.recheck.headline()}")
+    trial.note(f"reconcile: {report.headline()}; repaired: {fixed.recheck.headline()}")
     if not fixed.recheck.consistent:
         trial.fail(f"the repair left findings:\n{fixed.describe()}")
 
@@ -383,7 +421,7 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
 def _recreate(trial: Trial) -> None:
     """Delete the topic, create it again, send new records: every run and reconcile must refuse."""
     spark, settings = trial.spark, trial.settings
-    trial.done.append("the topic is deleted and created again; 3 new records arrive")
+    trial.note("the topic is deleted and created again; 3 new records arrive")
     recreate_topic(settings, trial.scenario.partitions, timestamp_type="CreateTime")
     _produce(settings, [replace(r, partition=0, event_id=f"new-{i}") for i, r in enumerate(trial.records[:3])])
     refusals = {
@@ -418,21 +456,21 @@ def _reconcile_and_repair(trial: Trial, index: int) -> None:
     if report.consistent:  # the model's records arrived long ago: "lagging" is no finding here
         return
     fixed = repair.repair(spark, settings, report.run_id)
-    trial.done.append(f"reconcile after the restore: {report.headline()}; repaired: {fixed.recheck.headline()}")
+    trial.note(f"reconcile after the restore: {report.headline()}; repaired: {fixed.recheck.headline()}")
     if fixed.recheck.consistent:
         return
     # What no repair can fix stays open for an operator: a range whose offsets retention removed
     # all of (the restore lost the mark of a takeover in it, so it shows as changed; nothing can be
     # read again to rewrite it). The operator acknowledges exactly those; nothing else may be left.
     lows = {p: low for p, (low, _) in watermarks(settings, settings.topic).items()}
-    with transaction(settings.postgres_dsn) as cur:
+    with transaction(settings.pipeline_dsn) as cur:
         still = history.open_findings(cur)
     gone = [f.finding_id for f in still if f.kind == "range" and f.finding["end"] <= lows[f.finding["partition"]]]
     if len(gone) < len(still):
         trial.fail(f"the repair after a restore left findings:\n{fixed.describe()}")
     reconcile.acknowledge(settings, gone, "the model", "retention removed every offset of the range")
     after = reconcile.run(settings, f"after-acknowledging-{index}", lambda: spark)
-    trial.done.append(f"acknowledged {len(gone)} finding(s) on ranges retention removed; then: {after.headline()}")
+    trial.note(f"acknowledged {len(gone)} finding(s) on ranges retention removed; then: {after.headline()}")
     if not after.consistent:
         trial.fail(f"acknowledged, reconcile still finds something:\n{after.summary()}")
 

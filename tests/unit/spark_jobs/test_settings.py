@@ -56,7 +56,9 @@ def test_the_contract_is_the_declared_pipelines(tmp_path: Path) -> None:
 
     settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
     assert settings.contract() == EVENTS_CONTRACT  # the shipped pipelines.yaml
-    with pytest.raises(ConfigError, match="declares no pipeline 'web'; add it, or set TIDEMARK_PIPELINE"):
+    with pytest.raises(
+        ConfigError, match=r"pipelines.yaml declares no pipeline 'web' \(it declares events\): add it, or name one"
+    ):
         Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_PIPELINE": "web"}).contract()
 
 

@@ -51,6 +51,10 @@ def test_bad_environment_is_reported_before_any_work(monkeypatch: pytest.MonkeyP
         (["backfill", "--offsets", "0:10"], "bad offset range '0:10': write PARTITION:START-END"),
         (["backfill", "--offsets", "0:20-10"], "end offset 10 is before start offset 20"),
         (["ingest", "--gap-minutes", "90", "--max-session-hours", "1"], "shorter than the gap"),
+        (
+            ["reconcile", "--pipeline", "web"],
+            "tidemark reconcile: pipelines.yaml declares no pipeline 'web' (it declares events): add it, or name one",
+        ),
     ],
 )
 def test_errors_a_user_can_fix_are_one_line_and_exit_2(argv: list[str], message: str, capsys) -> None:
