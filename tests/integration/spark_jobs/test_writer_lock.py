@@ -48,7 +48,7 @@ def test_a_second_writer_is_refused_whatever_topic_it_writes(spark, run) -> None
     produce(settings, ProduceSpec(count=20, entities=2, id_prefix=prefix), topic=settings.topic, partitions=1)
     plan = plan_backfill(settings, settings.topic, offsets={0: (0, 20)})
     with single_writer(settings, "ingest:another-topic"):
-        with pytest.raises(WriterBusy, match=r"run \(ingest:another-topic on .*\) is writing the lake"):
+        with pytest.raises(WriterBusy, match=r"run \(ingest:another-topic on .*\) is writing the pipeline 'events'"):
             ingest.run_backfill(spark, settings, plan)
         with pytest.raises(WriterBusy):
             ingest.run_scheduled(spark, settings)

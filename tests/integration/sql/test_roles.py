@@ -184,6 +184,36 @@ def test_roles_script_is_idempotent_and_gives_the_pipeline_rows_only(roles: Role
         admin.close()
 
 
+def test_a_pipelines_own_schema_gives_the_pipeline_role_rows_only(roles: Roles) -> None:
+    """`tidemark db migrate` creates a declared pipeline's schema as the owner: the pipeline role uses it
+    and writes rows in its tables, as in public, creates nothing there, and a re-run of roles.sql keeps it so."""
+    roles.apply()
+    migrate(roles.owner_dsn)
+    assert migrate(roles.owner_dsn, schema="web") == [m.name for m in discover()]
+    for _ in range(2):  # and after roles.sql runs again
+        privileges = fetch(
+            roles.pipeline_dsn, "SELECT has_schema_privilege('web', 'USAGE'), has_schema_privilege('web', 'CREATE')"
+        )
+        assert privileges == [(True, False)]
+        granted = fetch(
+            roles.pipeline_dsn,
+            """SELECT table_name, string_agg(privilege_type, ',' ORDER BY privilege_type)
+               FROM information_schema.table_privileges
+               WHERE grantee = current_user AND table_schema = 'web' GROUP BY table_name""",
+        )
+        public = fetch(
+            roles.pipeline_dsn,
+            """SELECT table_name, string_agg(privilege_type, ',' ORDER BY privilege_type)
+               FROM information_schema.table_privileges
+               WHERE grantee = current_user AND table_schema = 'public' GROUP BY table_name""",
+        )
+        assert dict(granted) == dict(public) and dict(granted)["schema_migrations"] == "SELECT"
+        assert dict(granted)["ledger_batches"] == "DELETE,INSERT,SELECT,UPDATE"
+        assert ("schema", "web") in owned_by(roles, roles.owner)
+        roles.apply()
+    assert "permission denied for schema web" in refused(roles.pipeline_dsn, "CREATE TABLE web.mine (a int)")
+
+
 def test_the_pipeline_role_ingests_and_reconciles_but_cannot_change_the_schema(
     roles: Roles, stack: Settings, spark, topic: str, tmp_path: Path
 ) -> None:

@@ -149,7 +149,7 @@ def test_a_busy_writer_is_one_line_naming_the_run_before_spark_starts(
     with single_writer(stack, "backfill:elsewhere"):
         result = tidemark([*command, "--topic", topic], stack.to_env() | NO_SPARK, tmp_path)
     line = one_line(result)
-    assert "backfill:elsewhere" in line and "is writing the lake" in line and "--wait" in line, line
+    assert "backfill:elsewhere" in line and "is writing the pipeline 'events'" in line and "--wait" in line, line
 
 
 def test_records_retention_removed_since_the_last_run_are_one_line_before_spark_starts(
