@@ -263,6 +263,10 @@ class Defaults:
     max_offsets_per_trigger: int = 500_000
     schedule: str | None = DEFAULT_SCHEDULE
     alerts: Alerts = field(default_factory=Alerts)
+    # A pipeline's topic is its name, but the default pipeline's is the setting TIDEMARK_TOPIC, as it
+    # was before pipelines were declared.
+    default_pipeline: str = "events"
+    default_topic: str = "events"
 
 
 class PipelinesError(ConfigError):
@@ -273,58 +277,109 @@ class PipelinesError(ConfigError):
         self.problems = problems
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One line of what is wrong with a pipelines file, and the pipeline it is about (None: no one pipeline)."""
+
+    pipeline: str | None
+    line: str
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a pipelines file declares: the pipelines with no problem, and every problem the file has.
+
+    A pipeline with a problem is left out of :attr:`pipelines`, and so is every entry of a name used
+    twice: the others stay usable (the DAGs of a healthy pipeline load beside a broken entry).
+    """
+
+    pipelines: list[Pipeline]
+    problems: list[Problem]
+
+    def lines(self) -> list[str]:
+        return [problem.line for problem in self.problems]
+
+    def problems_of(self, name: str) -> list[str]:
+        return [problem.line for problem in self.problems if problem.pipeline == name]
+
+
 def load(path: Path, defaults: Defaults | None = None) -> list[Pipeline]:
     """The pipelines ``path`` declares, or a :class:`PipelinesError` with every problem it has."""
-    document = _read(path)
-    return parse(document, path, defaults or Defaults())
+    declared = load_each(path, defaults)
+    if declared.problems:
+        raise PipelinesError(declared.lines())
+    return declared.pipelines
+
+
+def load_each(path: Path, defaults: Defaults | None = None) -> Declared:
+    """The pipelines of ``path`` that have no problem, and the problems of the others. A file that
+    cannot be read, or is not a list of pipelines, raises :class:`PipelinesError`."""
+    return check(_read(path), path, defaults or Defaults())
 
 
 def parse(document: Any, path: Path, defaults: Defaults) -> list[Pipeline]:
     """The pipelines of the parsed file ``document`` (read from ``path``; contract files are beside it)."""
-    problems: list[str] = []
+    declared = check(document, path, defaults)
+    if declared.problems:
+        raise PipelinesError(declared.lines())
+    return declared.pipelines
+
+
+def check(document: Any, path: Path, defaults: Defaults) -> Declared:
+    """Check the parsed file ``document`` (read from ``path``) entry by entry: see :class:`Declared`."""
+    problems: list[Problem] = []
     broken: set[int] = set()  # entries whose shape is wrong: their contracts are not checked further
     for place, line in _shape_problems(document, path.name):
-        problems.append(line)
-        broken.add(place[1] if len(place) > 1 else -1)
+        index = place[1] if len(place) > 1 and place[0] == "pipelines" else -1
+        problems.append(Problem(_entry_name(document, index), line))
+        broken.add(index)
     if -1 in broken:  # the file itself is not a list of pipelines
-        raise PipelinesError(problems)
-    pipelines: list[Pipeline] = []
+        raise PipelinesError([problem.line for problem in problems])
+    found: list[tuple[Mapping[str, Any], str, Mapping[str, Any]]] = []  # entry, topic, schema
     names: set[str] = set()
     topics: dict[str, str] = {}
     for index, entry in enumerate(document["pipelines"]):
         if index in broken:
             continue
-        where = f"{path.name}: pipeline {entry['name']!r}"
-        if entry["name"] in names:
-            problems.append(f"{where}: name: another pipeline has this name; each name is used once")
+        name = entry["name"]
+        where = f"{path.name}: pipeline {name!r}"
+        if name in names:
+            problems.append(Problem(name, f"{where}: name: another pipeline has this name; each name is used once"))
             continue
-        names.add(entry["name"])
-        taken = RESERVED_NAMES.get(entry["name"])
-        if entry["name"].startswith("pg_"):
-            taken = RESERVED_NAMES["public"]
+        names.add(name)
+        taken = RESERVED_NAMES["public"] if name.startswith("pg_") else RESERVED_NAMES.get(name)
         if taken:
-            problems.append(
-                f"{where}: name: {entry['name']!r} {taken}, and a pipeline's name names its PostgreSQL schema and "
-                "its folder of the lake; choose another"
-            )
+            problems.append(Problem(name, f"{where}: name: {name!r} {taken}, and a pipeline's name names its "
+                                          "PostgreSQL schema and its folder of the lake; choose another"))  # fmt: skip
             continue
-        topic = entry.get("topic", entry["name"])
+        topic = entry.get("topic") or (defaults.default_topic if name == defaults.default_pipeline else name)
+        lines = []
         if topic in topics:
-            problems.append(
-                f"{where}: topic: {topic!r} is pipeline {topics[topic]!r}'s topic already; a topic feeds one "
-                "pipeline (its offsets are that pipeline's proof of coverage)"
+            lines.append(
+                f"topic: {topic!r} is pipeline {topics[topic]!r}'s topic already; a topic feeds one pipeline (its "
+                "offsets are that pipeline's proof of coverage)"
             )
-        topics.setdefault(topic, entry["name"])
+        topics.setdefault(topic, name)
         # The contract's schema is read once (a file beside this one, or inline) and checked first.
         schema, problem = _contract_schema(entry["contract"]["schema"], path.parent)
-        lines = [f"contract.schema: {problem}"] if problem else list(_entry_problems(entry, schema))
-        found = [f"{where}: {line}" for line in lines]
-        problems += found
-        if not found:
-            pipelines.append(_pipeline(entry, topic, schema, defaults))
-    if problems:
-        raise PipelinesError(problems)
-    return pipelines
+        lines += [f"contract.schema: {problem}"] if problem else list(_entry_problems(entry, schema))
+        problems += [Problem(name, f"{where}: {line}") for line in lines]
+        if not lines:
+            found.append((entry, topic, schema))
+    failed = {problem.pipeline for problem in problems}
+    pipelines = [
+        _pipeline(entry, topic, schema, defaults) for entry, topic, schema in found if entry["name"] not in failed
+    ]
+    return Declared(pipelines, problems)
+
+
+def _entry_name(document: Any, index: int) -> str | None:
+    """The name of the file's entry ``index``, when it has one."""
+    try:
+        name = document["pipelines"][index]["name"]
+    except (TypeError, KeyError, IndexError):
+        return None
+    return name if index >= 0 and isinstance(name, str) else None
 
 
 def _read(path: Path) -> Any:

@@ -20,12 +20,13 @@ from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
 
 if TYPE_CHECKING:
-    from spark_jobs.pipelines import Contract, Pipeline
+    from spark_jobs.pipelines import Contract, Declared, Pipeline
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The pipeline of a deployment made before pipelines were declared: its tables keep their places
 # (the lake root's top level, PostgreSQL's `public` schema, the lock keys without a suffix).
 DEFAULT_PIPELINE = "events"
+DEFAULT_TOPIC = "events"
 
 
 def _checkout() -> Path:
@@ -166,7 +167,7 @@ class Settings:
     # A run works on one pipeline: its Delta tables, PostgreSQL schema, writer lock and contract.
     pipeline: str = setting("TIDEMARK_PIPELINE", TEXT, DEFAULT_PIPELINE, "the pipeline a run works on (its tables, "
         "PostgreSQL schema, writer lock and contract; README, \"Your own pipelines\")")
-    topic: str = setting("TIDEMARK_TOPIC", TEXT, "events", "the Kafka topic of user events")
+    topic: str = setting("TIDEMARK_TOPIC", TEXT, DEFAULT_TOPIC, "the Kafka topic of user events")
     pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
         "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
     # Empty: derived from home and the ports (__post_init__), as `shown` says.
@@ -275,11 +276,31 @@ class Settings:
         return round(self.dedupe_horizon_days * 86_400_000_000) if self.dedupe_horizon_days > 0 else None
 
     def pipelines(self) -> list[Pipeline]:
-        """The pipelines :attr:`pipelines_file` declares; what an entry leaves out comes from these settings."""
+        """The pipelines :attr:`pipelines_file` declares, or a :class:`~spark_jobs.pipelines.PipelinesError`
+        with every problem the file has."""
+        from spark_jobs.pipelines import PipelinesError
+
+        declared = self.declarations()
+        if declared.problems:
+            raise PipelinesError(declared.lines())
+        return declared.pipelines
+
+    def declarations(self, schedule: str | None = None) -> Declared:
+        """What :attr:`pipelines_file` declares, entry by entry (:class:`~spark_jobs.pipelines.Declared`). What
+        an entry leaves out comes from these settings (the pipeline ``events``'s topic is :attr:`topic`), its
+        schedule from ``schedule`` when given."""
         from spark_jobs import pipelines
 
-        defaults = pipelines.Defaults(self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger)
-        return pipelines.load(self.pipelines_file, defaults)
+        # The pipeline events' topic is TIDEMARK_TOPIC, which the settings of another pipeline no longer hold
+        # (their topic is that pipeline's): to them, an events entry without a topic reads the default one.
+        topic = self.topic if self.pipeline == DEFAULT_PIPELINE else DEFAULT_TOPIC
+        defaults = pipelines.Defaults(
+            self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger,
+            default_pipeline=DEFAULT_PIPELINE, default_topic=topic,
+        )  # fmt: skip
+        if schedule is not None:
+            defaults = replace(defaults, schedule=schedule)
+        return pipelines.load_each(self.pipelines_file, defaults)
 
     def for_pipeline(self, pipeline: Pipeline) -> Settings:
         """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, session
@@ -299,15 +320,21 @@ class Settings:
         )
 
     def declared(self, name: str | None = None) -> Pipeline:
-        """The pipeline :attr:`pipelines_file` declares as ``name`` (default: :attr:`pipeline`)."""
+        """The pipeline :attr:`pipelines_file` declares as ``name`` (default: :attr:`pipeline`). Problems of
+        other entries do not stop it; its own do (a :class:`~spark_jobs.pipelines.PipelinesError`)."""
+        from spark_jobs.pipelines import PipelinesError
+
         name = name or self.pipeline
-        declared = self.pipelines()
-        for pipeline in declared:
+        declared = self.declarations()
+        if declared.problems_of(name):
+            raise PipelinesError(declared.problems_of(name))
+        for pipeline in declared.pipelines:
             if pipeline.name == name:
                 return pipeline
         raise ConfigError(
             f"{self.pipelines_file.name} declares no pipeline {name!r} (it declares "
-            f"{', '.join(p.name for p in declared)}): add it, or name one it declares"
+            f"{', '.join(p.name for p in declared.pipelines) or 'none without a problem'}): add it, or name one "
+            "it declares"
         )
 
     def contract(self) -> Contract:

@@ -228,7 +228,7 @@ def cmd_findings(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_pipelines(settings: Settings, args: argparse.Namespace) -> int:
     """The pipelines the file declares (``check``: only whether it is valid). Needs no service."""
-    declared = settings.pipelines()
+    declared = settings.pipelines()  # every problem of the file, one line each
     if args.action == "check":
         names = ", ".join(p.name for p in declared)
         print(f"{settings.pipelines_file}: {len(declared)} pipeline{'s' * (len(declared) != 1)} ({names}), valid")

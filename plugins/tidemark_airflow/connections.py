@@ -79,9 +79,13 @@ def connection_secrets(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str
     return found
 
 
-def tidemark_settings(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID):  # -> Settings
-    """Settings from this worker's ``TIDEMARK_*`` environment, with the connections' addresses and secrets."""
+def tidemark_settings(
+    pipeline: str | None = None, kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID
+):  # -> Settings
+    """Settings from this worker's ``TIDEMARK_*`` environment, with the connections' addresses and secrets,
+    for a run of ``pipeline`` (its topic, rules, tables, schema and lock) as the pipelines file declares it."""
     from spark_jobs.settings import Settings
 
     worker = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_KAFKA_OPT_")}
-    return Settings.from_env(worker | connections_env(kafka_conn_id, postgres_conn_id))
+    settings = Settings.from_env(worker | connections_env(kafka_conn_id, postgres_conn_id))
+    return settings.for_pipeline(settings.declared(pipeline)) if pipeline else settings

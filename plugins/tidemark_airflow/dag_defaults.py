@@ -3,32 +3,41 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_jobs.pipelines import Pipeline
 
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def tidemark_dag(
     doc_md: str | None,
+    pipeline: Pipeline,
     *,
     retries: int = 1,
     retry_delay: timedelta = timedelta(minutes=1),
     max_active_runs: int = 1,
 ) -> dict[str, Any]:
-    """The ``@dag(...)`` arguments of a tidemark DAG, to which each adds its schedule and params.
+    """The ``@dag(...)`` arguments of a tidemark DAG of ``pipeline``, to which each adds its schedule and params.
 
     One run at a time unless ``max_active_runs`` says otherwise (every run takes the same writer
     lock or reads the same history), no
     catch-up (a scheduled run reads everything that arrived since the last one), ``retries`` with
-    ``retry_delay`` and :class:`~tidemark_airflow.notifiers.AlertNotifier` on a task's failure.
+    ``retry_delay``, the pipeline's alert (:func:`~tidemark_airflow.pipelines.alert_notifier`) on a
+    task's failure, and the tags ``tidemark`` and the pipeline's name.
     """
-    from tidemark_airflow.notifiers import AlertNotifier
+    from tidemark_airflow.pipelines import alert_notifier
 
     return {
         "start_date": START_DATE,
         "catchup": False,
         "max_active_runs": max_active_runs,
-        "default_args": {"retries": retries, "retry_delay": retry_delay, "on_failure_callback": AlertNotifier()},
-        "tags": ["tidemark"],
-        "doc_md": doc_md,
+        "default_args": {
+            "retries": retries,
+            "retry_delay": retry_delay,
+            "on_failure_callback": alert_notifier(pipeline),
+        },
+        "tags": ["tidemark", pipeline.name],
+        "doc_md": f"Pipeline **{pipeline.name}**, topic `{pipeline.topic}`.\n\n{doc_md or ''}",
     }

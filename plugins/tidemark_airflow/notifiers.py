@@ -43,8 +43,8 @@ class AlertNotifier(BaseNotifier):
     * always: an ERROR line in the task log;
     * a Slack-compatible JSON POST (``{"text": ...}``) when the ``tidemark_alert_webhook``
       connection exists;
-    * an email through Airflow's SMTP connection (``smtp_default``) when ``TIDEMARK_ALERT_EMAIL``
-      names recipients (comma-separated) and that connection exists.
+    * an email through Airflow's SMTP connection (``smtp_default``) to ``email``, or when that is not
+      given to the recipients ``TIDEMARK_ALERT_EMAIL`` names (comma-separated), when that connection exists.
 
     A channel that fails is logged and does not hide the others. A :class:`BadRequest` (a form to
     fix) is logged and not sent: alerts are for findings and failures, not for typos. Neither is a
@@ -52,14 +52,22 @@ class AlertNotifier(BaseNotifier):
 
     :param webhook_conn_id: connection of the webhook
     :param smtp_conn_id: SMTP connection for email
+    :param email: the recipients (a pipeline's ``alerts.email``); None: ``TIDEMARK_ALERT_EMAIL``'s
     """
 
     template_fields = ()
 
-    def __init__(self, *, webhook_conn_id: str = WEBHOOK_CONN_ID, smtp_conn_id: str = SMTP_CONN_ID) -> None:
+    def __init__(
+        self,
+        *,
+        webhook_conn_id: str = WEBHOOK_CONN_ID,
+        smtp_conn_id: str = SMTP_CONN_ID,
+        email: tuple[str, ...] | None = None,
+    ) -> None:
         super().__init__()
         self.webhook_conn_id = webhook_conn_id
         self.smtp_conn_id = smtp_conn_id
+        self.email = email
 
     @staticmethod
     def message(context: Context) -> str:
@@ -118,7 +126,8 @@ class AlertNotifier(BaseNotifier):
             self.log.exception("could not post the alert to the %s webhook", self.webhook_conn_id)
 
     def _send_email(self, text: str) -> None:
-        recipients = [r.strip() for r in os.environ.get("TIDEMARK_ALERT_EMAIL", "").split(",") if r.strip()]
+        configured = os.environ.get("TIDEMARK_ALERT_EMAIL", "").split(",") if self.email is None else self.email
+        recipients = [r.strip() for r in configured if r.strip()]
         if not recipients or self._connection(self.smtp_conn_id) is None:
             return
         try:

@@ -15,6 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from spark_jobs.settings import DEFAULT_PIPELINE
 from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
 from tidemark_airflow.notifiers import StillOpen
 
@@ -32,6 +33,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     and PostgreSQL connections, and the connector and Delta jars from ``TIDEMARK_JARS_DIR``.
 
     :param job: ``ingest``, ``reconcile``, ``repair`` or ``maintenance``
+    :param pipeline: the pipeline the job runs (``pipelines.yaml``): its topic, rules, tables and lock
     :param kafka_conn_id: connection with the Kafka client options
     :param postgres_conn_id: connection to the tidemark database
     """
@@ -40,15 +42,17 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self,
         *,
         job: str,
+        pipeline: str = DEFAULT_PIPELINE,
         kafka_conn_id: str = KAFKA_CONN_ID,
         postgres_conn_id: str = POSTGRES_CONN_ID,
         **kwargs: Any,
     ) -> None:
         if job not in JOBS:
             raise ValueError(f"job must be one of {JOBS}, got {job!r}")
-        kwargs.setdefault("name", f"tidemark-{job}")
+        kwargs.setdefault("name", f"tidemark-{job}" if pipeline == DEFAULT_PIPELINE else f"tidemark-{job}-{pipeline}")
         super().__init__(**kwargs)
         self.job = job
+        self.pipeline = pipeline
         self.kafka_conn_id = kafka_conn_id
         self.postgres_conn_id = postgres_conn_id
 
@@ -59,7 +63,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         from spark_jobs.runs import STARTED_BY
         from spark_jobs.spark import driver_conf, spark_jars
 
-        settings = tidemark_settings(self.kafka_conn_id, self.postgres_conn_id)
+        settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
         # Python workers and the driver run this interpreter's environment unless told otherwise.
@@ -91,10 +95,12 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                 context["outlet_events"][outlet].extra = extra
             alert = producer_alert(extra, settings.producer_alert_threshold)
             if alert:
-                from tidemark_airflow.notifiers import AlertNotifier
+                from tidemark_airflow.pipelines import alert_notifier
 
                 self.log.warning("%s", alert)
-                AlertNotifier().send(f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}")
+                alert_notifier(settings.declared()).send(
+                    f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}"
+                )
 
 
 def job_application(job: str) -> str:
@@ -144,8 +150,8 @@ def committed_since(settings, started: datetime) -> dict[str, object]:  # Settin
     }
 
 
-def reconcile_without_spark(run_id: str, log) -> bool:  # a logger
-    """Reconcile without Spark when there is nothing new to check; say whether the Spark job must run.
+def reconcile_without_spark(run_id: str, log, pipeline: str = DEFAULT_PIPELINE) -> bool:  # a logger
+    """Reconcile ``pipeline`` without Spark when there is nothing new to check; say whether the Spark job must run.
 
     Runs :func:`spark_jobs.reconcile.run.run` without a Spark session: when no range is new or due and
     the sinks are as the previous run left them, it checks PostgreSQL's sessions against the Delta
@@ -154,7 +160,7 @@ def reconcile_without_spark(run_id: str, log) -> bool:  # a logger
     """
     from spark_jobs import reconcile
 
-    report = reconcile.run(tidemark_settings(), run_id, spark_factory=None, wait=True)
+    report = reconcile.run(tidemark_settings(pipeline), run_id, spark_factory=None, wait=True)
     if report is None:
         log.info("new ranges or commits to check: the Spark job counts them")
         return True
@@ -162,15 +168,15 @@ def reconcile_without_spark(run_id: str, log) -> bool:  # a logger
     return False
 
 
-def repair_form_url(run_id: str) -> str:
-    """The tidemark page's repair form for ``run_id`` (under Airflow's ``[api] base_url``): what the
-    repair will do, and a button that triggers ``tidemark_repair`` with the run id filled in."""
-    from urllib.parse import urlencode
-
+def repair_form_url(run_id: str, pipeline: str = DEFAULT_PIPELINE) -> str:
+    """The tidemark page's repair form for ``pipeline``'s ``run_id`` (under Airflow's ``[api] base_url``): what
+    the repair will do, and a button that triggers the pipeline's ``tidemark_repair`` with the run id filled in."""
     from airflow.configuration import conf
 
+    from tidemark_airflow.view import repair_href
+
     base = conf.get("api", "base_url", fallback="") or "http://localhost:8080"
-    return f"{base.rstrip('/')}/tidemark/repair?{urlencode({'reconcile_run_id': run_id})}"
+    return f"{base.rstrip('/')}/tidemark/{repair_href(run_id, pipeline)}"
 
 
 class VerdictOperator(BaseOperator):
@@ -180,6 +186,7 @@ class VerdictOperator(BaseOperator):
 
     :param reconcile_run_id: the run (templated); for a repair, the repair's id, whose re-check is read
     :param repair: whether ``reconcile_run_id`` names a repair (``repairs`` table) instead of a run
+    :param pipeline: the pipeline whose reconcile history holds the run
     """
 
     template_fields: Sequence[str] = ("reconcile_run_id",)
@@ -189,19 +196,21 @@ class VerdictOperator(BaseOperator):
         *,
         reconcile_run_id: str = "{{ run_id }}",
         repair: bool = False,
+        pipeline: str = DEFAULT_PIPELINE,
         postgres_conn_id: str = POSTGRES_CONN_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.reconcile_run_id = reconcile_run_id
         self.repair = repair
+        self.pipeline = pipeline
         self.postgres_conn_id = postgres_conn_id
 
     def execute(self, context: Context) -> dict[str, object]:
         from spark_jobs import db
         from spark_jobs.reconcile import history
 
-        settings = tidemark_settings(postgres_conn_id=self.postgres_conn_id)
+        settings = tidemark_settings(self.pipeline, postgres_conn_id=self.postgres_conn_id)
         with db.transaction(settings.pipeline_dsn) as cur:
             run_id = self.reconcile_run_id
             if self.repair:
@@ -216,7 +225,7 @@ class VerdictOperator(BaseOperator):
         status, report, alert, checked, used_spark, opened = row
         self.log.info("%s", report)
         if status == "mismatch":
-            message = f"{alert}\nRepair: {repair_form_url(run_id)}"
+            message = f"{alert}\nRepair: {repair_form_url(run_id, self.pipeline)}"
             run_type = getattr(context.get("dag_run"), "run_type", None)
             if not self.repair and not opened and getattr(run_type, "value", run_type) == "asset_triggered":
                 # Red as long as a finding is open, but alerted when found, daily, and on request.

@@ -104,8 +104,8 @@ def _timestamp(value: object, name: str) -> datetime | None:
     return parsed
 
 
-def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # a logger
-    """Check the trigger form and resolve it against the broker; log the plan with record counts.
+def resolve_backfill(params: Mapping[str, object], log, pipeline: str | None = None) -> list[str] | None:  # a logger
+    """Check ``pipeline``'s trigger form and resolve it against the broker; log the plan with record counts.
 
     Returns the ingest job's arguments for exactly the plan logged, or None when there is nothing to
     run: a dry run, or a plan processed before (a no-op, so the backfill task is skipped). Bad
@@ -118,7 +118,7 @@ def resolve_backfill(params: Mapping[str, object], log) -> list[str] | None:  # 
 
     try:
         request = BackfillRequest.from_params(params)
-        settings = tidemark_settings()
+        settings = tidemark_settings(pipeline)
         offsets = parse_offsets(request.offsets) if request.offsets else None
         plan = plan_backfill(
             settings, request.topic, offsets, request.from_time, request.to_time, request.allow_data_loss
@@ -155,8 +155,8 @@ def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, Bac
     return None if batch_id is None else (pipeline_name(BACKFILL, plan.topic), batch_id)
 
 
-def repair_arguments(params: Mapping[str, object], repair_id: str, log) -> list[str]:  # a logger
-    """Check the ``tidemark_repair`` form and log the repair plan; the repair job's arguments.
+def repair_arguments(params: Mapping[str, object], repair_id: str, log, pipeline: str | None = None) -> list[str]:
+    """Check ``pipeline``'s ``tidemark_repair`` form and log the repair plan (to ``log``); the repair job's arguments.
 
     An unknown run, or one that found nothing, is a BadRequest (no alert): the form must be fixed.
     """
@@ -166,7 +166,7 @@ def repair_arguments(params: Mapping[str, object], repair_id: str, log) -> list[
 
     run_id = str(params.get("reconcile_run_id") or "").strip() or None
     try:
-        plan = load_plan(tidemark_settings(), run_id)
+        plan = load_plan(tidemark_settings(pipeline), run_id)
     except TidemarkError as exc:
         raise bad_request(f"cannot repair: {exc}", log) from None
     log.info("%s", "\n".join(plan.lines()))

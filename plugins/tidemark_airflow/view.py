@@ -1,5 +1,6 @@
-"""The tidemark page inside the Airflow UI: reconcile history, coverage and lag over time, mismatches and
-repairs, ingest runs and quarantine.
+"""The tidemark page inside the Airflow UI: every pipeline with its verdict, lag and coverage, and per
+pipeline its reconcile history, coverage and lag over time, mismatches and repairs, ingest runs and
+quarantine (``/tidemark/?pipeline=NAME``; without it, the pipeline ``events``).
 
 A FastAPI app that ``plugins/tidemark_plugin.py`` mounts on Airflow's api-server at ``/tidemark``
 and adds to the UI's navigation. It reads the tidemark database through the ``tidemark_postgres``
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -83,6 +84,72 @@ def _number(value: float) -> str:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """One line of the pipelines list: a pipeline's latest verdict, open findings, lag and coverage."""
+
+    name: str
+    topic: str
+    verdict: tuple | None = None  # run_id, status, counted_at
+    open_findings: int = 0
+    behind_records: int = 0  # summed over partitions, at the latest sample of each
+    behind_seconds: float = 0.0  # the largest over partitions
+    ledger_offsets: int = 0
+    verified_offsets: int = 0
+    problem: str | None = None  # why nothing could be read (not migrated, ...)
+
+
+def read_summary(cur, name: str, topic: str) -> Summary:  # psycopg2 cursor on the pipeline's schema
+    from spark_jobs.reconcile import history
+
+    lag = history.latest_lag(cur)
+    coverage = history.coverage(cur)
+    return Summary(
+        name,
+        topic,
+        history.latest_verdict(cur),
+        sum(history.open_findings_by_kind(cur).values()),
+        sum(row[2] for row in lag),
+        max((float(row[3]) for row in lag), default=0.0),
+        sum(row[2] for row in coverage),
+        sum(row[3] for row in coverage),
+    )
+
+
+def pipeline_href(path: str, pipeline: str, **params: str | None) -> str:
+    """``path`` (relative to the tidemark page) for ``pipeline``, with ``params`` that are set."""
+    from spark_jobs.settings import DEFAULT_PIPELINE
+
+    query = {"pipeline": pipeline} if pipeline != DEFAULT_PIPELINE else {}
+    query |= {k: v for k, v in params.items() if v}
+    return path + (f"?{urlencode(query)}" if query else "")
+
+
+def render_pipelines(summaries: list[Summary], shown: str) -> str:
+    """The pipelines list: each with its verdict, open findings, lag and coverage, linking to its page."""
+    e = html.escape
+    rows = [
+        '<h3>Pipelines</h3><table id="pipelines"><tr><th>pipeline</th><th>topic</th><th>verdict</th>'
+        "<th class=num>open findings</th><th class=num>behind Kafka (records)</th><th class=num>behind (min)</th>"
+        "<th class=num>verified / ledger offsets</th></tr>"
+    ]
+    for s in summaries:
+        name = f"<b>{e(s.name)}</b>" if s.name == shown else e(s.name)
+        link = f'<a class="pipeline" href="{e(pipeline_href("./", s.name))}">{name}</a>'
+        if s.problem:
+            rows.append(f'<tr><td>{link}</td><td>{e(s.topic)}</td><td colspan="5">{e(s.problem)}</td></tr>')
+            continue
+        status = s.verdict[1] if s.verdict else "no reconcile yet"
+        colour = STATUS_COLOURS.get(status, "#222")
+        rows.append(
+            f'<tr><td>{link}</td><td>{e(s.topic)}</td><td class="status verdict" style="color:{colour}">'
+            f"{e(status.upper() if s.verdict else status)}</td><td class=num>{s.open_findings:,}</td>"
+            f"<td class=num>{s.behind_records:,}</td><td class=num>{s.behind_seconds / 60:,.1f}</td>"
+            f"<td class=num>{s.verified_offsets:,} / {s.ledger_offsets:,}</td></tr>"
+        )
+    return "".join(rows) + "</table>"
+
+
+@dataclass(frozen=True)
 class Overview:
     runs: list[tuple]  # run_id, counted_at, status, ranges_checked, mismatched, used_spark, entities, repair_of, lag
     lag: list[tuple]  # counted_at, topic, partition, behind_records, behind_seconds, processed_to, high_watermark
@@ -94,6 +161,8 @@ class Overview:
     quarantine: list = ()  # spark_jobs.quarantine.ReasonTotal, most records first
     quarantine_samples: dict | None = None  # reason -> its latest spark_jobs.quarantine.Sample
     quarantine_days: list[tuple] = ()  # day, reason, records
+    pipeline: str = "events"  # whose page this is
+    pipelines: list[Summary] = ()  # every declared pipeline
 
 
 def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
@@ -143,17 +212,25 @@ def render_overview(o: Overview) -> str:
         lag_records[name].append(Point(at, float(records)))
         lag_minutes[name].append(Point(at, float(seconds) / 60))
         processed[name].append(Point(at, float(processed_to)))
+
+    def run_href(run_id: str) -> str:
+        return e(pipeline_href(f"runs/{run_id}", o.pipeline))
+
     body = ["<h2>tidemark</h2>"]
+    if o.pipelines:
+        body.append(render_pipelines(o.pipelines, o.pipeline))
+    body.append(f'<h2 id="pipeline">Pipeline {e(o.pipeline)}</h2>')
     latest = o.runs[0] if o.runs else None
     if latest:
         colour = STATUS_COLOURS.get(latest[2], "#222")
         body.append(
-            f'<p>Latest reconcile: <a href="runs/{e(latest[0])}">{e(latest[0])}</a> at {latest[1]:%Y-%m-%d %H:%M:%S}: '
+            f'<p>Latest reconcile: <a href="{run_href(latest[0])}">{e(latest[0])}</a> at '
+            f"{latest[1]:%Y-%m-%d %H:%M:%S}: "
             f'<span class="status" id="latest-status" style="color:{colour}">{e(latest[2].upper())}</span></p>'
         )
     else:
-        body.append("<p>No reconcile run yet: trigger tidemark_reconcile.</p>")
-    body.append(render_findings(o.findings))
+        body.append(f"<p>No reconcile run yet: trigger {e(dag_id('reconcile', o.pipeline))}.</p>")
+    body.append(render_findings(o.findings, o.pipeline))
     body.append(
         line_chart("Lag behind Kafka (records)", "records", lag_records)
         + line_chart("Lag behind Kafka (minutes)", "min", lag_minutes)
@@ -174,13 +251,13 @@ def render_overview(o: Overview) -> str:
     for run_id, at, status, alert, repair_id, repair_status, recheck in o.mismatches:
         repair = (
             f"{e(repair_id)}: {e(repair_status)}"
-            + (f' (re-check <a href="runs/{e(recheck)}">{e(recheck)}</a>)' if recheck else "")
+            + (f' (re-check <a href="{run_href(recheck)}">{e(recheck)}</a>)' if recheck else "")
             if repair_id
-            else f'not repaired: <a target="_top" href="{e(repair_href(run_id))}">repair</a> or '
-            f"<code>tidemark repair --run-id {e(run_id)}</code>"
+            else f'not repaired: <a target="_top" href="{e(repair_href(run_id, o.pipeline))}">repair</a> or '
+            f"<code>tidemark repair{e(pipeline_flag(o.pipeline))} --run-id {e(run_id)}</code>"
         )
         body.append(
-            f'<tr><td><a href="runs/{e(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M}</td>'
+            f'<tr><td><a href="{run_href(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M}</td>'
             f"<td>{e(status)}</td><td><pre>{e(alert or '')}</pre></td><td>{repair}</td></tr>"
         )
     body.append("</table>")
@@ -193,14 +270,14 @@ def render_overview(o: Overview) -> str:
     for run_id, at, status, checked, mismatched, used_spark, entities, repair_of, lag in o.runs:
         colour = STATUS_COLOURS.get(status, "#222")
         body.append(
-            f'<tr><td><a href="runs/{e(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M:%S}</td>'
+            f'<tr><td><a href="{run_href(run_id)}">{e(run_id)}</a></td><td>{at:%Y-%m-%d %H:%M:%S}</td>'
             f'<td class="status" style="color:{colour}">{e(status)}</td><td class=num>{checked or 0:,}</td>'
             f"<td class=num>{mismatched or 0:,}</td><td>{'yes' if used_spark else 'no'}</td>"
             f"<td class=num>{entities or 0:,}</td><td class=num>{(lag or 0) / 60:,.1f}</td>"
             f"<td>{e(repair_of or '')}</td></tr>"
         )
     body.append("</table>")
-    return PAGE.format(title="tidemark", body="\n".join(body))
+    return PAGE.format(title=f"tidemark: {o.pipeline}", body="\n".join(body))
 
 
 def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
@@ -267,12 +344,25 @@ def render_quarantine(totals: list, samples: dict, days: list[tuple]) -> str:
     )
 
 
-def repair_href(run_id: str | None) -> str:
-    """The repair page of reconcile run ``run_id``, relative to the tidemark page."""
-    return "repair" + (f"?{urlencode({'reconcile_run_id': run_id})}" if run_id else "")
+def repair_href(run_id: str | None, pipeline: str) -> str:
+    """The repair page of ``pipeline``'s reconcile run ``run_id``, relative to the tidemark page."""
+    return pipeline_href("repair", pipeline, reconcile_run_id=run_id)
 
 
-def render_findings(findings: list[tuple]) -> str:
+def pipeline_flag(pipeline: str) -> str:
+    """`` --pipeline NAME`` for a command line of ``pipeline`` (nothing for ``events``)."""
+    from spark_jobs.settings import DEFAULT_PIPELINE
+
+    return "" if pipeline == DEFAULT_PIPELINE else f" --pipeline {pipeline}"
+
+
+def dag_id(kind: str, pipeline: str) -> str:
+    from tidemark_airflow.pipelines import dag_id
+
+    return dag_id(kind, pipeline)
+
+
+def render_findings(findings: list[tuple], pipeline: str) -> str:
     """The open findings (and the latest closed ones): what is still wrong, since when, how it closed."""
     from spark_jobs.reconcile.open_findings import describe
 
@@ -281,9 +371,9 @@ def render_findings(findings: list[tuple]) -> str:
     head = (
         f'<h3>Open findings: <span id="open-findings">{len(still)}</span></h3>'
         + (
-            f'<p><a target="_top" href="{repair_href(None)}">Repair them</a> (a repair re-checks and closes what '
-            "it fixed), or acknowledge what no repair can fix: "
-            "<code>tidemark findings --acknowledge ID --reason TEXT</code></p>"
+            f'<p><a target="_top" href="{e(repair_href(None, pipeline))}">Repair them</a> (a repair re-checks and '
+            "closes what it fixed), or acknowledge what no repair can fix: "
+            f"<code>tidemark findings{e(pipeline_flag(pipeline))} --acknowledge ID --reason TEXT</code></p>"
             if still
             else ""
         )
@@ -295,39 +385,44 @@ def render_findings(findings: list[tuple]) -> str:
         closed = "open" if closed_by is None else f"{closed_at:%Y-%m-%d %H:%M} by {e(closed_by)}: {e(why or '')}"
         rows.append(
             f"<tr><td>{finding_id}</td><td>{e(describe(finding))}</td>"
-            f'<td><a href="runs/{e(opened_by)}">{e(opened_by)}</a> {opened_at:%Y-%m-%d %H:%M}</td>'
+            f'<td><a href="{e(pipeline_href(f"runs/{opened_by}", pipeline))}">{e(opened_by)}</a> '
+            f"{opened_at:%Y-%m-%d %H:%M}</td>"
             f"<td>{e(seen_by)}</td><td>{closed}</td></tr>"
         )
     return head + "".join(rows) + "</table>"
 
 
-def render_repair(run_id: str | None, plan_lines: list[str], error: str | None = None) -> str:
-    """The repair page: what a repair of ``run_id`` (None: the latest mismatch) would do, and the
-    form that triggers ``tidemark_repair`` for it."""
+def render_repair(run_id: str | None, plan_lines: list[str], error: str | None = None, pipeline: str = "events") -> str:
+    """The repair page: what a repair of ``pipeline``'s ``run_id`` (None: the latest mismatch) would do,
+    and the form that triggers the pipeline's ``tidemark_repair`` for it."""
     e = html.escape
     what = f"reconcile run {e(run_id)}" if run_id else "the latest reconcile run that found a mismatch"
-    body = [f'<p><a href="./">tidemark</a> / repair</p><h2>Repair {what}</h2>']
+    back = e(pipeline_href("./", pipeline))
+    body = [f'<p><a href="{back}">tidemark</a> / {e(pipeline)} / repair</p><h2>Repair {what}</h2>']
     if error:
         body.append(f'<p class="error" id="repair-error" style="color:#c62828">{e(error)}</p>')
     if plan_lines:
         body.append('<pre id="repair-plan">' + e("\n".join(plan_lines)) + "</pre>")
     body.append(
-        '<form method="post" action="repair"><label>Reconcile run '
+        f'<form method="post" action="{e(pipeline_href("repair", pipeline))}"><label>Reconcile run '
         f'<input name="reconcile_run_id" size="60" value="{e(run_id or "")}" '
         'placeholder="empty: the latest run that found a mismatch"></label> '
-        '<button type="submit" id="trigger-repair">Trigger tidemark_repair</button></form>'
+        f'<button type="submit" id="trigger-repair">Trigger {e(dag_id("repair", pipeline))}</button></form>'
         "<p>The repair rewrites only what the run named, then re-checks; the re-check closes the findings it "
-        "finds fixed. From a shell: <code>tidemark repair"
+        f"finds fixed. From a shell: <code>tidemark repair{e(pipeline_flag(pipeline))}"
         + (f" --run-id {e(run_id)}" if run_id else "")
         + "</code></p>"
     )
     return PAGE.format(title="tidemark: repair", body="".join(body))
 
 
-def render_run(run: tuple | None, ranges: list[tuple]) -> str:
+def render_run(run: tuple | None, ranges: list[tuple], pipeline: str = "events") -> str:
     e = html.escape
+    back = e(pipeline_href("../", pipeline))
     if run is None:
-        return PAGE.format(title="tidemark: no such run", body='<p>No such reconcile run. <a href="../">Back</a></p>')
+        return PAGE.format(
+            title="tidemark: no such run", body=f'<p>No such reconcile run. <a href="{back}">Back</a></p>'
+        )
     run_id, status, report = run
     rows = "".join(
         f"<tr><td>{e(topic)}</td><td>{partition}</td><td>[{start}, {end})</td><td>{e(pipeline)} {batch}</td>"
@@ -336,7 +431,7 @@ def render_run(run: tuple | None, ranges: list[tuple]) -> str:
         for topic, partition, start, end, pipeline, batch, reason, sink, kafka, outcome in ranges
     )
     body = (
-        f'<p><a href="../">tidemark</a> / {e(run_id)}</p><h2>Reconcile run {e(run_id)}: '
+        f'<p><a href="{back}">tidemark</a> / {e(pipeline)} / {e(run_id)}</p><h2>Reconcile run {e(run_id)}: '
         f'<span class="status" style="color:{STATUS_COLOURS.get(status, "#222")}">{e(status)}</span></h2>'
         f'<pre id="report">{e(report or "")}</pre><h3>Ranges checked</h3><table><tr><th>topic</th>'
         "<th>partition</th><th>offsets</th><th>batch</th><th>why</th><th class=num>sinks</th><th class=num>Kafka</th>"
@@ -382,41 +477,64 @@ def create_app():  # -> fastapi.FastAPI
             user = await resolve_user_from_token(airflow_token(request))  # 401 without a login
             if not may_read(get_auth_manager(), user):
                 raise HTTPException(403, refused)
-        body = exposition(_query(read_state))
+        from tidemark_airflow.connections import tidemark_settings
+
+        body = exposition(_query(read_state, tidemark_settings()))
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @pages.get("/", response_class=HTMLResponse)
-    def overview() -> str:
-        return render_overview(_query(read_overview))
+    def overview(pipeline: str = "") -> str:
+        settings = _settings(pipeline)
+        found = _query(read_overview, settings)
+        every = read_summaries(_settings(""))  # the deployment's settings: the pipeline events' topic is theirs
+        return render_overview(replace(found, pipeline=settings.pipeline, pipelines=every))
 
     @pages.get("/repair", response_class=HTMLResponse)
-    def repair_page(reconcile_run_id: str = "") -> str:
-        return render_repair(reconcile_run_id.strip() or None, *_repair_plan(reconcile_run_id))
+    def repair_page(reconcile_run_id: str = "", pipeline: str = "") -> str:
+        settings = _settings(pipeline)
+        run_id = reconcile_run_id.strip() or None
+        return render_repair(run_id, *_repair_plan(settings, reconcile_run_id), pipeline=settings.pipeline)
 
     @pages.post("/repair")
-    async def trigger_repair(request: Request):
-        """Trigger ``tidemark_repair`` through Airflow's own REST API, as the signed-in user (who
-        needs the permission to trigger it), then open the new run's page in the Airflow UI."""
+    async def trigger_repair(request: Request, pipeline: str = ""):
+        """Trigger the pipeline's ``tidemark_repair`` through Airflow's own REST API, as the signed-in user
+        (who needs the permission to trigger it), then open the new run's page in the Airflow UI."""
         from urllib.parse import parse_qs, quote
 
         from fastapi.responses import RedirectResponse
 
+        from tidemark_airflow.pipelines import dag_id
+
+        settings = _settings(pipeline)
+        repair_dag = dag_id("repair", settings.pipeline)
         form = parse_qs((await request.body()).decode(), keep_blank_values=True)
         run_id = (form.get("reconcile_run_id") or [""])[0].strip() or None
-        status, answer = await _trigger(request, REPAIR_DAG, {"reconcile_run_id": run_id})
+        status, answer = await _trigger(request, repair_dag, {"reconcile_run_id": run_id})
         if status != 200:
-            error = f"Airflow refused to trigger {REPAIR_DAG} ({status}): {answer.get('detail', answer)}"
-            return HTMLResponse(render_repair(run_id, *_repair_plan(run_id or "", error)), status_code=status)
-        return RedirectResponse(f"../dags/{REPAIR_DAG}/runs/{quote(answer['dag_run_id'], safe='')}", 303)
+            error = f"Airflow refused to trigger {repair_dag} ({status}): {answer.get('detail', answer)}"
+            page = render_repair(run_id, *_repair_plan(settings, run_id or "", error), pipeline=settings.pipeline)
+            return HTMLResponse(page, status_code=status)
+        return RedirectResponse(f"../dags/{repair_dag}/runs/{quote(answer['dag_run_id'], safe='')}", 303)
 
     @pages.get("/runs/{run_id:path}", response_class=HTMLResponse)
-    def run(run_id: str) -> str:
+    def run(run_id: str, pipeline: str = "") -> str:
         from spark_jobs.reconcile import history
 
         def read(cur) -> tuple:
             return history.run_report(cur, run_id), history.run_ranges(cur, run_id)
 
-        return render_run(*_query(read))
+        settings = _settings(pipeline)
+        return render_run(*_query(read, settings), pipeline=settings.pipeline)
+
+    def _settings(pipeline: str):  # -> Settings
+        """The settings of the page's pipeline (``events`` when none is named); 404 for one not declared."""
+        from spark_jobs.errors import ConfigError
+        from tidemark_airflow.connections import tidemark_settings
+
+        try:
+            return tidemark_settings(pipeline.strip() or None)
+        except ConfigError as exc:
+            raise HTTPException(404, str(exc)) from None
 
     app.include_router(pages)
     return app
@@ -441,17 +559,13 @@ def scraper_token_matches(authorization: str) -> bool:
     return bool(token) and hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode())
 
 
-REPAIR_DAG = "tidemark_repair"
-
-
-def _repair_plan(run_id: str, error: str | None = None) -> tuple[list[str], str | None]:
+def _repair_plan(settings, run_id: str, error: str | None = None) -> tuple[list[str], str | None]:  # Settings
     """The repair plan's lines for the repair page, or why there is nothing to repair."""
     from spark_jobs.errors import TidemarkError
     from spark_jobs.repair import load_plan
-    from tidemark_airflow.connections import tidemark_settings
 
     try:
-        return load_plan(tidemark_settings(), run_id.strip() or None).lines(), error
+        return load_plan(settings, run_id.strip() or None).lines(), error
     except TidemarkError as exc:
         return [], error or f"cannot repair: {exc}"
 
@@ -477,9 +591,23 @@ async def _trigger(request, dag_id: str, conf: dict) -> tuple[int, dict]:  # a s
     return response.status_code, response.json()
 
 
-def _query(read):
+def _query(read, settings):  # Settings
     from spark_jobs import db
-    from tidemark_airflow.connections import tidemark_settings
 
-    with db.transaction(tidemark_settings().pipeline_dsn) as cur:
+    with db.transaction(settings.pipeline_dsn) as cur:
         return read(cur)
+
+
+def read_summaries(settings) -> list[Summary]:  # Settings
+    """A :class:`Summary` of every pipeline the file declares without a problem, each read from its own schema."""
+    from spark_jobs.errors import TidemarkError
+
+    summaries = []
+    for pipeline in settings.declarations().pipelines:
+        try:
+            summaries.append(
+                _query(lambda cur, p=pipeline: read_summary(cur, p.name, p.topic), settings.for_pipeline(pipeline))
+            )
+        except TidemarkError as exc:  # not migrated yet, sessions off, ...
+            summaries.append(Summary(pipeline.name, pipeline.topic, problem=str(exc)))
+    return summaries

@@ -119,6 +119,39 @@ def test_the_repair_page_shows_the_plan_and_a_form_with_the_run_id_filled_in() -
     assert 'id="repair-error"' in refused and 'value=""' in refused and "the latest reconcile run" in refused
 
 
+def test_the_page_lists_every_pipeline_and_a_pipelines_own_page_links_within_it() -> None:
+    from tidemark_airflow.view import Summary
+
+    summaries = [
+        Summary("events", "events", ("r1", "ok", T0), 0, 0, 0.0, 5_557, 5_557),
+        Summary("web", "web", ("w2", "mismatch", T0), 2, 839, 150.0, 1_000, 800),
+        Summary("orders", "orders", problem="pipeline 'orders' was not migrated: run `tidemark db migrate`"),
+    ]
+    overview = Overview(
+        runs=[("w2", T0, "mismatch", 3, 1, True, 7, None, 120.0)], lag=[], coverage=[],
+        mismatches=[("w2", T0, "mismatch", "tidemark reconcile w2: MISMATCH", None, None, None)],
+        findings=[(7, RANGE_FINDING, "w2", T0, "w2", None, None, None)], pipeline="web", pipelines=summaries,
+    )  # fmt: skip
+    page = render_overview(overview)
+    # The list: each pipeline's verdict, open findings, lag and coverage, linking to its page.
+    assert '<a class="pipeline" href="./">events</a></td><td>events</td>' in page
+    assert '<a class="pipeline" href="./?pipeline=web"><b>web</b></a></td><td>web</td>' in page
+    assert ">MISMATCH</td><td class=num>2</td><td class=num>839</td><td class=num>2.5</td>" in page
+    assert "<td class=num>800 / 1,000</td>" in page and "run `tidemark db migrate`" in page
+    # The pipeline's own page: its runs, repair and commands are the pipeline's.
+    assert '<h2 id="pipeline">Pipeline web</h2>' in page
+    assert '<a href="runs/w2?pipeline=web">w2</a>' in page
+    assert 'href="repair?pipeline=web&amp;reconcile_run_id=w2">repair</a>' in page
+    assert "tidemark repair --pipeline web --run-id w2" in page
+    assert "tidemark findings --pipeline web --acknowledge ID" in page
+    form = render_repair("w2", [], pipeline="web")
+    assert 'method="post" action="repair?pipeline=web"' in form and "Trigger tidemark_repair__web" in form
+    assert '<a href="./?pipeline=web">tidemark</a> / web / repair' in form
+    assert '<a href="../?pipeline=web">tidemark</a> / web / w2' in render_run(
+        ("w2", "ok", "report"), [], pipeline="web"
+    )
+
+
 def test_a_run_page_shows_its_report_and_ranges_or_says_it_does_not_exist() -> None:
     ranges = [("events", 0, 0, 10, "ingest:events", 0, "new", 10, 10, "ok")]
     page = render_run(("r1", "ok", "tidemark reconcile r1: OK"), ranges)

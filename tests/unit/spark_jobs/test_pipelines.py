@@ -298,3 +298,33 @@ def test_a_file_that_is_not_a_list_of_pipelines_says_what_it_is(tmp_path: Path, 
 def test_a_missing_file_says_which_setting_names_it(tmp_path: Path) -> None:
     with pytest.raises(PipelinesError, match="no such file; set TIDEMARK_PIPELINES to your pipelines file"):
         pipelines.load(tmp_path / "nowhere.yaml")
+
+
+def test_a_broken_entry_is_named_in_its_problems_and_leaves_the_others_usable(tmp_path: Path) -> None:
+    config = three_pipelines()
+    config["pipelines"][2]["contract"]["event_time"] = "/when"  # orders: a pointer the schema lacks
+    config["pipelines"].append({**config["pipelines"][1], "topic": "web-2"})  # web twice: neither is usable
+    declared = pipelines.load_each(write(tmp_path, config))
+
+    assert [p.name for p in declared.pipelines] == ["events"]
+    assert declared.problems_of("events") == []
+    assert declared.problems_of("orders") == [
+        "pipelines.yaml: pipeline 'orders': contract.event_time: '/when' is not a property the schema declares"
+    ]
+    assert declared.problems_of("web") == [
+        "pipelines.yaml: pipeline 'web': name: another pipeline has this name; each name is used once"
+    ]
+    # The file as a whole is still refused by load (and `tidemark pipelines check`), every problem a line.
+    with pytest.raises(PipelinesError) as raised:
+        pipelines.load(tmp_path / "pipelines.yaml")
+    assert raised.value.problems == declared.lines() and len(declared.lines()) == 2
+
+
+def test_the_events_pipelines_topic_is_the_setting_unless_its_entry_names_one(tmp_path: Path) -> None:
+    defaults = Defaults(default_topic="clicks")
+    [events] = pipelines.load(PROJECT_ROOT / "pipelines.yaml", defaults)
+    events_, web, orders = pipelines.load(write(tmp_path, three_pipelines()), defaults)
+    assert (events.topic, events_.topic, web.topic, orders.topic) == ("clicks", "clicks", "web-clicks", "orders")
+    config = three_pipelines()
+    config["pipelines"][0]["topic"] = "events-v2"
+    assert pipelines.load(write(tmp_path, config), defaults)[0].topic == "events-v2"

@@ -230,3 +230,25 @@ def test_a_count_in_other_digits_is_a_config_error(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="TIDEMARK_READ_TASK_RECORDS='²' must be a whole number"):
         Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_READ_TASK_RECORDS": "²"})
+
+
+def test_a_pipeline_runs_while_another_entry_of_the_file_is_broken(tmp_path: Path) -> None:
+    import yaml
+
+    from spark_jobs.errors import ConfigError
+
+    shipped = yaml.safe_load((Path(__file__).parents[3] / "pipelines.yaml").read_text())["pipelines"][0]
+    broken = {**shipped, "name": "web", "contract": {**shipped["contract"], "event_time": "/ts"}}
+    (tmp_path / "pipelines.yaml").write_text(yaml.safe_dump({"pipelines": [shipped, broken]}))
+    settings = Settings.from_env(
+        {"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_PIPELINES": str(tmp_path / "pipelines.yaml"), "TIDEMARK_TOPIC": "t"}
+    )
+
+    events = settings.for_pipeline(settings.declared("events"))
+    assert (events.pipeline, events.topic) == ("events", "t")  # its topic: TIDEMARK_TOPIC, as before pipelines
+    with pytest.raises(ConfigError) as raised:
+        settings.declared("web")
+    assert (
+        str(raised.value)
+        == "pipelines.yaml: pipeline 'web': contract.event_time: '/ts' is not a property the schema declares"
+    )

@@ -139,7 +139,9 @@ def test_tidemark_pipelines_lists_and_checks_the_file_and_prints_each_problem_on
         "with a letter, at most 40",
     ]
     broken.write_text(
-        shipped.replace("event_time: /event_time", "event_time: /ts").replace("*/15 * * * *", "quarterly")
+        shipped.replace("event_time: /event_time", "event_time: /ts").replace(
+            "  - name: events\n", "  - name: events\n    schedule: quarterly\n"
+        )
     )
     failed = run_installed(["pipelines", "check"], broken)
     assert failed.returncode == 2 and failed.stderr.splitlines() == [

@@ -1,0 +1,76 @@
+"""The pipelines the DAG files generate DAGs for: one set of DAGs per pipeline ``pipelines.yaml`` declares.
+
+Each file of ``dags/`` makes one kind of DAG (ingest, backfill, reconcile, repair, maintenance) for
+every pipeline, in a loop over :func:`dag_pipelines`: Airflow's way of generating DAGs from a
+configuration file. The file is read when a DAG file is parsed, so that stays cheap: YAML and the
+contracts' JSON Schemas, no Spark, no broker, no database. A pipeline whose entry has a problem gets
+no DAGs; ``dags/tidemark_pipelines.py`` fails to import with the problem's line, so Airflow lists it
+under its import errors, while the DAGs of the other pipelines load.
+
+The pipeline ``events`` keeps the DAG ids a deployment made before pipelines has (``tidemark_ingest``,
+...), as it keeps its tables; another pipeline's are suffixed with its name (``tidemark_ingest__web``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
+    from spark_jobs.pipelines import Declared, Pipeline
+    from tidemark_airflow.notifiers import AlertNotifier
+
+KINDS = ("ingest", "backfill", "reconcile", "repair", "maintenance")
+
+
+def declared() -> Declared:
+    """What the pipelines file of this component's settings declares, entry by entry. A pipeline that names
+    no schedule runs on ``TIDEMARK_INGEST_SCHEDULE`` (default every 15 minutes, UTC)."""
+    from spark_jobs.pipelines import DEFAULT_SCHEDULE
+    from spark_jobs.settings import Settings
+
+    schedule = os.environ.get("TIDEMARK_INGEST_SCHEDULE") or DEFAULT_SCHEDULE
+    return Settings.from_env().declarations(schedule=schedule)
+
+
+def dag_pipelines() -> list[Pipeline]:
+    """The pipelines to make DAGs for: those without a problem. A file that cannot be read at all gives none
+    (and ``dags/tidemark_pipelines.py`` shows why)."""
+    from spark_jobs.errors import ConfigError
+
+    try:
+        return declared().pipelines
+    except ConfigError:
+        return []
+
+
+def dag_id(kind: str, pipeline: str) -> str:
+    """``tidemark_<kind>`` for the pipeline ``events``, ``tidemark_<kind>__<pipeline>`` for another."""
+    from spark_jobs.settings import DEFAULT_PIPELINE
+
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return f"tidemark_{kind}" if pipeline == DEFAULT_PIPELINE else f"tidemark_{kind}__{pipeline}"
+
+
+def sinks(pipeline: str) -> Asset:
+    """The Asset a successful ingest, backfill or repair of ``pipeline`` updates; its reconcile is scheduled on it."""
+    from airflow.sdk import Asset
+
+    from spark_jobs.settings import DEFAULT_PIPELINE
+
+    if pipeline == DEFAULT_PIPELINE:
+        return Asset(name="tidemark_sinks", uri="tidemark://sinks")
+    return Asset(name=f"tidemark_sinks__{pipeline}", uri=f"tidemark://sinks/{pipeline}")
+
+
+def alert_notifier(pipeline: Pipeline) -> AlertNotifier:
+    """The notifier of ``pipeline``'s alerts: its webhook connection and addresses, or the deployment's."""
+    from tidemark_airflow.notifiers import WEBHOOK_CONN_ID, AlertNotifier
+
+    return AlertNotifier(
+        webhook_conn_id=pipeline.alerts.webhook or WEBHOOK_CONN_ID,
+        email=pipeline.alerts.email or None,
+    )
