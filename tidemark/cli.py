@@ -128,6 +128,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
         seed=args.seed,
         arrival_step=timedelta(milliseconds=args.arrival_step_ms) if args.arrival_step_ms else None,
         id_prefix=args.id_prefix,
+        contract=settings.contract() if args.pipeline else None,  # --pipeline: samples of its contract
     )
     started = time.monotonic()
     report = produce(
@@ -352,7 +353,9 @@ def build_parser() -> argparse.ArgumentParser:
     db_sub = db.add_subparsers(dest="db_command", required=True, metavar="DB_COMMAND")
     db_sub.add_parser("migrate", help="apply sql/ migrations in order (safe to re-run)")
 
-    produce = sub.add_parser("produce", help="write synthetic events to Kafka (creates the topic)")
+    produce = sub.add_parser(
+        "produce", help="write synthetic events to Kafka (creates the topic); --pipeline: of its contract"
+    )
     produce.add_argument("--count", type=non_negative, default=10_000, help="records to produce (default 10000)")
     produce.add_argument("--entities", type=positive, default=100, help="distinct entity_ids (default 100)")
     produce.add_argument("--skew", type=fraction, default=0.0, help="fraction sent to the hottest 1%% of entities")
@@ -367,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     produce.add_argument("--abort-rate", type=fraction, default=0.0, help="fraction of transactions aborted")
     produce.add_argument("--partitions", type=positive, default=3, help="partitions if the topic is created")
-    produce.add_argument("--topic", help="topic (default: TIDEMARK_TOPIC or 'events')")
+    produce.add_argument("--topic", help="topic (default: the pipeline's, TIDEMARK_TOPIC or 'events')")
     produce.add_argument("--seed", type=int, default=42, help="random seed; same seed, same records")
     produce.add_argument("--id-prefix", default="", help="prefix for event_ids, to keep separate runs distinct")
     produce.add_argument(
@@ -432,7 +435,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # The commands that work on one pipeline's state.
-PIPELINE_COMMANDS = ("ingest", "backfill", "reconcile", "findings", "quarantine", "repair", "maintain", "sessions")
+PIPELINE_COMMANDS = (
+    "produce",
+    "ingest",
+    "backfill",
+    "reconcile",
+    "findings",
+    "quarantine",
+    "repair",
+    "maintain",
+    "sessions",
+)
 
 
 COMMANDS = {

@@ -1,5 +1,10 @@
-"""Synthetic events that follow the message contract (spark_jobs.contract), and the bad records producers send.
+"""Synthetic events that follow a pipeline's contract, and the bad records producers send.
 
+Without a contract the records are today's ``events`` (spark_jobs.contract). With a pipeline's
+contract (``tidemark produce --pipeline NAME``) each value is a sample of its JSON Schema: required
+properties always, others often, values of each declared type, enum, format and bound, with the
+roles (event id, entity id, event time, event type) at their pointers; a schema whose samples it
+cannot make valid (a ``pattern`` it cannot satisfy, say) is refused before anything is sent.
 :func:`generate` is pure and seeded: the same :class:`ProduceSpec` always yields the same records.
 :func:`produce` writes them to Kafka keyed by ``entity_id``, optionally in transactions of which
 some are aborted.
@@ -14,11 +19,15 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contract import MAX_VALUE_BYTES
 from spark_jobs.errors import ConfigError
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from spark_jobs.pipelines import Contract
 
 EVENT_TYPES = ("page_view", "click", "add_to_cart", "purchase", "search")
 MALFORMED_KINDS = (
@@ -49,6 +58,7 @@ class ProduceSpec:
     # topic must use CreateTime. Consecutive records are this far apart.
     arrival_step: timedelta | None = None
     id_prefix: str = ""  # prefixes event_ids and entity_ids, to keep separate runs distinct
+    contract: Contract | None = None  # a pipeline's contract; None: today's events
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -115,9 +125,156 @@ def _malformed(kind: str, event: dict, rng: random.Random) -> tuple[bytes | None
     raise ConfigError(f"unknown malformed kind {kind!r}")
 
 
+class Sampler:
+    """Sample values of a pipeline's contract: its JSON Schema's shapes, with the roles at their pointers."""
+
+    CHECKED = 20  # the first records are validated against the schema: a schema it cannot satisfy fails at once
+
+    def __init__(self, contract: Contract) -> None:
+        self.contract = contract
+
+    @classmethod
+    def of(cls, contract: Contract | None) -> Sampler | None:
+        from spark_jobs.pipelines import EVENTS_CONTRACT
+
+        return None if contract is None or contract == EVENTS_CONTRACT else cls(contract)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The malformed kinds this contract can have: without a key rule a record without a key is a good one."""
+        return (
+            MALFORMED_KINDS if self.contract.key_is_entity_id else tuple(k for k in MALFORMED_KINDS if k != "null_key")
+        )
+
+    def value(self, event_id: str, entity: str, event_time: datetime, rng: random.Random) -> dict:
+        c = self.contract
+        value = self._sample(c.schema, rng, 0)
+        value = value if isinstance(value, dict) else {}
+        _put(value, c.event_id, event_id)
+        _put(value, c.entity_id, entity)
+        _put(value, c.event_time, event_time.isoformat(timespec="milliseconds"))
+        if c.event_type:
+            node = self._node(c.event_type)
+            _put(value, c.event_type, rng.choice(node.get("enum") or EVENT_TYPES))
+        return value
+
+    def malformed(self, kind: str, value: dict, entity: str, rng: random.Random) -> tuple[bytes | None, bytes]:
+        """A record of ``kind`` (:data:`MALFORMED_KINDS`) made from the good ``value``."""
+        c, key = self.contract, entity.encode()
+        if kind == "missing_field":
+            broken = json.loads(json.dumps(value))
+            _put(broken, rng.choice([c.event_id, c.entity_id, c.event_time]), None, delete=True)
+            return key, json.dumps(broken).encode()
+        if kind == "wrong_type":
+            broken = json.loads(json.dumps(value))
+            _put(broken, c.event_id, 12345)
+            return key, json.dumps(broken).encode()
+        if kind == "bad_event_time":
+            broken = json.loads(json.dumps(value))
+            _put(broken, c.event_time, "last tuesday")
+            return key, json.dumps(broken).encode()
+        if kind == "oversized":
+            return key, json.dumps({**value, "blob": "x" * (MAX_VALUE_BYTES + 1024)}).encode()
+        if kind == "not_an_object":
+            return key, json.dumps([entity, entity]).encode()
+        if kind == "null_key":
+            return None, json.dumps(value).encode()
+        if kind == "not_utf8":
+            return key, b'{"id": "\xff\xfe\xfd"}'
+        if kind == "invalid_json":
+            return key, json.dumps(value).encode()[:-7]
+        raise ConfigError(f"unknown malformed kind {kind!r}")
+
+    def check(self, value: dict) -> None:
+        """Refuse a schema whose samples it cannot make valid, naming the rule."""
+        from jsonschema import Draft202012Validator, FormatChecker
+
+        validator = Draft202012Validator(self.contract.schema, format_checker=FormatChecker())
+        error = next(iter(sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))), None)
+        if error is not None:
+            where = "/" + "/".join(str(p) for p in error.absolute_path)
+            raise ConfigError(
+                f"cannot make sample records of this pipeline's contract ({error.validator} at {where}: "
+                f"{error.message[:120]}); produce its records with your own producer"
+            )
+
+    def _node(self, pointer: str) -> dict:
+        from spark_jobs.pipelines import _declared
+
+        return dict(_declared(self.contract.schema, pointer) or {})
+
+    def _sample(self, node: Any, rng: random.Random, depth: int) -> Any:
+        from spark_jobs.pipelines import _resolve
+
+        if not isinstance(node, dict) or depth > 8:
+            return None
+        node = dict(_resolve(self.contract.schema, node))
+        if "const" in node:
+            return node["const"]
+        if node.get("enum"):
+            return rng.choice(node["enum"])
+        types = node.get("type", "object" if "properties" in node else "string")
+        types = [types] if isinstance(types, str) else [t for t in types if t != "null"] or ["null"]
+        kind = types[0]
+        if kind == "object":
+            required = set(node.get("required", ()))
+            return {
+                name: self._sample(child, rng, depth + 1)
+                for name, child in node.get("properties", {}).items()
+                if name in required or rng.random() < 0.7
+            }
+        if kind == "array":
+            return [self._sample(node.get("items", {}), rng, depth + 1) for _ in range(max(node.get("minItems", 1), 1))]
+        if kind in ("integer", "number"):
+            low = node.get("minimum", node.get("exclusiveMinimum", -1) + 1 if "exclusiveMinimum" in node else 0)
+            high = node.get("maximum", low + 1000)
+            n = rng.randint(int(low), int(max(low, high)))
+            return n if kind == "integer" else round(n + rng.random() * (high > n), 2)
+        if kind == "boolean":
+            return rng.random() < 0.5
+        if kind == "null":
+            return None
+        return _string(node, rng)
+
+
+def _string(node: dict, rng: random.Random) -> str:
+    """A string of ``node``'s format and length (a ``pattern`` it does not try to satisfy: :meth:`Sampler.check`)."""
+    fmt = node.get("format")
+    if fmt == "date-time":
+        return datetime(2026, 1, 1, tzinfo=UTC).isoformat(timespec="milliseconds")
+    if fmt == "date":
+        return "2026-01-01"
+    if fmt == "email":
+        return f"user{rng.randrange(1000)}@example.com"
+    if fmt == "uuid":
+        return str(__import__("uuid").UUID(int=rng.getrandbits(128)))
+    if fmt in ("uri", "iri"):
+        return f"https://example.com/p/{rng.randrange(50)}"
+    text = f"s{rng.randrange(10_000)}"
+    text = text.ljust(node.get("minLength", 1), "x")
+    return text[: node["maxLength"]] if "maxLength" in node else text
+
+
+def _put(value: dict, pointer: str, item: Any, delete: bool = False) -> None:
+    """Set (or delete) ``pointer`` of ``value``, making the objects on its way."""
+    from spark_jobs.pipelines import _tokens
+
+    *path, last = _tokens(pointer)
+    for token in path:
+        nxt = value.get(token)
+        if not isinstance(nxt, dict):
+            nxt = value[token] = {}
+        value = nxt
+    if delete:
+        value.pop(last, None)
+    else:
+        value[last] = item
+
+
 def generate(spec: ProduceSpec) -> Iterator[Record]:
     """The records of ``spec``, in production order. Deterministic for a given spec."""
     rng = random.Random(spec.seed)
+    sampler = Sampler.of(spec.contract)
     hot = max(1, spec.entities // 100)
     clocks: dict[int, datetime] = {}
     sent: list[tuple[bytes, bytes]] = []  # valid records that a duplicate may resend
@@ -142,14 +299,24 @@ def generate(spec: ProduceSpec) -> Iterator[Record]:
         event_time, kind = clock, "valid"
         if roll < spec.late_rate:
             event_time, kind = clock - timedelta(hours=rng.randint(1, 48)), "late"
-        event = _event(f"{spec.id_prefix}ev-{spec.seed}-{i:09d}", entity, rng.choice(EVENT_TYPES), event_time, rng)
+        event_id = f"{spec.id_prefix}ev-{spec.seed}-{i:09d}"
+        if sampler is None:
+            event = _event(event_id, entity, rng.choice(EVENT_TYPES), event_time, rng)
+        else:
+            event = sampler.value(event_id, entity, event_time, rng)
         roll -= spec.late_rate
         if 0 <= roll < spec.malformed_rate:
-            malformed = MALFORMED_KINDS[rng.randrange(len(MALFORMED_KINDS))]
-            key, value = _malformed(malformed, event, rng)
+            kinds = MALFORMED_KINDS if sampler is None else sampler.kinds
+            malformed = kinds[rng.randrange(len(kinds))]
+            if sampler is None:
+                key, value = _malformed(malformed, event, rng)
+            else:
+                key, value = sampler.malformed(malformed, event, entity, rng)
             yield Record(key, value, f"malformed:{malformed}", timestamp_ms)
             continue
         key, value = entity.encode(), json.dumps(event, separators=(",", ":")).encode()
+        if sampler is not None and i < Sampler.CHECKED:
+            sampler.check(event)
         sent.append((key, value))
         yield Record(key, value, kind, timestamp_ms)
 

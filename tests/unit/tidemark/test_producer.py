@@ -106,3 +106,73 @@ def test_simulated_arrival_times_increase_by_the_step() -> None:
 def test_bad_specs_fail_with_the_argument_named(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ProduceSpec(**kwargs)
+
+
+WEB_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["messageId", "userId", "timestamp", "event", "context"],
+    "additionalProperties": False,
+    "properties": {
+        "messageId": {"type": "string", "minLength": 1},
+        "userId": {"type": "string"},
+        "timestamp": {"type": "string", "format": "date-time"},
+        "event": {"type": "string", "enum": ["Page Viewed", "Order Completed"]},
+        "context": {"type": "object", "required": ["page"], "properties": {"page": {"$ref": "#/$defs/page"}}},
+        "properties": {"type": "object", "properties": {"revenue": {"type": "number", "minimum": 0}}},
+    },
+    "$defs": {
+        "page": {"type": "object", "required": ["url"], "properties": {"url": {"type": "string", "format": "uri"}}}
+    },
+}
+
+
+def web_contract(schema: dict = WEB_SCHEMA):
+    from spark_jobs.pipelines import Contract
+
+    return Contract(schema, "/messageId", "/userId", "/timestamp", "/event", "/properties", False)
+
+
+def test_records_of_a_pipelines_contract_are_samples_its_schema_accepts() -> None:
+    from jsonschema import Draft202012Validator, FormatChecker
+
+    validator = Draft202012Validator(WEB_SCHEMA, format_checker=FormatChecker())
+    records = list(generate(ProduceSpec(count=300, entities=10, late_rate=0.1, contract=web_contract())))
+    assert records == list(generate(ProduceSpec(count=300, entities=10, late_rate=0.1, contract=web_contract())))
+    for record in records:
+        value = json.loads(record.value)
+        assert not list(validator.iter_errors(value)), value
+        assert record.key == value["userId"].encode() and value["messageId"].startswith("ev-42-")
+        assert datetime.fromisoformat(value["timestamp"]).utcoffset() is not None
+    assert {json.loads(r.value)["event"] for r in records} == {"Page Viewed", "Order Completed"}  # the enum's
+
+
+def test_every_malformed_kind_breaks_a_pipelines_contract() -> None:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(WEB_SCHEMA)
+    spec = ProduceSpec(count=4000, malformed_rate=0.5, contract=web_contract())
+    records = [r for r in generate(spec) if r.kind.startswith("malformed:")]
+    # Without a key rule (key_is_entity_id false) a record without a key is a good one: none is made.
+    assert {r.kind.split(":", 1)[1] for r in records} == set(MALFORMED_KINDS) - {"null_key"}
+    for record in records:
+        if len(record.value) > MAX_VALUE_BYTES:
+            continue
+        try:
+            value = json.loads(record.value)
+        except ValueError:  # not JSON, or not UTF-8
+            continue
+        broken = not isinstance(value, dict) or list(validator.iter_errors(value))
+        if not broken:
+            broken = not isinstance(value["timestamp"], str) or "tuesday" in value["timestamp"]
+        assert broken, record.kind
+
+
+def test_a_contract_it_cannot_make_samples_of_is_refused_before_anything_is_sent() -> None:
+    from spark_jobs.errors import ConfigError
+
+    message_id = {"type": "string", "pattern": "^msg_[0-9a-f]{32}$"}
+    patterned = {**WEB_SCHEMA, "properties": {**WEB_SCHEMA["properties"], "messageId": message_id}}
+    with pytest.raises(ConfigError, match=r"cannot make sample records of this pipeline's contract \(pattern at "
+                                          r"/messageId: .*\); produce its records with your own producer"):  # fmt: skip
+        next(generate(ProduceSpec(count=10, contract=web_contract(schema=patterned))))
