@@ -477,9 +477,7 @@ def create_app():  # -> fastapi.FastAPI
             user = await resolve_user_from_token(airflow_token(request))  # 401 without a login
             if not may_read(get_auth_manager(), user):
                 raise HTTPException(403, refused)
-        from tidemark_airflow.connections import tidemark_settings
-
-        body = exposition(_query(read_state, tidemark_settings()))
+        body = exposition(each_pipeline(_settings(""), read_state))
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @pages.get("/", response_class=HTMLResponse)
@@ -598,16 +596,25 @@ def _query(read, settings):  # Settings
         return read(cur)
 
 
-def read_summaries(settings) -> list[Summary]:  # Settings
-    """A :class:`Summary` of every pipeline the file declares without a problem, each read from its own schema."""
+def each_pipeline(settings, read, failed=None) -> list:  # Settings
+    """``read(cur, pipeline)`` of every pipeline the file declares without a problem, each on its own schema;
+    for a pipeline that cannot be read (not migrated yet, ...) ``failed(pipeline, error)``, or nothing."""
     from spark_jobs.errors import TidemarkError
 
-    summaries = []
+    found = []
     for pipeline in settings.declarations().pipelines:
         try:
-            summaries.append(
-                _query(lambda cur, p=pipeline: read_summary(cur, p.name, p.topic), settings.for_pipeline(pipeline))
-            )
-        except TidemarkError as exc:  # not migrated yet, sessions off, ...
-            summaries.append(Summary(pipeline.name, pipeline.topic, problem=str(exc)))
-    return summaries
+            found.append(_query(lambda cur, p=pipeline: read(cur, p), settings.for_pipeline(pipeline)))
+        except TidemarkError as exc:
+            if failed is not None:
+                found.append(failed(pipeline, exc))
+    return found
+
+
+def read_summaries(settings) -> list[Summary]:  # Settings
+    """A :class:`Summary` of every pipeline the file declares without a problem (or why it cannot be read)."""
+    return each_pipeline(
+        settings,
+        lambda cur, p: read_summary(cur, p.name, p.topic),
+        lambda p, exc: Summary(p.name, p.topic, problem=str(exc)),
+    )

@@ -431,13 +431,13 @@ def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow
         "FROM ledger_batches GROUP BY 1, 2",
     )
     assert totals, "the module's earlier tests committed batches"
-    for pipeline, topic, batches, *outcomes in totals:
-        labels = (("pipeline", pipeline), ("topic", topic))
+    for pipeline, topic, batches, *outcomes in totals:  # the ledger's pipeline: ingest:<topic> or backfill:<topic>
+        labels = (("pipeline", "events"), ("run", pipeline.split(":")[0]), ("topic", topic))
         assert samples[("tidemark_batches_total", labels)] == batches
         for outcome, n in zip(("read", "accepted", "duplicate", "quarantined"), outcomes, strict=True):
             assert samples[("tidemark_records_total", (("outcome", outcome), *labels))] == n, (pipeline, outcome)
     [(status,)] = query(settings, "SELECT status FROM reconcile_runs ORDER BY counted_at DESC LIMIT 1")
-    assert samples[("tidemark_verdict", (("status", status),))] == 1
+    assert samples[("tidemark_verdict", (("pipeline", "events"), ("status", status)))] == 1
     [(open_findings,)] = query(settings, "SELECT count(*) FROM findings WHERE closed_at IS NULL")
     assert sum(v for (name, _), v in samples.items() if name == "tidemark_open_findings") == open_findings
     # Lag: per partition, the latest sample a reconcile run or a scheduled ingest run took.
@@ -451,11 +451,12 @@ def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow
     )
     assert lag
     for topic, partition, behind in lag:
-        assert samples[("tidemark_lag_records", (("partition", str(partition)), ("topic", topic)))] == behind
+        labels = (("partition", str(partition)), ("pipeline", "events"), ("topic", topic))
+        assert samples[("tidemark_lag_records", labels)] == behind
     finished = query(settings, "SELECT pipeline, topic, max(finished_at) FROM ingest_runs GROUP BY 1, 2")
     assert finished, "the module's Airflow runs of tidemark_ingest finished"
     for pipeline, topic, at in finished:
-        labels = (("pipeline", pipeline), ("topic", topic))
+        labels = (("pipeline", "events"), ("run", pipeline.split(":")[0]), ("topic", topic))
         assert samples[("tidemark_last_run_timestamp_seconds", labels)] == at.timestamp()
 
     # A scrape without a login is refused (a scraper uses an Airflow token, or TIDEMARK_METRICS_TOKEN).

@@ -171,34 +171,45 @@ def test_reading_the_pages_takes_the_permission_on_the_tidemark_view() -> None:
     assert not may_read(manager, SimpleAuthManagerUser(username="nobody", role=None))
 
 
-def test_the_metrics_say_the_state_in_prometheus_text_format() -> None:
+def test_the_metrics_say_each_pipelines_state_in_prometheus_text_format() -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
     from tidemark_airflow.metrics import State, exposition
 
-    state = State(
-        totals=[("ingest:events", "events", 3, 600, 540, 30, 30, T0)],
+    events = State(
+        totals=[("ingest:events", "events", 3, 600, 540, 30, 30, T0), ("backfill:events", "events", 1, 9, 9, 0, 0, T0)],
         lag=[("events", 0, 40, 120.0)],
         verdict=("r2", "mismatch", T0 + timedelta(hours=1)),
         open_findings={"range": 2},
         lost={("events", 1): 120},
     )
+    web = State(totals=[("ingest:web", "web", 1, 5, 5, 0, 0, T0)], lag=[("web", 0, 0, 0.0)],
+                verdict=("w1", "ok", T0), open_findings={}, lost={}, pipeline="web")  # fmt: skip
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(exposition(state).decode())
+        for family in text_string_to_metric_families(exposition([events, web]).decode())
         for s in family.samples
     }
-    pipeline = (("pipeline", "ingest:events"), ("topic", "events"))
-    assert samples[("tidemark_records_total", (("outcome", "quarantined"), *pipeline))] == 30
-    assert samples[("tidemark_records_total", (("outcome", "read"), *pipeline))] == 600
-    assert samples[("tidemark_batches_total", pipeline)] == 3
-    assert samples[("tidemark_last_batch_timestamp_seconds", pipeline)] == T0.timestamp()
-    assert samples[("tidemark_lag_records", (("partition", "0"), ("topic", "events")))] == 40
-    assert samples[("tidemark_open_findings", (("kind", "range"),))] == 2
-    assert samples[("tidemark_open_findings", (("kind", "gap"),))] == 0
-    assert samples[("tidemark_verdict", (("status", "mismatch"),))] == 1
-    assert samples[("tidemark_verdict", (("status", "ok"),))] == 0
-    assert samples[("tidemark_lost_offsets_total", (("partition", "1"), ("topic", "events")))] == 120
+    ingest = (("pipeline", "events"), ("run", "ingest"), ("topic", "events"))
+    assert samples[("tidemark_records_total", (("outcome", "quarantined"), *ingest))] == 30
+    assert samples[("tidemark_records_total", (("outcome", "read"), *ingest))] == 600
+    assert samples[("tidemark_batches_total", ingest)] == 3
+    assert samples[("tidemark_batches_total", (("pipeline", "events"), ("run", "backfill"), ("topic", "events")))] == 1
+    assert samples[("tidemark_last_batch_timestamp_seconds", ingest)] == T0.timestamp()
+    assert samples[("tidemark_lag_records", (("partition", "0"), ("pipeline", "events"), ("topic", "events")))] == 40
+    assert samples[("tidemark_open_findings", (("kind", "range"), ("pipeline", "events")))] == 2
+    assert samples[("tidemark_open_findings", (("kind", "gap"), ("pipeline", "events")))] == 0
+    assert samples[("tidemark_verdict", (("pipeline", "events"), ("status", "mismatch")))] == 1
+    assert samples[("tidemark_verdict", (("pipeline", "events"), ("status", "ok")))] == 0
+    assert (
+        samples[("tidemark_lost_offsets_total", (("partition", "1"), ("pipeline", "events"), ("topic", "events")))]
+        == 120
+    )
+    # Each pipeline's series are its own.
+    assert samples[("tidemark_verdict", (("pipeline", "web"), ("status", "ok")))] == 1
+    assert samples[("tidemark_records_total", (("outcome", "read"), ("pipeline", "web"), ("run", "ingest"),
+                                                ("topic", "web")))] == 5  # fmt: skip
+    assert samples[("tidemark_open_findings", (("kind", "range"), ("pipeline", "web")))] == 0
 
 
 def test_a_scraper_token_is_only_what_tidemark_metrics_token_says(monkeypatch) -> None:
