@@ -420,32 +420,6 @@ def test_a_spark_job_that_fails_on_something_to_fix_alerts_with_the_cause_first(
     assert rest == ["(the ingest job failed: its output is in this task's log)"], rest
 
 
-WEB = {
-    "name": "web",
-    "contract": {
-        "schema": {
-            "type": "object",
-            "required": ["messageId", "userId", "timestamp", "event"],
-            "properties": {
-                "messageId": {"type": "string", "minLength": 1},
-                "userId": {"type": "string", "minLength": 1},
-                "timestamp": {"type": "string", "format": "date-time"},
-                "event": {"type": "string", "enum": ["page", "track"]},
-                "properties": {"type": "object", "properties": {"path": {"type": "string"}}},
-            },
-        },
-        "event_id": "/messageId",
-        "entity_id": "/userId",
-        "event_time": "/timestamp",
-        "event_type": "/event",
-        "properties": "/properties",
-        "key_is_entity_id": False,
-    },
-    "sessions": {"gap_minutes": 5, "max_hours": 1},
-    "alerts": {"webhook": "tidemark_alert_webhook"},
-}
-
-
 def test_a_second_pipelines_dags_ingest_and_reconcile_its_topic_into_its_own_state_beside_a_running_one(
     deployment: Settings, spark, tmp_path: Path, monkeypatch
 ) -> None:
@@ -456,6 +430,7 @@ def test_a_second_pipelines_dags_ingest_and_reconcile_its_topic_into_its_own_sta
     from spark_jobs.errors import WriterBusy
     from spark_jobs.lock import check_writer_free, single_writer
     from tests.integration.spark_jobs.checks import assert_offset_coverage, assert_settings_sinks_agree
+    from tests.integration.spark_jobs.test_pipelines import WEB
     from tidemark.migrations import migrate_pipelines
 
     shipped = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())["pipelines"]

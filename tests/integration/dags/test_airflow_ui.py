@@ -36,7 +36,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 @pytest.fixture(scope="module")
 def airflow(stack: Settings):
     """The four Airflow components for this module, with a topic and lake of its own."""
-    from tidemark.migrations import migrate
+    from tidemark.migrations import migrate, migrate_pipelines
 
     suffix = uuid.uuid4().hex[:8]
     home = stack.home / "runs" / f"airflow-{suffix}"
@@ -54,6 +54,9 @@ def airflow(stack: Settings):
         topic=f"ui-{suffix}",
         postgres_dsn=dsn,
     )
+    # Two pipelines: events (this module's topic) and a Segment-style web, each with its own DAGs and page.
+    settings = replace(settings, pipelines_file=_two_pipelines(home, f"ui-web-{suffix}"))
+    migrate_pipelines(settings)
     # CreateTime, so records can arrive in yesterday's intervals for the Backfill test. They are
     # written first: Kafka finds offsets for times by the first record at or after a time, so
     # timestamps must grow with offsets (as they do with LogAppendTime) for time ranges to make sense.
@@ -73,6 +76,20 @@ def airflow(stack: Settings):
             cur.execute(f'DROP DATABASE "tidemark_{suffix}" WITH (FORCE)')
         admin.close()
         shutil.rmtree(services.home, ignore_errors=True)
+
+
+def _two_pipelines(home, web_topic: str):  # -> Path
+    """A pipelines file of the shipped events and the Segment-style web of the pipelines tests."""
+    import yaml
+
+    from spark_jobs.settings import PROJECT_ROOT
+    from tests.integration.spark_jobs.test_pipelines import WEB
+
+    shipped = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())["pipelines"]
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "pipelines.yaml"
+    path.write_text(yaml.safe_dump({"pipelines": [*shipped, {**WEB, "topic": web_topic}]}))
+    return path
 
 
 YESTERDAY = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
@@ -305,6 +322,55 @@ def test_the_tidemark_page_in_the_airflow_ui_shows_real_reconcile_numbers_and_ch
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(airflow.url + "/tidemark/", timeout=30)
     assert refused.value.code in (401, 403)
+
+
+def test_the_page_lists_every_pipeline_and_each_pipelines_link_opens_its_own_page(
+    airflow: AirflowServices, browser, spark
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from spark_jobs import ingest, reconcile
+
+    events = airflow.settings
+    web = events.for_pipeline(events.declared("web"))
+    spec = ProduceSpec(count=80, entities=4, malformed_rate=0.1, seed=21, contract=web.contract())
+    produce(web, spec, topic=web.topic, partitions=2)
+    ingest.run_scheduled(spark, web, wait=True)
+    assert reconcile.run(web, "ui-web", lambda: spark).status == "ok"
+    # Airflow parsed web's own DAGs from the pipelines file, and no import error.
+    api = Api(airflow)
+    assert {api.get(f"/api/v2/dags/{kind}__web")["dag_id"] for kind in ("tidemark_ingest", "tidemark_reconcile")} == {
+        "tidemark_ingest__web",
+        "tidemark_reconcile__web",
+    }
+    assert api.get("/api/v2/importErrors")["total_entries"] == 0
+
+    sign_in(browser, airflow)
+    browser.get(airflow.url + "/plugin/tidemark")
+    frame = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.TAG_NAME, "iframe"))
+    browser.switch_to.frame(frame)
+    listed = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "pipelines"))
+    rows = {row.text.split()[0]: row.text for row in listed.find_elements(By.TAG_NAME, "tr")[1:]}
+    assert set(rows) == {"events", "web"}, rows
+    [(ledger,)] = query(web, "SELECT count(DISTINCT (kafka_partition, start_offset)) FROM ledger_ranges")
+    assert ledger and rows["web"].startswith(f"web {web.topic} OK 0 "), rows["web"]
+    [(offsets,)] = query(web, "SELECT sum(end_offset - start_offset) FROM verified_ranges")
+    assert rows["web"].endswith(f"{offsets:,} / {offsets:,}"), rows["web"]  # every offset read is verified
+
+    # Web's link opens web's page: its verdict, its run, whose link opens web's report.
+    browser.find_element(By.LINK_TEXT, "web").click()
+    heading = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "pipeline"))
+    assert heading.text == "Pipeline web" and "pipeline=web" in browser.current_url
+    assert browser.find_element(By.ID, "latest-status").text == "OK"
+    assert "ui-first" not in browser.page_source  # events' runs are on events' page
+    browser.find_element(By.LINK_TEXT, "ui-web").click()
+    report = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "report"))
+    assert report.text.startswith("tidemark reconcile ui-web:")
+    browser.find_element(By.LINK_TEXT, "tidemark").click()
+    heading = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "pipeline"))
+    assert heading.text == "Pipeline web"
+    browser.switch_to.default_content()
 
 
 def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button_repairs(
