@@ -1,9 +1,12 @@
-"""``tidemark demo``: produce, ingest, produce more, ingest again, replay a range; show nothing changed."""
+"""``tidemark demo``: produce, ingest, produce more, ingest again, replay a range; show nothing changed.
+Then a second pipeline, ``web``, with a contract of its own: its records, quarantine and sessions."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
+from pathlib import Path
 
 from spark_jobs import db, ingest
 from spark_jobs.contract import TABLE_SCHEMAS
@@ -72,8 +75,87 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         f"6. sinks after the replay are {'IDENTICAL' if after == before else 'DIFFERENT'} (row counts and checksums):"
     )
     print("\n".join(f"   {line}" for line in fingerprint_table(before, after)))
+    web = second_pipeline(spark, settings, run_id, args.count)
     print(f"\nSessions of one entity: .venv/bin/tidemark sessions {run_id}entity-000000")
-    print(f"Delta tables: {settings.lake_root}/{{events,duplicates,quarantine,sessions}}")
+    print(
+        f"  of web's: TIDEMARK_PIPELINES={web.pipelines_file} .venv/bin/tidemark sessions --pipeline web "
+        f"{run_id}entity-000001"
+    )
+    print(
+        f"Delta tables: {settings.lake_root}/{{events,duplicates,quarantine,sessions}}, "
+        f"web's in {settings.lake_root}/web/"
+    )
     print(f"PostgreSQL:   psql -h 127.0.0.1 -p {settings.postgres_port} -U tidemark tidemark -c 'TABLE ledger_batches'")
     print("Stop everything: make down")
     return 0 if after == before else 1
+
+
+# The demo's second pipeline: Segment-style web events. Its sessions end after 6 s without a record, so
+# records sent in waves a few seconds apart make several sessions per visitor within the demo.
+WEB = {
+    "name": "web",
+    "contract": {
+        "schema": {
+            "type": "object",
+            "required": ["messageId", "userId", "timestamp", "event"],
+            "properties": {
+                "messageId": {"type": "string", "minLength": 1},
+                "userId": {"type": "string", "minLength": 1},
+                "timestamp": {"type": "string", "format": "date-time"},
+                "event": {"type": "string", "enum": ["Page Viewed", "Product Added", "Order Completed"]},
+                "properties": {"type": "object", "properties": {"path": {"type": "string", "format": "uri"}}},
+            },
+        },
+        "event_id": "/messageId",
+        "entity_id": "/userId",
+        "event_time": "/timestamp",
+        "event_type": "/event",
+        "properties": "/properties",
+        "key_is_entity_id": False,
+    },
+    "sessions": {"gap_minutes": 0.1, "max_hours": 1},
+}
+WAVES, WAVE_SECONDS = 3, 8.0
+
+
+def second_pipeline(spark, settings: Settings, run_id: str, count: int) -> Settings:  # SparkSession
+    """Declare ``web`` beside the repository's pipelines (in a file of the demo's own), produce samples of its
+    contract in waves, ingest and reconcile it, and show its quarantine and one visitor's sessions."""
+    import yaml
+
+    from spark_jobs import quarantine, reconcile
+    from spark_jobs.sinks.postgres import entity_sessions
+    from tidemark.cli import sessions_table
+    from tidemark.migrations import migrate_pipelines
+
+    shipped = yaml.safe_load(settings.pipelines_file.read_text())["pipelines"]
+    path = Path(settings.home) / "demo" / "pipelines.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    entry = {**WEB, "topic": f"{settings.topic}-web"}  # beside the events topic: a demo of another runs alone
+    path.write_text(yaml.safe_dump({"pipelines": [*shipped, entry]}, sort_keys=False))
+    declared = replace(settings, pipelines_file=path)
+    migrate_pipelines(declared)
+    web = declared.for_pipeline(declared.declared("web"))
+    print(f"7. a second pipeline, 'web' (declared in {path}): its own contract, topic, tables, schema and lock")
+    produced = 0
+    for wave in range(WAVES):
+        if wave:
+            time.sleep(WAVE_SECONDS)  # longer than web's session gap: each wave opens new sessions
+        spec = ProduceSpec(count=max(count // 10 // WAVES, 20), entities=5, duplicate_rate=0.03, late_rate=0.05,
+                           malformed_rate=0.05, seed=10 + wave, id_prefix=run_id, contract=web.contract())  # fmt: skip
+        produced += produce(web, spec, partitions=2).committed
+    print(f"   produced {produced:,} Segment-style records in {WAVES} waves {WAVE_SECONDS:g} s apart")
+    print("   scheduled run:\n   " + ingest.describe(ingest.run_scheduled(spark, web)).replace("\n", "\n   "))
+    report = reconcile.run(web, f"{run_id}web", lambda: spark)
+    print(f"   reconcile: {report.status.upper()}")
+    with db.transaction(web.pipeline_dsn) as cur:
+        reasons = quarantine.totals(cur)
+        rows = entity_sessions(cur, f"{run_id}entity-000001")
+    for total in reasons:
+        print(f"   quarantined {total.records:,}: {total.reason}")
+    print(
+        f"   sessions of visitor {run_id}entity-000001 "
+        f"(a new one after {web.session_rules.gap.total_seconds():g} s idle):"
+    )
+    print("\n".join(f"     {line}" for line in sessions_table(rows)))
+    return web

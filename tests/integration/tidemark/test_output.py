@@ -42,3 +42,31 @@ def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: 
     verbose = tidemark(["ingest", "--topic", topic, "--verbose"], env, tmp_path)
     assert verbose.returncode == 0 and verbose.stdout == "no new records\n", verbose.stdout + verbose.stderr[-3000:]
     assert " WARN ResolveWriteToStream: " in verbose.stderr, verbose.stderr[-3000:]
+
+
+def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with_sessions_cut_by_arrival(
+    database: Settings, tmp_path: Path
+) -> None:
+    """`make demo` as a new user runs it: the installed script, the repository's pipelines file."""
+    import os
+    import subprocess
+
+    from tests.integration.tidemark.test_errors import TIDEMARK
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")} | database.to_env() | {
+        "TIDEMARK_HOME": str(tmp_path),
+        "TIDEMARK_TOPIC": f"demo-{uuid.uuid4().hex[:10]}",
+        "TIDEMARK_LAKE_ROOT": str(tmp_path / "lake"),
+        "TIDEMARK_CHECKPOINT_ROOT": str(tmp_path / "cp"),
+    }  # fmt: skip
+    done = subprocess.run([TIDEMARK, "demo", "--count", "1000"], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    out = done.stdout
+    assert "6. sinks after the replay are IDENTICAL" in out, out
+    assert "7. a second pipeline, 'web'" in out and "   reconcile: OK" in out, out
+    assert "   quarantined " in out, out  # web's malformed records, by reason
+    # One visitor's sessions: records sent in waves longer apart than web's gap make one session a wave.
+    table = out.split("(a new one after 6 s idle):\n")[1].split("\n\n")[0].splitlines()
+    assert table[0].split()[:2] == ["session_id", "started_at"], table
+    assert len(table) - 1 >= 2, out
+    assert spark_lines(done.stderr) == [], done.stderr[-3000:]
