@@ -14,13 +14,16 @@ exactly that plan. (To repair sinks, use `tidemark_repair`.)
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from airflow.sdk import Param, dag, task
 
-from spark_jobs.pipelines import Pipeline
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+
+if TYPE_CHECKING:
+    from tidemark_airflow.pipelines import Pipeline
 
 # Runs that may be active at once: a form is checked when it is triggered, not after the backfill
 # before it (their Spark tasks still run one at a time).

@@ -26,13 +26,16 @@ trigger the DAG with ``split_frozen_batch`` on and that batch is planned again w
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
-from spark_jobs.pipelines import Pipeline
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+
+if TYPE_CHECKING:
+    from tidemark_airflow.pipelines import Pipeline
 
 
 def ingest_dag(pipeline: Pipeline) -> None:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from airflow.sdk import CronDataIntervalTimetable, dag
 
-from spark_jobs.pipelines import Pipeline
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines
+
+if TYPE_CHECKING:
+    from tidemark_airflow.pipelines import Pipeline
 
 SCHEDULE = os.environ.get("TIDEMARK_MAINTENANCE_SCHEDULE", "30 3 * * *")
 

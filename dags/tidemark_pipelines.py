@@ -11,13 +11,6 @@ problem is listed under Airflow's DAG import errors while the other pipelines' D
 
 from __future__ import annotations
 
-from spark_jobs.errors import ConfigError
-from spark_jobs.pipelines import PipelinesError
-from tidemark_airflow.pipelines import declared
+from tidemark_airflow.pipelines import raise_problems
 
-try:
-    _problems = declared().lines()
-except ConfigError as exc:  # the file as a whole: missing, not YAML, not a list of pipelines
-    _problems = str(exc).splitlines()
-if _problems:
-    raise PipelinesError(_problems)
+raise_problems()

@@ -21,13 +21,16 @@ where, and the repair (the ``tidemark_repair`` DAG or ``tidemark repair --run-id
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
-from spark_jobs.pipelines import Pipeline
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+
+if TYPE_CHECKING:
+    from tidemark_airflow.pipelines import Pipeline
 
 
 def reconcile_dag(pipeline: Pipeline) -> None:

@@ -46,6 +46,20 @@ def dag_pipelines() -> list[Pipeline]:
         return []
 
 
+def raise_problems() -> None:
+    """Raise the pipelines file's problems, one line each (a :class:`~spark_jobs.pipelines.PipelinesError`), if
+    it has any: ``dags/tidemark_pipelines.py`` does, so that Airflow lists them among its import errors."""
+    from spark_jobs.errors import ConfigError
+    from spark_jobs.pipelines import PipelinesError
+
+    try:
+        problems = declared().lines()
+    except ConfigError as exc:  # the file as a whole: missing, not YAML, not a list of pipelines
+        problems = str(exc).splitlines()
+    if problems:
+        raise PipelinesError(problems)
+
+
 def dag_id(kind: str, pipeline: str) -> str:
     """``tidemark_<kind>`` for the pipeline ``events``, ``tidemark_<kind>__<pipeline>`` for another."""
     from spark_jobs.settings import DEFAULT_PIPELINE
