@@ -77,5 +77,10 @@ class SessionRulesChanged(TidemarkError):
     """A run's session rules differ from the rules the stored sessions were built with."""
 
 
+class ContractChanged(TidemarkError):
+    """The pipeline's contract changed in a way the records already stored cannot follow (a role moved, a
+    typed column narrowed or dropped): refused before any work, saying the way forward."""
+
+
 class LedgerConflict(TidemarkError):
     """The ledger and the run disagree about a batch (a checkpoint reset or moved)."""

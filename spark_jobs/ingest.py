@@ -155,6 +155,7 @@ def run_scheduled(
     with single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
         start = check_retention(settings, log, topic, allow_data_loss)
+        ledger.verify_contract(settings)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
         if split_frozen_batch:
             unfreeze_batch(settings, log, pipeline)
@@ -315,6 +316,7 @@ def run_backfill(
     started = datetime.now(UTC)
     with single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, plan.topic)
+        ledger.verify_contract(settings)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
         with db.transaction(settings.pipeline_dsn) as cur:
             batch_id = recorded_plan(cur, plan)
@@ -410,6 +412,7 @@ def run_from_arguments(
     topic = settings.topic
     if args.mode == "scheduled":
         check_services(settings, topic)
+        ledger.verify_contract(settings)
         if not args.wait:
             check_writer_free(settings)
         if not args.allow_data_loss:  # the run's own check, once it holds the writer lock, says the same
@@ -430,6 +433,7 @@ def run_from_arguments(
     offsets = parse_offsets(args.offsets) if args.offsets else None
     partitions = parse_partitions(args.partitions) if args.partitions else None
     check_services(settings, topic)
+    ledger.verify_contract(settings)
     plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss, partitions)
     if args.dry_run:  # Kafka's metadata and a count of committed records answer it: no Spark
         return DryRun(plan.ranges, {r.partition: count_committed(settings, r) for r in plan.ranges})

@@ -7,14 +7,19 @@ The ledger also records the session rules the stored sessions were built with.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from spark_jobs.contract import SessionRules
-from spark_jobs.errors import LedgerConflict, SessionRulesChanged, TopicRecreated
+from spark_jobs.errors import ContractChanged, LedgerConflict, SessionRulesChanged, TopicRecreated
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.producers import ProducerChecks
+
+if TYPE_CHECKING:
+    from spark_jobs.pipelines import Contract
 
 
 @dataclass(frozen=True)
@@ -79,9 +84,11 @@ def record_batch(
     counts: BatchCounts,
     rules: SessionRules | None = None,
     topic_id: str | None = None,
+    contract_digest: str | None = None,
 ) -> None:
     """Insert the ledger rows of one batch (call inside the batch's transaction); ``rules`` it
-    sessionized with, ``topic_id`` the id of the topic it read (:func:`check_topic`)."""
+    sessionized with, ``topic_id`` the id of the topic it read (:func:`check_topic`), ``contract_digest``
+    the contract its records were checked with (:func:`check_contract`)."""
     topics = {r.topic for r in ranges}
     if len(topics) != 1:
         raise ValueError(f"a batch reads exactly one topic, got {sorted(topics) or 'none'}")
@@ -98,8 +105,8 @@ def record_batch(
         """INSERT INTO ledger_batches
                (pipeline, batch_id, topic, records_read, accepted, duplicates, quarantined,
                 session_gap_seconds, session_max_seconds,
-                entities_in_many_partitions, not_log_append_time, time_went_back)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                entities_in_many_partitions, not_log_append_time, time_went_back, contract_digest)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         (
             pipeline,
             batch_id,
@@ -113,6 +120,7 @@ def record_batch(
             counts.producer.entities_in_many_partitions,
             counts.producer.not_log_append_time,
             counts.producer.time_went_back,
+            contract_digest,
         ),
     )
     cur.executemany(
@@ -151,6 +159,15 @@ def check_topic(cur, topic: str, topic_id: str | None, held: Mapping[int, tuple[
                 f"topic {topic!r} was deleted and created again, or truncated: partition {partition} ends at offset "
                 f"{high}, below offset {read_to} the ledger read up to. " + what_to_do
             )
+
+
+def verify_contract(settings) -> None:  # Settings
+    """Before any work: the pipeline's contract must be the one its stored records follow, or a compatible
+    change of it (which the run's first batch records); otherwise :class:`ContractChanged`."""
+    from spark_jobs import db
+
+    with db.transaction(settings.pipeline_dsn) as cur:
+        refuse_incompatible_contract(cur, settings.contract(), settings.pipeline)
 
 
 def verify_topic(settings, topic: str, held: Mapping[int, tuple[int, int]] | None = None) -> str | None:
@@ -253,6 +270,49 @@ def record_session_rules(cur, rules: SessionRules, reason: str) -> None:
     cur.execute(
         "INSERT INTO session_rules (gap_seconds, max_length_seconds, reason) VALUES (%s, %s, %s)",
         (rules.gap.total_seconds(), rules.max_length.total_seconds(), reason),
+    )
+
+
+def stored_contract(cur) -> tuple[str, dict] | None:
+    """(digest, document) of the contract the stored records follow (None before the first batch)."""
+    cur.execute("SELECT digest, document FROM contracts ORDER BY adopted_at DESC LIMIT 1")
+    row = cur.fetchone()
+    return None if row is None else (row[0], row[1])
+
+
+def check_contract(cur, contract: Contract, pipeline: str) -> None:
+    """Before a batch commits (and before a run starts): record ``contract`` when no batch used one, or when it
+    changed compatibly; refuse an incompatible change (:class:`ContractChanged`, saying the way forward)."""
+    stored = stored_contract(cur)
+    if stored is not None and stored[0] == contract.digest:
+        return
+    change = refuse_incompatible_contract(cur, contract, pipeline)
+    record_contract(cur, contract, "first batch" if change is None else f"compatible: {change.describe()}")
+
+
+def refuse_incompatible_contract(cur, contract: Contract, pipeline: str):  # -> ContractChange | None
+    """The change from the stored contract to ``contract`` (None: no batch used one yet), or
+    :class:`ContractChanged` when the stored records cannot follow it. Records nothing."""
+    from spark_jobs.pipelines import contract_change
+
+    stored = stored_contract(cur)
+    if stored is None:
+        return None
+    change = contract_change(stored[1], contract)
+    if not change.compatible:
+        raise ContractChanged(
+            f"pipeline {pipeline!r}: the contract changed in a way the stored records cannot follow "
+            f"({change.describe()}). Put the contract back as it was, or declare the new shape as a new pipeline "
+            "(another name and topic) and move its producers there"
+        )
+    return change
+
+
+def record_contract(cur, contract: Contract, change: str) -> None:
+    cur.execute(
+        "INSERT INTO contracts (digest, document, change) VALUES (%s, %s, %s) ON CONFLICT (digest) DO UPDATE "
+        "SET adopted_at = clock_timestamp(), change = EXCLUDED.change",
+        (contract.digest, json.dumps(contract.document()), change),
     )
 
 

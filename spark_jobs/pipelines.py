@@ -209,6 +209,53 @@ class Contract:
         }
 
 
+@dataclass(frozen=True)
+class ContractChange:
+    """What changed between the contract the stored records were checked with and the file's."""
+
+    compatible: bool
+    what: list[str]  # one phrase a change, e.g. "the schema's rules", "entity_id moved from /a to /b"
+
+    def describe(self) -> str:
+        return "; ".join(self.what)
+
+
+def contract_change(stored: Mapping[str, Any], contract: Contract) -> ContractChange:
+    """Compare ``contract`` with the ``stored`` document (:meth:`Contract.document`) a pipeline's batches used.
+
+    **Compatible**, applied from the next batch: the schema's rules (a new optional field, a relaxed or a
+    tightened rule: records already stored stay where they are, a replay keeps them there), the key
+    rule, a new typed column. **Incompatible**, refused before any work: a role (event id, entity id,
+    event time, event type, properties) at another pointer, since dedupe, sessions and the stored
+    rows are keyed by the old one; a typed column dropped or given another type.
+    """
+    new = contract.document()
+    what: list[str] = []
+    compatible = True
+    for role in (*ROLES, "properties"):
+        if stored.get(role) != new.get(role):
+            compatible = False
+            what.append(f"{role} moved from {stored.get(role)!r} to {new.get(role)!r}")
+    old_columns, new_columns = stored.get("columns", {}), new["columns"]
+    for pointer, type_ in old_columns.items():
+        if pointer not in new_columns:
+            compatible = False
+            what.append(f"the typed column of {pointer!r} was dropped")
+        elif new_columns[pointer] != type_:
+            compatible = False
+            what.append(f"the typed column of {pointer!r} changed from {type_} to {new_columns[pointer]}")
+    what += [
+        f"a typed column of {pointer!r} ({type_})"
+        for pointer, type_ in new_columns.items()
+        if pointer not in old_columns
+    ]
+    if stored.get("schema") != new["schema"]:
+        what.append("the schema's rules")
+    if stored.get("key_is_entity_id") != new["key_is_entity_id"]:
+        what.append(f"key_is_entity_id {new['key_is_entity_id']}")
+    return ContractChange(compatible, what)
+
+
 # Today's contract, which the shipped pipelines.yaml declares for the pipeline `events`.
 EVENTS_CONTRACT = Contract(
     schema={

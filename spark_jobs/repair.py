@@ -155,6 +155,7 @@ def repair(
     actions: list[str] = []
     try:
         with single_writer(settings, f"{REPAIR}:{run_id}", wait=True) as lease:
+            ledger.verify_contract(settings)  # re-read records are checked with the contract the stored ones follow
             # Under the writer lock: nothing changes between the re-check and the writes.
             findings, notes = still_found(spark, settings, findings)
             actions += notes

@@ -226,10 +226,12 @@ class BatchWriter:
             if ledger.batch_exists(cur, self.pipeline, batch_id):
                 raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
             ledger.check_session_rules(cur, self.rules)
+            ledger.check_contract(cur, self.planner.contract, self.settings.pipeline)
             anchors, sessions = postgres.pulled(plan.session_rows, plan.anchor_rows)
             written, deleted = postgres.upsert_sessions(cur, sessions, anchors)
             retention.record_losses(cur, lost)
-            ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id)
+            ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id,
+                                self.planner.contract.digest)  # fmt: skip
             quarantine.record(cur, self.pipeline, batch_id, plan.quarantine_reasons)
         clock.lap("postgres")
         if moved_before or plan.moving:

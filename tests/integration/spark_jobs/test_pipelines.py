@@ -150,3 +150,77 @@ def test_two_pipelines_each_write_their_own_tables_schema_and_ledger_and_reconci
         report = reconcile.run(settings, f"check-{settings.pipeline}", lambda: spark)
         assert report is not None and report.status == "ok", report.findings()
         assert {c.topic for c in report.checks} == {settings.topic}
+
+
+def redeclare(web: Settings, **changes) -> None:
+    """Rewrite web's entry of its pipelines file with ``changes`` to its contract (a new release of it)."""
+    config = yaml.safe_load(web.pipelines_file.read_text())
+    entry = next(p for p in config["pipelines"] if p["name"] == "web")
+    entry["contract"] = {**entry["contract"], **changes}
+    web.pipelines_file.write_text(yaml.safe_dump(config))
+
+
+def test_a_compatible_contract_change_applies_from_the_next_batch_and_an_incompatible_one_fails_before_work(
+    spark, two, tmp_path: Path
+) -> None:
+    from spark_jobs.errors import ContractChanged
+    from tests.integration.tidemark.test_errors import NO_SPARK, one_line, tidemark
+
+    events, web = two
+    prefix = f"c{uuid.uuid4().hex[:6]}-"
+    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    ensure_topic(web, web.topic, partitions=1)
+
+    def visit(i: int, event: str) -> dict:
+        return {"messageId": f"{prefix}m{i}", "userId": f"{prefix}v", "timestamp": t.isoformat(), "event": event}
+
+    first = web.contract()
+    send_web(web, [visit(0, "page"), visit(1, "identify")])  # identify: not in the schema's enum yet
+    ingest.run_scheduled(spark, web)
+    assert query(web, "SELECT digest, change FROM contracts") == [(first.digest, "first batch")]
+    assert query(web, "SELECT contract_digest FROM ledger_batches") == [(first.digest,)]
+    assert len(delta_rows(spark, web, "quarantine")) == 1
+
+    # Compatible: an enum relaxed and a new optional field. The next batch is checked with it and records it.
+    schema = json.loads(json.dumps(first.schema))
+    schema["properties"]["event"]["enum"].append("identify")
+    schema["properties"]["campaign"] = {"type": "string"}
+    redeclare(web, schema=schema)
+    second = web.contract()
+    send_web(web, [{**visit(2, "identify"), "campaign": "fall"}])
+    ingest.run_scheduled(spark, web)
+    assert query(web, "SELECT change FROM contracts ORDER BY adopted_at") == [
+        ("first batch",),
+        ("compatible: the schema's rules",),
+    ]
+    assert query(web, "SELECT contract_digest FROM ledger_batches ORDER BY batch_id") == [
+        (first.digest,),
+        (second.digest,),
+    ]
+    assert sorted(r["event_id"] for r in delta_rows(spark, web, "events")) == [f"{prefix}m0", f"{prefix}m2"]
+    assert_offset_coverage(spark, web, 3)
+
+    # Incompatible: the entity id moved. Refused before any work, by the job and by the CLI before Spark.
+    schema["properties"]["anonymousId"] = {"type": "string", "minLength": 1}
+    schema["required"].append("anonymousId")
+    redeclare(web, schema=schema, entity_id="/anonymousId")
+    send_web(web, [{**visit(3, "page"), "anonymousId": "a-1"}])
+    message = (
+        "pipeline 'web': the contract changed in a way the stored records cannot follow (entity_id moved from "
+        "'/userId' to '/anonymousId'; the schema's rules). Put the contract back as it was, or declare the new "
+        "shape as a new pipeline (another name and topic) and move its producers there"
+    )
+    with pytest.raises(ContractChanged) as refused:
+        ingest.run_scheduled(spark, web)
+    assert str(refused.value) == message
+    assert query(web, "SELECT count(*) FROM ledger_batches") == [(2,)]
+    assert query(web, "SELECT count(*) FROM contracts") == [(2,)]
+    env = {**events.to_env(), "TIDEMARK_PIPELINES": str(web.pipelines_file), **NO_SPARK}
+    cli = tidemark(["ingest", "--pipeline", "web"], env, tmp_path)
+    assert (cli.returncode, one_line(cli)) == (2, f"tidemark ingest: {message}"), cli.stdout + cli.stderr
+
+    # Back to the contract the stored records follow: the run goes on, and checks the waiting record with it.
+    redeclare(web, schema=second.schema, entity_id="/userId")
+    ingest.run_scheduled(spark, web)
+    assert query(web, "SELECT count(*) FROM contracts") == [(2,)]
+    assert_offset_coverage(spark, web, 4)

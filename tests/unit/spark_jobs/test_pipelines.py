@@ -328,3 +328,33 @@ def test_the_events_pipelines_topic_is_the_setting_unless_its_entry_names_one(tm
     config = three_pipelines()
     config["pipelines"][0]["topic"] = "events-v2"
     assert pipelines.load(write(tmp_path, config), defaults)[0].topic == "events-v2"
+
+
+def test_a_contract_change_is_compatible_unless_a_role_moves_or_a_typed_column_narrows_or_goes() -> None:
+    from dataclasses import replace
+
+    from spark_jobs.pipelines import EVENTS_CONTRACT, contract_change
+
+    stored = replace(EVENTS_CONTRACT, columns=(Column("amount", "/properties/amount", "decimal(18,2)"),)).document()
+    relaxed = {**EVENTS_CONTRACT.schema, "required": ["event_id", "entity_id", "event_time"]}
+    compatible = [
+        (replace(EVENTS_CONTRACT, schema=relaxed), "the schema's rules"),
+        (replace(EVENTS_CONTRACT, key_is_entity_id=False), "key_is_entity_id False"),
+    ]
+    for contract, what in compatible:
+        contract = replace(contract, columns=(Column("amount", "/properties/amount", "decimal(18,2)"),))
+        assert contract_change(stored, contract).compatible and contract_change(stored, contract).describe() == what
+    grown = replace(EVENTS_CONTRACT, columns=(Column("amount", "/properties/amount", "decimal(18,2)"),
+                                              Column("url", "/properties/url", "string")))  # fmt: skip
+    assert contract_change(stored, grown).describe() == "a typed column of '/properties/url' (string)"
+    assert contract_change(stored, grown).compatible
+    incompatible = [
+        (replace(EVENTS_CONTRACT, entity_id="/user"), "entity_id moved from '/entity_id' to '/user'"),
+        (replace(EVENTS_CONTRACT, event_type=None), "event_type moved from '/event_type' to None"),
+        (EVENTS_CONTRACT, "the typed column of '/properties/amount' was dropped"),
+        (replace(EVENTS_CONTRACT, columns=(Column("amount", "/properties/amount", "int"),)),
+         "the typed column of '/properties/amount' changed from decimal(18,2) to int"),
+    ]  # fmt: skip
+    for contract, what in incompatible:
+        change = contract_change(stored, contract)
+        assert not change.compatible and what in change.describe(), change
