@@ -21,6 +21,8 @@ from urllib.parse import urlencode
 # FastAPI reads a route's annotations from this module's globals (they are strings here).
 from fastapi import Request
 
+from tidemark_airflow.pipelines import dag_id
+
 STATUS_COLOURS = {"ok": "#2e7d32", "mismatch": "#c62828", "lagging": "#ef6c00", "counted": "#757575"}
 SERIES_COLOURS = ("#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457", "#4e342e", "#37474f")
 
@@ -356,12 +358,6 @@ def pipeline_flag(pipeline: str) -> str:
     return "" if pipeline == DEFAULT_PIPELINE else f" --pipeline {pipeline}"
 
 
-def dag_id(kind: str, pipeline: str) -> str:
-    from tidemark_airflow.pipelines import dag_id
-
-    return dag_id(kind, pipeline)
-
-
 def render_findings(findings: list[tuple], pipeline: str) -> str:
     """The open findings (and the latest closed ones): what is still wrong, since when, how it closed."""
     from spark_jobs.reconcile.open_findings import describe
@@ -500,8 +496,6 @@ def create_app():  # -> fastapi.FastAPI
         from urllib.parse import parse_qs, quote
 
         from fastapi.responses import RedirectResponse
-
-        from tidemark_airflow.pipelines import dag_id
 
         settings = _settings(pipeline)
         repair_dag = dag_id("repair", settings.pipeline)
