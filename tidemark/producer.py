@@ -13,6 +13,7 @@ some are aborted.
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 from collections import Counter
@@ -226,10 +227,11 @@ class Sampler:
         if kind == "array":
             return [self._sample(node.get("items", {}), rng, depth + 1) for _ in range(max(node.get("minItems", 1), 1))]
         if kind in ("integer", "number"):
-            low = node.get("minimum", node.get("exclusiveMinimum", -1) + 1 if "exclusiveMinimum" in node else 0)
-            high = node.get("maximum", low + 1000)
-            n = rng.randint(int(low), int(max(low, high)))
-            return n if kind == "integer" else round(n + rng.random() * (high > n), 2)
+            low = node.get("minimum", node["exclusiveMinimum"] + 1 if "exclusiveMinimum" in node else 0)
+            high = node.get("maximum", node["exclusiveMaximum"] - 1 if "exclusiveMaximum" in node else low + 1000)
+            if kind == "integer":
+                return rng.randint(math.ceil(low), max(math.ceil(low), math.floor(high)))
+            return min(max(round(low + (high - low) * rng.random(), 2), low), high)
         if kind == "boolean":
             return rng.random() < 0.5
         if kind == "null":
