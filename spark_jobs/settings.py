@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
+from spark_jobs.pipelines import DEFAULT_SCHEDULE
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract, Declared, Pipeline
@@ -170,6 +171,8 @@ class Settings:
     topic: str = setting("TIDEMARK_TOPIC", TEXT, DEFAULT_TOPIC, "the Kafka topic of user events")
     pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
         "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
+    ingest_schedule: str = setting("TIDEMARK_INGEST_SCHEDULE", TEXT, DEFAULT_SCHEDULE, "the ingest DAGs' cron "
+        "(UTC) for a pipeline whose entry names no `schedule`; read when the DAG files are parsed")
     # Empty: derived from home and the ports (__post_init__), as `shown` says.
     bootstrap_servers: str = setting("TIDEMARK_KAFKA_BOOTSTRAP_SERVERS", TEXT, "",
         shown="`127.0.0.1:$TIDEMARK_KAFKA_PORT`")
@@ -285,10 +288,9 @@ class Settings:
             raise PipelinesError(declared.lines())
         return declared.pipelines
 
-    def declarations(self, schedule: str | None = None) -> Declared:
+    def declarations(self) -> Declared:
         """What :attr:`pipelines_file` declares, entry by entry (:class:`~spark_jobs.pipelines.Declared`). What
-        an entry leaves out comes from these settings (the pipeline ``events``'s topic is :attr:`topic`), its
-        schedule from ``schedule`` when given."""
+        an entry leaves out comes from these settings (the pipeline ``events``'s topic is :attr:`topic`)."""
         from spark_jobs import pipelines
 
         # The pipeline events' topic is TIDEMARK_TOPIC, which the settings of another pipeline no longer hold
@@ -296,10 +298,8 @@ class Settings:
         topic = self.topic if self.pipeline == DEFAULT_PIPELINE else DEFAULT_TOPIC
         defaults = pipelines.Defaults(
             self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger,
-            default_pipeline=DEFAULT_PIPELINE, default_topic=topic,
+            schedule=self.ingest_schedule, default_pipeline=DEFAULT_PIPELINE, default_topic=topic,
         )  # fmt: skip
-        if schedule is not None:
-            defaults = replace(defaults, schedule=schedule)
         return pipelines.load_each(self.pipelines_file, defaults)
 
     def for_pipeline(self, pipeline: Pipeline) -> Settings:

@@ -13,7 +13,6 @@ The pipeline ``events`` keeps the DAG ids a deployment made before pipelines has
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,11 +27,9 @@ KINDS = ("ingest", "backfill", "reconcile", "repair", "maintenance")
 def declared() -> Declared:
     """What the pipelines file of this component's settings declares, entry by entry. A pipeline that names
     no schedule runs on ``TIDEMARK_INGEST_SCHEDULE`` (default every 15 minutes, UTC)."""
-    from spark_jobs.pipelines import DEFAULT_SCHEDULE
     from spark_jobs.settings import Settings
 
-    schedule = os.environ.get("TIDEMARK_INGEST_SCHEDULE") or DEFAULT_SCHEDULE
-    return Settings.from_env().declarations(schedule=schedule)
+    return Settings.from_env().declarations()
 
 
 def dag_pipelines() -> list[Pipeline]:

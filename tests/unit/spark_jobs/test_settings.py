@@ -177,6 +177,7 @@ OTHER_VALUES = {
     "TIDEMARK_PIPELINE": "web",
     "TIDEMARK_TOPIC": "clicks",
     "TIDEMARK_PIPELINES": "/etc/tidemark/pipelines.yaml",
+    "TIDEMARK_INGEST_SCHEDULE": "@hourly",
     "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS": "kafka-1:9092,kafka-2:9092",
     "TIDEMARK_POSTGRES_DSN": "host=db dbname=x",
     "TIDEMARK_LAKE_ROOT": "s3a://bucket/lake",
