@@ -477,6 +477,48 @@ def test_the_page_shows_each_ingest_run_and_the_quarantine_by_reason_whose_run_l
     assert state == "success" and urllib.parse.unquote(browser.current_url).rstrip("/").endswith(run_id)
 
 
+def test_runs_of_two_pipelines_run_at_once_through_airflow_each_under_its_own_writer_lock(
+    airflow: AirflowServices, spark
+) -> None:
+    """Both pipelines' ingest DAGs triggered together: the scheduler runs the two spark-submits side by
+    side (each holds its own pipeline's writer lock), and each run ends with its pipeline exact."""
+    from spark_jobs import reconcile
+
+    events = airflow.settings
+    web = events.for_pipeline(events.declared("web"))
+    produce(events, ProduceSpec(count=300, entities=6, seed=23, id_prefix="both-"), topic=events.topic)
+    spec = ProduceSpec(count=300, entities=6, malformed_rate=0.05, seed=24, id_prefix="both-", contract=web.contract())
+    produce(web, spec, topic=web.topic)
+    api = Api(airflow)
+    since = datetime.now(UTC)
+    triggered = {}
+    for dag_id in ("tidemark_ingest", "tidemark_ingest__web"):
+        api.patch(f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        triggered[dag_id] = api.post(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None})["dag_run_id"]
+    for dag_id, run_id in triggered.items():
+        [done] = [r for r in api.wait_for_runs(dag_id, "manual", 1) if r["dag_run_id"] == run_id]
+        assert done["state"] == "success", done
+        api.wait_for_runs(dag_id, "scheduled", 0)  # unpausing may have added a scheduled run: it finishes too
+        api.patch(f"/api/v2/dags/{dag_id}", {"is_paused": True})
+    # The runs (the manual ones, and any scheduled one) of the two pipelines ran at the same time.
+    spans = [
+        query(
+            settings,
+            "SELECT started_at, finished_at FROM ingest_runs WHERE started_by LIKE %s AND started_at >= %s",
+            f"airflow {dag_id} %",
+            since,
+        )  # fmt: skip
+        for dag_id, settings in (("tidemark_ingest", events), ("tidemark_ingest__web", web))
+    ]
+    assert all(spans), spans
+    assert any(e0 < w1 and w0 < e1 for e0, e1 in spans[0] for w0, w1 in spans[1]), f"no two runs overlapped: {spans}"
+    # Web's run wrote web's schema and folder only, and web is exact.
+    assert query(web, "SELECT DISTINCT topic FROM ledger_batches") == [(web.topic,)]
+    assert query(events, "SELECT count(*) FROM ledger_batches WHERE topic = %s", web.topic) == [(0,)]
+    report = reconcile.run(web, "both-web", lambda: spark)
+    assert report is not None and report.status == "ok", report.findings()
+
+
 def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow: AirflowServices) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
