@@ -32,6 +32,12 @@ from spark_jobs.errors import ConfigError
 
 # A pipeline's name names its PostgreSQL schema, its folder of Delta tables and its DAGs.
 NAME_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
+# The pipeline of a deployment made before pipelines were declared: its tables keep their places
+# (the lake root's top level, PostgreSQL's `public` schema, the lock keys without a suffix), and its
+# DAGs their ids.
+DEFAULT_PIPELINE = "events"
+# The DAGs each pipeline has (dags/): tidemark_<kind> for the pipeline events, tidemark_<kind>__<name> for another.
+DAG_KINDS = ("ingest", "backfill", "reconcile", "repair", "maintenance")
 # Names a pipeline may not have: PostgreSQL's schemas (and those starting pg_), `public` (the default
 # pipeline `events` keeps its tables there), and the lake root's own folders, where the default
 # pipeline keeps its Delta tables (`tidemark land` its raw_events).
@@ -312,8 +318,15 @@ class Defaults:
     alerts: Alerts = field(default_factory=Alerts)
     # A pipeline's topic is its name, but the default pipeline's is the setting TIDEMARK_TOPIC, as it
     # was before pipelines were declared.
-    default_pipeline: str = "events"
+    default_pipeline: str = DEFAULT_PIPELINE
     default_topic: str = "events"
+
+
+def dag_id(kind: str, pipeline: str) -> str:
+    """The id of ``pipeline``'s DAG of ``kind``: ``tidemark_<kind>`` for ``events``, ``tidemark_<kind>__<name>``."""
+    if kind not in DAG_KINDS:
+        raise ValueError(f"kind must be one of {DAG_KINDS}, got {kind!r}")
+    return f"tidemark_{kind}" if pipeline == DEFAULT_PIPELINE else f"tidemark_{kind}__{pipeline}"
 
 
 class PipelinesError(ConfigError):

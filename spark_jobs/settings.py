@@ -18,15 +18,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
-from spark_jobs.pipelines import DEFAULT_SCHEDULE
+from spark_jobs.pipelines import DEFAULT_PIPELINE, DEFAULT_SCHEDULE
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract, Declared, Pipeline
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-# The pipeline of a deployment made before pipelines were declared: its tables keep their places
-# (the lake root's top level, PostgreSQL's `public` schema, the lock keys without a suffix).
-DEFAULT_PIPELINE = "events"
 DEFAULT_TOPIC = "events"
 
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from datetime import UTC, timedelta
 
-from spark_jobs.errors import TidemarkError
+from spark_jobs.errors import ConfigError, TidemarkError
 from spark_jobs.quarantine import SAMPLES
 from spark_jobs.secrets import redact
 from spark_jobs.settings import Settings
@@ -40,6 +40,21 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def dags_banner(settings: Settings) -> list[str]:
+    """The DAGs of each pipeline the file declares (loaded paused), and the entries that get none."""
+    from spark_jobs.pipelines import DAG_KINDS, dag_id
+
+    try:
+        declared = settings.declarations()
+    except ConfigError as exc:  # the file as a whole: Airflow shows it as an import error too
+        return [f"no DAGs: {line}" for line in str(exc).splitlines()]
+    lines = [
+        f"DAGs of pipeline {p.name} (paused until you unpause them): {', '.join(dag_id(k, p.name) for k in DAG_KINDS)}"
+        for p in declared.pipelines
+    ]
+    return lines + [f"no DAGs: {line}" for line in declared.lines()]
+
+
 def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
     """Run Airflow with tidemark's DAGs in the foreground until Ctrl-C (or SIGTERM), then stop it all."""
     import signal
@@ -52,8 +67,8 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
     user, password = airflow.login()
     print(
         f"\nAirflow is ready: {airflow.url}\n  log in as {user} / {password}  (stored in {airflow.password_file})\n"
-        "  DAGs: tidemark_ingest, tidemark_backfill, tidemark_reconcile, tidemark_repair, tidemark_maintenance\n"
-        f"  the tidemark page: {airflow.url}/tidemark/; component logs in {airflow.home / 'logs'}\n"
+        + "".join(f"  {line}\n" for line in dags_banner(settings))
+        + f"  the tidemark page: {airflow.url}/tidemark/; component logs in {airflow.home / 'logs'}\n"
         "  Ctrl-C stops every component.",
         flush=True,
     )

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from spark_jobs.pipelines import dag_id  # noqa: F401  (the DAG files' names of a pipeline's DAGs)
+
 if TYPE_CHECKING:
     from airflow.sdk import Asset
 
     from spark_jobs.pipelines import Declared, Pipeline
     from tidemark_airflow.notifiers import AlertNotifier
-
-KINDS = ("ingest", "backfill", "reconcile", "repair", "maintenance")
 
 
 def declared() -> Declared:
@@ -57,20 +57,11 @@ def raise_problems() -> None:
         raise PipelinesError(problems)
 
 
-def dag_id(kind: str, pipeline: str) -> str:
-    """``tidemark_<kind>`` for the pipeline ``events``, ``tidemark_<kind>__<pipeline>`` for another."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
-
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    return f"tidemark_{kind}" if pipeline == DEFAULT_PIPELINE else f"tidemark_{kind}__{pipeline}"
-
-
 def sinks(pipeline: str) -> Asset:
     """The Asset a successful ingest, backfill or repair of ``pipeline`` updates; its reconcile is scheduled on it."""
     from airflow.sdk import Asset
 
-    from spark_jobs.settings import DEFAULT_PIPELINE
+    from spark_jobs.pipelines import DEFAULT_PIPELINE
 
     if pipeline == DEFAULT_PIPELINE:
         return Asset(name="tidemark_sinks", uri="tidemark://sinks")

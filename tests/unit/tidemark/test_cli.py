@@ -150,3 +150,26 @@ def test_tidemark_pipelines_lists_and_checks_the_file_and_prints_each_problem_on
         "tidemark pipelines: pipelines.yaml: pipeline 'events': schedule: 'quarterly' is not a cron expression "
         "(e.g. '*/15 * * * *') or a preset (@hourly, @daily, @weekly, @monthly, @yearly)",
     ], failed.stderr
+
+
+def test_the_airflow_banner_names_each_pipelines_dags_and_the_entries_that_get_none(tmp_path: Path) -> None:
+    import yaml
+
+    from spark_jobs.settings import PROJECT_ROOT, Settings
+    from tidemark.cli import dags_banner
+
+    shipped = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())["pipelines"][0]
+    broken = {**shipped, "name": "web", "contract": {**shipped["contract"], "event_time": "/ts"}}
+    good = {**shipped, "name": "orders", "topic": "orders"}
+    (tmp_path / "pipelines.yaml").write_text(yaml.safe_dump({"pipelines": [shipped, broken, good]}))
+    banner = dags_banner(Settings.from_env({"TIDEMARK_PIPELINES": str(tmp_path / "pipelines.yaml")}))
+    assert banner == [
+        "DAGs of pipeline events (paused until you unpause them): tidemark_ingest, tidemark_backfill, "
+        "tidemark_reconcile, tidemark_repair, tidemark_maintenance",
+        "DAGs of pipeline orders (paused until you unpause them): tidemark_ingest__orders, tidemark_backfill__orders, "
+        "tidemark_reconcile__orders, tidemark_repair__orders, tidemark_maintenance__orders",
+        "no DAGs: pipelines.yaml: pipeline 'web': contract.event_time: '/ts' is not a property the schema declares",
+    ]
+    (tmp_path / "pipelines.yaml").write_text("pipelines: [\n")
+    [line] = dags_banner(Settings.from_env({"TIDEMARK_PIPELINES": str(tmp_path / "pipelines.yaml")}))
+    assert line.startswith("no DAGs: pipelines.yaml: not valid YAML at line 2")
