@@ -145,7 +145,7 @@ def test_roles_script_is_idempotent_and_gives_the_pipeline_rows_only(roles: Role
 
     owned = owned_by(roles, roles.owner)
     tables = {name for kind, name in owned if kind == "table"}
-    assert tables == {"ledger_batches", "ledger_ranges", "sessions", "session_rules", "reconcile_runs",
+    assert tables == {"ledger_batches", "ledger_ranges", "sessions", "session_rules", "contracts", "reconcile_runs",
                       "reconcile_ranges", "verified_ranges", "range_moves", "repairs", "reconcile_lag",
                       "pipeline_starts", "retention_losses", "writer_epochs", "write_attempts", "write_floors",
                       "findings", "ingest_runs", "ingest_lag", "quarantine_reasons", "schema_migrations"}  # fmt: skip
