@@ -95,7 +95,7 @@ test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL
 
 # Airflow itself: the DAGs end to end with dag.test() (spark-submit through the operator, alerts,
 # the repair loop), and the UI in a headless Chromium (the trigger form, the tidemark page, Airflow's
-# own backfill). About 10 minutes; CI runs it after `make test`.
+# own backfill). About 20 minutes; CI runs it after `make test`.
 test-airflow: venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m airflow --durations=10 tests
 
