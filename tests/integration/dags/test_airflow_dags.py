@@ -24,7 +24,7 @@ from psycopg2.extensions import parse_dsn
 
 from spark_jobs.offsets import latest_ranges
 from spark_jobs.settings import PROJECT_ROOT, Settings
-from tests.integration.spark_jobs.checks import delete_records, delta_rows, query
+from tests.integration.spark_jobs.checks import delete_records, query
 from tidemark.producer import ProduceSpec, produce
 
 # Airflow itself (dag.test, the api-server and a browser): `make test-airflow`, not `make test`.
@@ -418,48 +418,3 @@ def test_a_spark_job_that_fails_on_something_to_fix_alerts_with_the_cause_first(
     assert cause.startswith(removed), cause
     assert "allow_data_loss" in cause and "Cannot execute" not in alert["json"]["text"]
     assert rest == ["(the ingest job failed: its output is in this task's log)"], rest
-
-
-def test_a_second_pipelines_dags_ingest_and_reconcile_its_topic_into_its_own_state_beside_a_running_one(
-    deployment: Settings, spark, tmp_path: Path, monkeypatch
-) -> None:
-    """pipelines.yaml declares events and a Segment-style web: the DAG files generate web's own DAGs, whose
-    run writes web's tables, schema and ledger under web's lock while a run of events holds events' lock."""
-    import yaml
-
-    from spark_jobs.errors import WriterBusy
-    from spark_jobs.lock import check_writer_free, single_writer
-    from tests.integration.spark_jobs.checks import assert_offset_coverage, assert_settings_sinks_agree
-    from tests.integration.spark_jobs.test_pipelines import WEB
-    from tidemark.migrations import migrate_pipelines
-
-    shipped = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())["pipelines"]
-    path = tmp_path / "pipelines.yaml"
-    path.write_text(yaml.safe_dump({"pipelines": [*shipped, {**WEB, "topic": f"web-{uuid.uuid4().hex[:8]}"}]}))
-    monkeypatch.setenv("TIDEMARK_PIPELINES", str(path))
-    events = replace(deployment, pipelines_file=path)
-    migrate_pipelines(events)
-    web = events.for_pipeline(events.declared("web"))
-    spec = ProduceSpec(count=300, entities=6, duplicate_rate=0.05, malformed_rate=0.05, seed=4, contract=web.contract())
-    report = produce(web, spec, topic=web.topic, partitions=2)
-
-    with single_writer(events, "ingest:events (a run of events, held by the test)"):
-        with pytest.raises(WriterBusy, match="writing the pipeline 'events'"):
-            check_writer_free(events)
-        run = load_dag("tidemark_ingest__web").test()
-    assert state(run) == "success", task_states(run)
-    reconciled = load_dag("tidemark_reconcile__web").test()
-    assert state(reconciled) == "success", task_states(reconciled)
-
-    # Web's run is in web's schema, named after web's DAG; events' schema holds nothing of it.
-    assert query(web, "SELECT started_by FROM ingest_runs") == [(f"airflow tidemark_ingest__web {run.run_id}",)]
-    assert query(web, "SELECT sum(records_read) FROM ledger_batches")[0][0] == report.committed
-    assert query(web, "SELECT status FROM reconcile_runs") == [("ok",)]
-    assert query(events, "SELECT count(*) FROM ledger_batches") == [(0,)]
-    assert query(events, "SELECT count(*) FROM reconcile_runs") == [(0,)]
-    # Web's Delta tables, in its folder of the lake, account for every offset, and its sinks agree.
-    assert web.table_path("events") == f"{events.lake_root}/web/events"
-    assert_offset_coverage(spark, web, report.committed)
-    assert_settings_sinks_agree(spark, web, "")
-    malformed = sum(n for kind, n in report.produced.items() if kind.startswith("malformed:"))
-    assert malformed and len(delta_rows(spark, web, "quarantine")) == malformed

@@ -483,6 +483,7 @@ def test_runs_of_two_pipelines_run_at_once_through_airflow_each_under_its_own_wr
     """Both pipelines' ingest DAGs triggered together: the scheduler runs the two spark-submits side by
     side (each holds its own pipeline's writer lock), and each run ends with its pipeline exact."""
     from spark_jobs import reconcile
+    from tests.integration.spark_jobs.checks import assert_offset_coverage, assert_settings_sinks_agree
 
     events = airflow.settings
     web = events.for_pipeline(events.declared("web"))
@@ -512,9 +513,13 @@ def test_runs_of_two_pipelines_run_at_once_through_airflow_each_under_its_own_wr
     ]
     assert all(spans), spans
     assert any(e0 < w1 and w0 < e1 for e0, e1 in spans[0] for w0, w1 in spans[1]), f"no two runs overlapped: {spans}"
-    # Web's run wrote web's schema and folder only, and web is exact.
+    # Web's runs wrote web's schema and folder only, and web is exact: every offset of its topic in
+    # exactly one of its record tables, its sessions the same in Delta and PostgreSQL, reconcile green.
     assert query(web, "SELECT DISTINCT topic FROM ledger_batches") == [(web.topic,)]
     assert query(events, "SELECT count(*) FROM ledger_batches WHERE topic = %s", web.topic) == [(0,)]
+    assert web.table_path("events") == f"{events.lake_root}/web/events"
+    assert_offset_coverage(spark, web, sum(r.end for r in latest_ranges(web, web.topic)))
+    assert_settings_sinks_agree(spark, web, "")
     report = reconcile.run(web, "both-web", lambda: spark)
     assert report is not None and report.status == "ok", report.findings()
 
