@@ -12,10 +12,12 @@ some are aborted.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
 import sys
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -163,15 +165,15 @@ class Sampler:
         """A record of ``kind`` (:data:`MALFORMED_KINDS`) made from the good ``value``."""
         c, key = self.contract, entity.encode()
         if kind == "missing_field":
-            broken = json.loads(json.dumps(value))
+            broken = copy.deepcopy(value)
             _put(broken, rng.choice([c.event_id, c.entity_id, c.event_time]), None, delete=True)
             return key, json.dumps(broken).encode()
         if kind == "wrong_type":
-            broken = json.loads(json.dumps(value))
+            broken = copy.deepcopy(value)
             _put(broken, c.event_id, 12345)
             return key, json.dumps(broken).encode()
         if kind == "bad_event_time":
-            broken = json.loads(json.dumps(value))
+            broken = copy.deepcopy(value)
             _put(broken, c.event_time, "last tuesday")
             return key, json.dumps(broken).encode()
         if kind == "oversized":
@@ -249,7 +251,7 @@ def _string(node: dict, rng: random.Random) -> str:
     if fmt == "email":
         return f"user{rng.randrange(1000)}@example.com"
     if fmt == "uuid":
-        return str(__import__("uuid").UUID(int=rng.getrandbits(128)))
+        return str(uuid.UUID(int=rng.getrandbits(128)))
     if fmt in ("uri", "iri"):
         return f"https://example.com/p/{rng.randrange(50)}"
     text = f"s{rng.randrange(10_000)}"
