@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import dedupe, ledger, moves, producers, quarantine, session_changes
-from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, TABLE_SCHEMAS, SessionRules
+from spark_jobs.contract import COORDINATES, TABLE_SCHEMAS, SessionRules
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
@@ -171,7 +171,7 @@ class BatchPlanner:
 
         events = self._read("events")
         replayed = delta.within(events, ranges) if held_in.get("events") else None
-        candidates = parsed.where("quarantine_reason IS NULL").select(*EVENT_COLUMNS)
+        candidates = parsed.where("quarantine_reason IS NULL").select(*self.contract.event_columns)
         if replayed is not None:
             candidates = candidates.unionByName(replayed)
         horizon = self.settings.dedupe_horizon_us

@@ -35,6 +35,25 @@ EVENT_COLUMNS = (
     "event_time",
     "properties",
 )
+# What a batch's rows carry beside the events' columns while it is written (the record, its check,
+# its ranking: dedupe.RANK_COLUMNS; a MERGE's op): a contract's typed column takes none of these names.
+WORKING_COLUMNS = (
+    "key",
+    "value",
+    "quarantine_reason",
+    "timestamp_type",
+    "previous_arrival",
+    "checked",
+    "event_ts",
+    "properties_variant",
+    "in_batch",
+    "rank",
+    "has_stored",
+    "stored_here",
+    "new",
+    "loser",
+    "op",
+)
 SESSION_COLUMNS = (
     "session_id",
     "entity_id",

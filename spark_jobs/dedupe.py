@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import COORDINATES, EVENT_COLUMNS
+from spark_jobs.contract import COORDINATES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -31,13 +31,17 @@ ID_ROW_BYTES = 64
 # and stored rows a takeover displaces (the earlier copy may carry another entity_id).
 TOUCHES = "(in_batch AND NOT loser) OR (loser AND NOT in_batch)"
 
+# The columns :func:`rank` adds to the events' own (so no typed column of a contract takes their names).
+RANK_COLUMNS = ("in_batch", "rank", "has_stored", "stored_here", "new", "loser")
+
 
 def rank(
     candidates: DataFrame, events: DataFrame, stored_since_us: int | None = None, broadcast_ids: bool = False
 ) -> DataFrame:
     """Valid records of a batch and the stored copies of their event_ids, ranked per event_id.
 
-    ``candidates`` and ``events`` have :data:`~spark_jobs.contract.EVENT_COLUMNS`; ``events`` is
+    ``candidates`` and ``events`` have the pipeline's event columns (:data:`~spark_jobs.contract.EVENT_COLUMNS`
+    and its contract's typed columns); ``events`` is
     what the ``events`` table holds. ``stored_since_us`` (epoch microseconds) is the dedupe
     horizon's edge: only stored copies that arrived at or after it are looked up, so Delta reads
     only the files written since (``events`` is written in arrival order). ``broadcast_ids``: the
@@ -62,13 +66,14 @@ def rank(
 
     if stored_since_us is not None:
         events = events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(stored_since_us)))
-    batch = candidates.select(*EVENT_COLUMNS, F.lit(True).alias("in_batch"))
-    payload = {c: F.lit(None).cast(candidates.schema[c].dataType) for c in EVENT_COLUMNS if c not in STORED_COLUMNS}
+    columns = candidates.columns
+    batch = candidates.select(*columns, F.lit(True).alias("in_batch"))
+    payload = {c: F.lit(None).cast(candidates.schema[c].dataType) for c in columns if c not in STORED_COLUMNS}
     ids = candidates.select("event_id")
     stored = (
         events.select(*STORED_COLUMNS)
         .join(F.broadcast(ids) if broadcast_ids else ids, "event_id", "left_semi")
-        .select(*[payload[c].alias(c) if c in payload else c for c in EVENT_COLUMNS], F.lit(False).alias("in_batch"))
+        .select(*[payload[c].alias(c) if c in payload else c for c in columns], F.lit(False).alias("in_batch"))
     )
     by_event = Window.partitionBy("event_id")
     in_order = by_event.orderBy(*ARRIVAL_ORDER)
@@ -88,12 +93,16 @@ def rank(
 
 def first_arrivals(ranked: DataFrame) -> DataFrame:
     """New event_ids: rows to append to ``events``."""
-    return ranked.where("new AND NOT has_stored").select(*EVENT_COLUMNS)
+    return ranked.where("new AND NOT has_stored").select(*_event_columns(ranked))
 
 
 def takeovers(ranked: DataFrame) -> DataFrame:
     """Earlier copies of stored event_ids: each replaces the stored rows it displaces (``displaced``)."""
-    return ranked.where("new AND has_stored").select(*EVENT_COLUMNS)
+    return ranked.where("new AND has_stored").select(*_event_columns(ranked))
+
+
+def _event_columns(ranked: DataFrame) -> list[str]:
+    return [c for c in ranked.columns if c not in RANK_COLUMNS]
 
 
 def displaced(ranked: DataFrame) -> DataFrame:

@@ -9,6 +9,7 @@ PySpark's public API; ``_jvm``, ``_jsc``, ``_jdf`` and ``_jsparkSession`` are re
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -141,17 +142,21 @@ def register_contract_check(
     schema_json: str,
     roles: tuple[str, str, str | None, str],
     properties: str | None,
+    columns: tuple[str, ...],
     key_is_entity_id: bool,
     max_value_bytes: int,
     max_entity_id_bytes: int,
 ) -> None:
     """Register the SQL function ``name(key, value)``: a pipeline's contract check of a Kafka record,
     ``io.tidemark.contract.RecordCheck`` (jvm/contract; its struct is ``RecordCheck.RESULT``).
-    ``roles``: the JSON pointers of the event id, entity id, event type (None: none) and event time."""
+    ``roles``: the JSON pointers of the event id, entity id, event type (None: none) and event time;
+    ``columns``: the typed columns' pointers, whose JSON texts the check returns."""
     from py4j.java_gateway import JavaClass
 
     record_check = spark.sparkContext._jvm.io.tidemark.contract.RecordCheck
     if not isinstance(record_check, JavaClass):  # py4j's JavaPackage: no such class on the classpath
         raise ConfigError("the contract check (jars/contract) is not on Spark's classpath. Run `make jars`.")
-    check = record_check(schema_json, *roles, properties, key_is_entity_id, max_value_bytes, max_entity_id_bytes)
+    check = record_check(
+        schema_json, *roles, properties, json.dumps(columns), key_is_entity_id, max_value_bytes, max_entity_id_bytes
+    )
     spark._jsparkSession.udf().register(name, check, record_check.RESULT)

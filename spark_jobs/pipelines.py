@@ -27,7 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.contract import EVENT_COLUMNS, SessionRules
+from spark_jobs.contract import EVENT_COLUMNS, TABLE_SCHEMAS, WORKING_COLUMNS, SessionRules
 from spark_jobs.errors import ConfigError
 
 # A pipeline's name names its PostgreSQL schema, its folder of Delta tables and its DAGs.
@@ -197,6 +197,16 @@ class Contract:
     properties: str | None = None
     key_is_entity_id: bool = True
     columns: tuple[Column, ...] = ()
+
+    @property
+    def event_columns(self) -> tuple[str, ...]:
+        """The columns of the pipeline's ``events``: every pipeline's, then its typed columns."""
+        return (*EVENT_COLUMNS, *(c.name for c in self.columns))
+
+    def table_schema(self, table: str) -> str:
+        """The DDL column list of the pipeline's Delta ``table`` (``events`` has the typed columns)."""
+        typed = [f"{c.name} {c.type}" for c in self.columns] if table == "events" else []
+        return ", ".join([TABLE_SCHEMAS[table], *typed])
 
     @property
     def digest(self) -> str:
@@ -529,6 +539,8 @@ def _entry_problems(entry: Mapping[str, Any], schema: Mapping[str, Any]) -> Iter
             yield f"contract.columns.{dotted}: a column's path is lower-case words joined by '.', e.g. page.url"
         elif column in RESERVED_COLUMNS:
             yield f"contract.columns.{dotted}: {column!r} is a column every events table has; pick another field"
+        elif column in WORKING_COLUMNS:
+            yield f"contract.columns.{dotted}: {column!r} is a name tidemark uses while writing; pick another field"
         elif column in names:
             yield f"contract.columns.{dotted}: makes the column {column!r}, as {names[column]} does"
         elif _declared(schema, pointer) is None:
@@ -654,7 +666,7 @@ def _rules(sessions: Mapping[str, Any], default: SessionRules) -> SessionRules:
 def _pipeline(entry: Mapping[str, Any], topic: str, schema: Mapping[str, Any], defaults: Defaults) -> Pipeline:
     raw = entry["contract"]
     columns = tuple(
-        Column(dotted.replace(".", "_"), _dotted_pointer(dotted), type_)
+        Column(dotted.replace(".", "_"), _dotted_pointer(dotted), type_.replace(" ", ""))
         for dotted, type_ in raw.get("columns", {}).items()
     )
     contract = Contract(

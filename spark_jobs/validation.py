@@ -23,7 +23,7 @@ from spark_jobs.contract import EARLIEST_EVENT_TIME_US, LATEST_EVENT_TIME_US, MA
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from spark_jobs.pipelines import Contract
+    from spark_jobs.pipelines import Column, Contract
 
 # ISO-8601 with an explicit offset (or Z), as the contract requires.
 _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
@@ -41,7 +41,7 @@ WHEN NOT regexp_like(checked.event_time, '{_ISO_WITH_OFFSET}') OR event_ts IS NU
   THEN 'bad_event_time: not ISO-8601 with an offset'
 WHEN unix_micros(event_ts) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}
   THEN 'bad_event_time: outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (what both sinks store)'
-ELSE checked.late_reason END"""
+ELSE coalesce(checked.late_reason, {{columns}}) END"""
 
 
 def register_check(raw: DataFrame, contract: Contract) -> str:
@@ -51,10 +51,26 @@ def register_check(raw: DataFrame, contract: Contract) -> str:
     limits = (MAX_VALUE_BYTES, MAX_ENTITY_ID_BYTES)
     name = f"tidemark_contract_{contract.digest[:16]}_{limits[0]}_{limits[1]}"
     roles = (contract.event_id, contract.entity_id, contract.event_type, contract.event_time)
+    columns = tuple(c.pointer for c in contract.columns)
     jvm.register_contract_check(
-        raw.sparkSession, name, schema, roles, contract.properties, contract.key_is_entity_id, *limits
+        raw.sparkSession, name, schema, roles, contract.properties, columns, contract.key_is_entity_id, *limits
     )
     return name
+
+
+def _typed(i: int, column: Column) -> str:
+    """The SQL of typed column ``i``: the producer's JSON text at its pointer, read as its type."""
+    return f"try_variant_get(try_parse_json(checked.columns[{i}]), '$', '{column.type}')"
+
+
+def _column_reason(contract: Contract) -> str:
+    """The SQL of the first typed column whose value the column's type cannot hold (null: none)."""
+    cases = [
+        f"WHEN checked.columns[{i}] <> 'null' AND `{c.name}` IS NULL THEN "
+        f"'wrong_type: {c.pointer[1:]} does not fit the column {c.name} ({c.type})'"
+        for i, c in enumerate(contract.columns)
+    ]
+    return f"CASE {' '.join(cases)} END" if cases else "CAST(NULL AS string)"
 
 
 def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
@@ -62,7 +78,8 @@ def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
 
     Output columns: topic, partition, offset, arrival_time (the Kafka timestamp), key, value,
     event_id, entity_id, event_type, event_time, properties (JSON text, in the Variant's canonical
-    form), quarantine_reason, and timestamp_type (Kafka's: 0 CreateTime, 1 LogAppendTime) when
+    form), the contract's typed columns (a value their type cannot hold quarantines the record),
+    quarantine_reason, and timestamp_type (Kafka's: 0 CreateTime, 1 LogAppendTime) when
     ``raw`` has ``timestampType``. Parsed fields are null for quarantined rows.
     """
     from pyspark.sql import functions as F
@@ -82,8 +99,9 @@ def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
         "*",
         F.expr("try_to_timestamp(checked.event_time)").alias("event_ts"),
         F.expr("try_parse_json(checked.properties)").alias("properties_variant"),
+        *[F.expr(_typed(i, c)).alias(c.name) for i, c in enumerate(contract.columns)],
     )
-    checked = checked.withColumn("quarantine_reason", F.expr(_REASON))
+    checked = checked.withColumn("quarantine_reason", F.expr(_REASON.replace("{columns}", _column_reason(contract))))
     valid = F.col("quarantine_reason").isNull()
     return checked.select(
         "topic",
@@ -98,6 +116,7 @@ def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
         F.when(valid, F.col("event_ts")).alias("event_time"),
         # The producer's text, written back as Spark's Variant writes it (keys sorted, numbers canonical).
         F.when(valid, F.expr("to_json(properties_variant)")).alias("properties"),
+        *[F.when(valid, F.col(c.name)).alias(c.name) for c in contract.columns],
         "quarantine_reason",
         *timestamp_type,
     )

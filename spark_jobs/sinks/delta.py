@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_jobs import jvm
-from spark_jobs.contract import COORDINATES, EVENT_COLUMNS, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
+from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 
@@ -88,18 +88,35 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> list[str]:
 
     A table whose ``_delta_log`` already holds commits is left alone without loading it: every
     run calls this, and loading four snapshots costs more than an empty run's work. Missing
-    tables (a first run) are created concurrently.
+    tables (a first run) are created concurrently, ``events`` with the contract's typed columns
+    (:func:`add_typed_columns` adds those a later contract declares).
     """
+    contract = settings.contract()
 
     def missing(name: str) -> bool:
         return not jvm.list_names(spark, f"{settings.table_path(name).rstrip('/')}/_delta_log")
 
     def create(name: str) -> Callable[[], None]:
-        return lambda: create_table(spark, settings.table_path(name), TABLE_SCHEMAS[name], TABLE_PROPERTIES.get(name))
+        path, schema = settings.table_path(name), contract.table_schema(name)
+        return lambda: create_table(spark, path, schema, TABLE_PROPERTIES.get(name))
 
     created = [name for name in TABLE_SCHEMAS if missing(name)]
     run_concurrently([create(name) for name in created])
     return created
+
+
+def add_typed_columns(spark: SparkSession, settings: Settings) -> list[str]:
+    """Add to the pipeline's ``events`` the typed columns its contract declares and the table lacks
+    (older rows hold null there); returns their names. One commit when there are some, none
+    otherwise, so a run that stopped after it adds nothing twice."""
+    contract = settings.contract()
+    path = settings.table_path("events")
+    held = set(table(spark, path).toDF().columns)
+    missing = [c for c in contract.columns if c.name not in held]
+    if missing:
+        columns = ", ".join(f"`{c.name}` {c.type}" for c in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
+    return [c.name for c in missing]
 
 
 def create_table(spark: SparkSession, path: str, schema: str, properties: dict[str, str] | None = None) -> None:
@@ -208,7 +225,7 @@ def take_over(
             .alias("t")
             .merge(source.alias("s"), f"t.arrival_time >= timestamp_micros({int(since_us)}) AND {SAME_RECORD}")
             .whenMatchedDelete(condition="s.op = 'delete'")
-            .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in EVENT_COLUMNS})
+            .whenNotMatchedInsert(condition="s.op = 'insert'", values={c: f"s.`{c}`" for c in winners.columns})
             .execute()
         )
 

@@ -12,6 +12,7 @@ import json
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,7 @@ WEB = {
                 "userId": {"type": "string", "minLength": 1},
                 "timestamp": {"type": "string", "format": "date-time"},
                 "event": {"type": "string", "enum": ["page", "track"]},
-                "properties": {"type": "object"},
+                "properties": {"type": "object", "properties": {"revenue": {"type": "number"}}},
             },
         },
         "event_id": "/messageId",
@@ -54,6 +55,7 @@ WEB = {
         "event_type": "/event",
         "properties": "/properties",
         "key_is_entity_id": False,
+        "columns": {"properties.revenue": "decimal(18,2)"},
     },
     "sessions": {"gap_minutes": 5, "max_hours": 1},
 }
@@ -102,6 +104,11 @@ def test_two_pipelines_each_write_their_own_tables_schema_and_ledger_and_reconci
     ])  # fmt: skip
     page = {"event": "page", "properties": {"path": "/"}}
     send_web(web, [
+        # a typed column, exact as the producer wrote it (text: a Python float would round it first)
+        f'{{"messageId": "{prefix}m10", "userId": "{prefix}visitor0", "timestamp": "{t.isoformat()}", '
+        '"event": "track", "properties": {"revenue": 1234567890123456.78}}',
+        {"messageId": f"{prefix}m11", "userId": f"{prefix}visitor0", "timestamp": t.isoformat(), "event": "track",
+         "properties": {"revenue": 1e20}},  # more than decimal(18,2) holds: quarantined, naming the column
         *({"messageId": f"{prefix}m{i}", "userId": f"{prefix}visitor{i % 2}",
            "timestamp": (t + timedelta(minutes=4 * i)).isoformat(), **page} for i in range(8)),
         {"messageId": f"{prefix}m0", "userId": f"{prefix}visitor0", "timestamp": t.isoformat(), **page},  # a copy
@@ -124,12 +131,17 @@ def test_two_pipelines_each_write_their_own_tables_schema_and_ledger_and_reconci
     assert {r["topic"] for name in ("events", "duplicates", "quarantine") for r in delta_rows(spark, web, name)} == {
         web.topic
     }
-    assert sorted(r["event_id"] for r in delta_rows(spark, web, "events")) == sorted(f"{prefix}m{i}" for i in range(8))
+    web_events = {r["event_id"]: r for r in delta_rows(spark, web, "events")}
+    assert sorted(web_events) == sorted(f"{prefix}m{i}" for i in (*range(8), 10))
+    assert web_events[f"{prefix}m10"]["properties_revenue"] == Decimal("1234567890123456.78")
+    assert web_events[f"{prefix}m1"]["properties_revenue"] is None
+    assert "properties_revenue" not in delta_rows(spark, events, "events")[0]  # a column of web's events only
     assert [r["event_id"] for r in delta_rows(spark, web, "duplicates")] == [f"{prefix}m0"]
     reasons = sorted(r["reason"] for r in delta_rows(spark, web, "quarantine"))
     assert reasons[0].startswith("missing_field") and "messageId" in reasons[0], reasons
     assert reasons[1].startswith("schema: enum at /event"), reasons
-    for settings, committed in ((events, 12), (web, 11)):
+    assert reasons[2] == "wrong_type: properties/revenue does not fit the column properties_revenue (decimal(18,2))"
+    for settings, committed in ((events, 12), (web, 13)):
         assert_offset_coverage(spark, settings, committed)
         assert_sessions_follow_events(spark, settings)  # under each pipeline's own rules
         assert_settings_sinks_agree(spark, settings, prefix)
@@ -181,18 +193,25 @@ def test_a_compatible_contract_change_applies_from_the_next_batch_and_an_incompa
     assert query(web, "SELECT contract_digest FROM ledger_batches") == [(first.digest,)]
     assert len(delta_rows(spark, web, "quarantine")) == 1
 
-    # Compatible: an enum relaxed and a new optional field. The next batch is checked with it and records it.
+    # Compatible: an enum relaxed, a new optional field and its typed column. The next batch is checked
+    # with it and records it; events gets the column (null in the rows stored before).
     schema = json.loads(json.dumps(first.schema))
     schema["properties"]["event"]["enum"].append("identify")
     schema["properties"]["campaign"] = {"type": "string"}
-    redeclare(web, schema=schema)
+    redeclare(web, schema=schema, columns={**WEB["contract"]["columns"], "campaign": "string"})
     second = web.contract()
     send_web(web, [{**visit(2, "identify"), "campaign": "fall"}])
     ingest.run_scheduled(spark, web)
     assert query(web, "SELECT change FROM contracts ORDER BY adopted_at") == [
         ("first batch",),
-        ("compatible: the schema's rules",),
+        ("compatible: a typed column of '/campaign' (string); the schema's rules",),
     ]
+    assert {r["event_id"]: r["campaign"] for r in delta_rows(spark, web, "events")} == {
+        f"{prefix}m0": None,
+        f"{prefix}m2": "fall",
+    }
+    report = reconcile.run(web, "after-the-new-column", lambda: spark)  # the rows stored before still verify
+    assert report is not None and report.status == "ok", report.findings()
     assert query(web, "SELECT contract_digest FROM ledger_batches ORDER BY batch_id") == [
         (first.digest,),
         (second.digest,),

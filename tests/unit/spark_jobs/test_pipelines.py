@@ -197,6 +197,12 @@ def change(path: str, value: object, delete: bool = False) -> dict:
             "table has; pick another field",
         ),
         (
+            "1.contract.columns",
+            {"value": "string"},
+            "pipelines.yaml: pipeline 'web': contract.columns.value: 'value' is a name tidemark uses while writing; "
+            "pick another field",
+        ),
+        (
             "2.name",
             "web",
             "pipelines.yaml: pipeline 'web': name: another pipeline has this name; each name is used once",
@@ -358,3 +364,10 @@ def test_a_contract_change_is_compatible_unless_a_role_moves_or_a_typed_column_n
     for contract, what in incompatible:
         change = contract_change(stored, contract)
         assert not change.compatible and what in change.describe(), change
+
+
+def test_no_typed_column_can_take_a_name_the_writer_gives_a_batchs_rows() -> None:
+    from spark_jobs.contract import WORKING_COLUMNS
+    from spark_jobs.dedupe import RANK_COLUMNS
+
+    assert set(RANK_COLUMNS) <= set(WORKING_COLUMNS)

@@ -365,3 +365,55 @@ def test_pointers_through_arrays_find_roles_and_properties(spark_session) -> Non
         ("e3", "u1", '{"d":4}'),  # a key "1" of an object
     ]
     assert rows[3]["quarantine_reason"] == "missing_field: ids/1"
+
+
+def test_typed_columns_hold_the_producers_value_exactly_or_quarantine_the_record(spark_session) -> None:
+    """A typed column reads the JSON text at its pointer (inside the properties or not) as its type:
+    a decimal as the producer wrote it (no double on the way), a missing or null value as null, and
+    a value the type cannot hold quarantines the record, naming the column."""
+    from spark_jobs.pipelines import Column
+
+    contract = Contract(
+        schema={"type": "object"},
+        event_id="/id",
+        entity_id="/user",
+        event_time="/at",
+        properties="/properties",
+        key_is_entity_id=False,
+        columns=(
+            Column("properties_revenue", "/properties/revenue", "decimal(20,2)"),
+            Column("page_url", "/page/url", "string"),
+            Column("quantity", "/quantity", "int"),
+            Column("shipped_at", "/shipped", "timestamp"),
+        ),
+    )
+    base = '"id": "e{n}", "user": "u1", "at": "2026-03-01T00:00:00Z"'
+    values = {
+        0: '{%s, "properties": {"revenue": 123456789012345678.91, "sku": "b"}, "page": {"url": "/a?b=1"},'
+        ' "quantity": 3, "shipped": "2026-03-02T10:00:00+01:00"}',
+        1: "{%s}",
+        2: '{%s, "properties": {"revenue": null}, "page": {"url": 17}, "quantity": null}',
+        3: '{%s, "properties": {"revenue": "lots"}}',
+        4: '{%s, "quantity": 3000000000}',
+        5: '{%s, "page": {"url": {"path": "/b"}}}',
+    }
+    raw = kafka_rows(spark_session, {o: (None, (v % base.format(n=o)).encode()) for o, v in values.items()})
+    rows = {row["offset"]: row for row in parse_records(raw, contract).collect()}
+
+    from decimal import Decimal
+
+    first = rows[0]
+    assert first["quarantine_reason"] is None
+    assert first["properties_revenue"] == Decimal("123456789012345678.91")
+    assert (first["page_url"], first["quantity"]) == ("/a?b=1", 3)
+    assert first["shipped_at"] == datetime(2026, 3, 2, 9, 0, tzinfo=UTC).astimezone().replace(tzinfo=None)
+    assert first["properties"] == '{"revenue":123456789012345678.91,"sku":"b"}'
+    assert [rows[1][c] for c in ("properties_revenue", "page_url", "quantity", "shipped_at")] == [None] * 4
+    assert rows[1]["quarantine_reason"] is None
+    assert (rows[2]["quarantine_reason"], rows[2]["properties_revenue"], rows[2]["page_url"]) == (None, None, "17")
+    assert rows[3]["quarantine_reason"] == (
+        "wrong_type: properties/revenue does not fit the column properties_revenue (decimal(20,2))"
+    )
+    assert rows[3]["properties_revenue"] is None
+    assert rows[4]["quarantine_reason"] == "wrong_type: quantity does not fit the column quantity (int)"
+    assert (rows[5]["quarantine_reason"], rows[5]["page_url"]) == (None, '{"path":"/b"}')

@@ -18,8 +18,8 @@ import com.networknt.schema.SpecificationVersion;
 import java.io.IOException;
 import java.io.Serializable;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -46,7 +46,9 @@ import org.apache.spark.sql.types.StructType;
  * parse_json} does (which the pipeline's {@code properties} then go through): a document one of
  * them accepts, the other accepts too. {@code properties} is the JSON text of the value at the
  * properties pointer as the producer wrote it, so Spark writes it back in the Variant's canonical
- * form, exactly as before.
+ * form, exactly as before. {@code columns} are the JSON texts at the typed columns' pointers (null
+ * where the value has none), taken from the text the same way, so Spark reads a number exactly as
+ * the producer wrote it.
  */
 public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializable {
   private static final long serialVersionUID = 1L;
@@ -60,7 +62,8 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
           .add("entity_id", DataTypes.StringType)
           .add("event_type", DataTypes.StringType)
           .add("event_time", DataTypes.StringType)
-          .add("properties", DataTypes.StringType);
+          .add("properties", DataTypes.StringType)
+          .add("columns", DataTypes.createArrayType(DataTypes.StringType));
 
   private static final String TEXT_AFTER = "invalid_json: text after the JSON object";
 
@@ -70,6 +73,7 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
   private final String schemaJson;
   private final String[] roles; // event id, entity id, event type (or null), event time
   private final String properties; // may be null: the pipeline keeps no properties
+  private final String[] columns; // the typed columns' pointers
   private final boolean keyIsEntityId;
   private final int maxValueBytes;
   private final int maxEntityIdBytes;
@@ -82,12 +86,14 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
       String eventType,
       String eventTime,
       String properties,
+      String columnsJson,
       boolean keyIsEntityId,
       int maxValueBytes,
       int maxEntityIdBytes) {
     this.schemaJson = schemaJson;
     this.roles = new String[] {eventId, entityId, eventType, eventTime};
     this.properties = properties;
+    this.columns = pointers(columnsJson);
     this.keyIsEntityId = keyIsEntityId;
     this.maxValueBytes = maxValueBytes;
     this.maxEntityIdBytes = maxEntityIdBytes;
@@ -96,8 +102,9 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
 
   private Compiled compiled() {
     if (compiled == null) {
-      String key = String.join("\u0000", schemaJson, Arrays.toString(roles), String.valueOf(properties));
-      compiled = COMPILED.computeIfAbsent(key, k -> new Compiled(schemaJson, roles, properties));
+      String key =
+          String.join("\u0000", schemaJson, Arrays.toString(roles), String.valueOf(properties), Arrays.toString(columns));
+      compiled = COMPILED.computeIfAbsent(key, k -> new Compiled(schemaJson, roles, properties, columns));
     }
     return compiled;
   }
@@ -143,11 +150,25 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     if (late == null && !c.schema.validate(doc, OutputFormat.BOOLEAN)) late = reason(c.schema.validate(doc));
     if (late == null && keyIsEntityId && !Arrays.equals(key, entityBytes))
       late = "key_mismatch: key is not the entity_id";
-    return RowFactory.create(null, late, texts[0], texts[1], texts[2], texts[3], parsed.properties);
+    String[] spans = parsed.spans;
+    String[] columnTexts = Arrays.copyOfRange(spans, 1, spans.length);
+    return RowFactory.create(null, late, texts[0], texts[1], texts[2], texts[3], spans[0], columnTexts);
   }
 
   private static Row reject(String reason) {
-    return RowFactory.create(reason, null, null, null, null, null, null);
+    return RowFactory.create(reason, null, null, null, null, null, null, null);
+  }
+
+  /** The pointers of a JSON array of strings (the typed columns'). */
+  private static String[] pointers(String json) {
+    try {
+      JsonNode array = new ObjectMapper().readTree(json);
+      String[] out = new String[array.size()];
+      for (int i = 0; i < out.length; i++) out[i] = array.get(i).textValue();
+      return out;
+    } catch (IOException e) {
+      throw new IllegalArgumentException("the typed columns' pointers must be a JSON array of strings: " + json, e);
+    }
   }
 
   /** The first schema error as a quarantine reason: the rule and where (a JSON pointer). */
@@ -186,16 +207,40 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     return ("object".equals(type) || "array".equals(type) || "integer".equals(type) ? "an " : "a ") + type;
   }
 
-  /** A parsed value: the document and the text at the properties pointer, or why it is not JSON. */
+  /**
+   * A parsed value: the document and the texts at the spans' pointers (the properties', then each
+   * typed column's; null where the value has none), or why it is not JSON.
+   */
   private static final class Parsed {
     final JsonNode doc;
-    final String properties;
+    final String[] spans;
     final String reason;
 
-    Parsed(JsonNode doc, String properties, String reason) {
+    Parsed(JsonNode doc, String[] spans, String reason) {
       this.doc = doc;
-      this.properties = properties;
+      this.spans = spans;
       this.reason = reason;
+    }
+  }
+
+  /**
+   * One step of the pointers whose text is kept: the steps below it, by key (an array's index as
+   * its decimal text, as a JSON pointer writes it), and the span it ends (-1: none).
+   */
+  private static final class Step {
+    final Map<String, Step> below = new HashMap<>();
+    int span = -1;
+
+    static Step of(String[] pointers) {
+      Step root = new Step();
+      for (int i = 0; i < pointers.length; i++) {
+        if (pointers[i] == null) continue;
+        Step step = root;
+        for (JsonPointer p = JsonPointer.compile(pointers[i]); !p.matches(); p = p.tail())
+          step = step.below.computeIfAbsent(p.getMatchingProperty(), k -> new Step());
+        step.span = i;
+      }
+      return root.below.isEmpty() && root.span < 0 ? null : root;
     }
   }
 
@@ -207,9 +252,10 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     final String[] names;
     final JsonPointer properties;
     final String propertiesName;
-    final JsonPointer[] propertiesPath; // the steps down to the properties (null: no properties)
+    final int spans; // the properties' and the typed columns'
+    final Step kept; // where they are (null: none)
 
-    Compiled(String schemaJson, String[] rolePointers, String propertiesPointer) {
+    Compiled(String schemaJson, String[] rolePointers, String propertiesPointer, String[] columnPointers) {
       JsonFactory factory = JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
       mapper = new ObjectMapper(factory);
       schema = SchemaRegistry.withDefaultDialect(SpecificationVersion.DRAFT_2020_12).getSchema(schemaJson);
@@ -223,22 +269,20 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
       }
       properties = propertiesPointer == null ? null : JsonPointer.compile(propertiesPointer);
       propertiesName = propertiesPointer == null ? null : named(propertiesPointer);
-      if (properties == null) {
-        propertiesPath = null;
-      } else {
-        List<JsonPointer> path = new ArrayList<>();
-        for (JsonPointer p = properties; !p.matches(); p = p.tail()) path.add(p);
-        propertiesPath = path.toArray(new JsonPointer[0]);
-      }
+      String[] pointers = new String[1 + columnPointers.length];
+      pointers[0] = propertiesPointer;
+      System.arraycopy(columnPointers, 0, pointers, 1, columnPointers.length);
+      spans = pointers.length;
+      kept = Step.of(pointers);
     }
 
     /** One JSON document and nothing after it, as Spark's parse_json reads text. */
     Parsed parse(String text) {
-      String[] span = new String[1];
+      String[] texts = new String[spans];
       JsonNode doc;
       try (JsonParser parser = mapper.getFactory().createParser(text)) {
         if (parser.nextToken() == null) return new Parsed(null, null, "invalid_json");
-        doc = read(parser, text, 0, span);
+        doc = read(parser, text, kept, texts);
         // Jackson reads an escaped surrogate without its pair into the text; Spark refuses it.
         if (Json.hasUnpairedSurrogate(text, (int) parser.currentLocation().getCharOffset()))
           return new Parsed(null, null, "invalid_json");
@@ -250,39 +294,34 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
       } catch (IOException e) { // not JSON, a key twice in one object, or past Jackson's limits
         return new Parsed(null, null, "invalid_json");
       }
-      return new Parsed(doc, span[0], null);
+      return new Parsed(doc, texts, null);
     }
 
-    /** The value at the parser's token as a tree; the text of the properties into {@code span[0]}. */
-    private JsonNode read(JsonParser parser, String text, int depth, String[] span) throws IOException {
-      if (propertiesPath == null) return mapper.readTree(parser);
-      if (depth == propertiesPath.length) {
-        int start = (int) parser.currentTokenLocation().getCharOffset();
-        JsonNode node = mapper.readTree(parser);
-        span[0] = text.substring(start, (int) parser.currentLocation().getCharOffset());
-        return node;
-      }
-      JsonPointer step = propertiesPath[depth]; // a key, or an index when the value there is an array
-      if (parser.currentToken() == JsonToken.START_OBJECT) {
+    /** The value at the parser's token as a tree; the texts of the spans at or below {@code step}. */
+    private JsonNode read(JsonParser parser, String text, Step step, String[] texts) throws IOException {
+      if (step == null) return mapper.readTree(parser);
+      int start = (int) parser.currentTokenLocation().getCharOffset();
+      JsonNode node;
+      if (!step.below.isEmpty() && parser.currentToken() == JsonToken.START_OBJECT) {
         ObjectNode object = mapper.getNodeFactory().objectNode();
-        String wanted = step.getMatchingProperty();
         for (String name = parser.nextFieldName(); name != null; name = parser.nextFieldName()) {
           parser.nextToken();
-          object.set(name, name.equals(wanted) ? read(parser, text, depth + 1, span) : mapper.readTree(parser));
+          object.set(name, read(parser, text, step.below.get(name), texts));
         }
         if (parser.currentToken() != JsonToken.END_OBJECT) throw new IOException("not an object's end");
-        return object;
-      }
-      if (parser.currentToken() == JsonToken.START_ARRAY) {
+        node = object;
+      } else if (!step.below.isEmpty() && parser.currentToken() == JsonToken.START_ARRAY) {
         ArrayNode array = mapper.getNodeFactory().arrayNode();
-        int wanted = step.getMatchingIndex();
         for (JsonToken token = parser.nextToken(); token != JsonToken.END_ARRAY; token = parser.nextToken()) {
           if (token == null) throw new IOException("not an array's end");
-          array.add(array.size() == wanted ? read(parser, text, depth + 1, span) : mapper.readTree(parser));
+          array.add(read(parser, text, step.below.get(String.valueOf(array.size())), texts));
         }
-        return array;
+        node = array;
+      } else {
+        node = mapper.readTree(parser); // a scalar's text is complete once read
       }
-      return mapper.readTree(parser);
+      if (step.span >= 0) texts[step.span] = text.substring(start, (int) parser.currentLocation().getCharOffset());
+      return node;
     }
   }
 }
