@@ -75,9 +75,9 @@ class BatchPlan:
     moving: list[moves.Moved]  # the displaced rows, written down before the first write (``moves``)
     unmoved: list[moves.Moved]  # rows an earlier attempt began to move that stay events rows
     read_spans: list[PartitionRange]  # runs of consecutive offsets read or held (only when watching for losses)
-    sessions: SessionChanges
-    session_rows: DataFrame  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
-    anchor_rows: DataFrame  # (entity_id, anchor) of the touched entities (frozen)
+    sessions: SessionChanges | None  # None: the pipeline cuts no sessions
+    session_rows: DataFrame | None  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
+    anchor_rows: DataFrame | None  # (entity_id, anchor) of the touched entities (frozen)
 
 
 class BatchPlanner:
@@ -96,7 +96,7 @@ class BatchPlanner:
         spark: SparkSession,
         settings: Settings,
         pipeline: str,
-        rules: SessionRules,
+        rules: SessionRules | None,
         frozen: FrozenFrames,
         on_ledger: Callable[[Callable[[Cursor], Any]], Any],
         scheduled: bool,
@@ -188,9 +188,11 @@ class BatchPlanner:
         # A takeover an earlier attempt of this batch committed moved the displaced row to
         # duplicates; its entity still needs its sessions in PostgreSQL.
         displaced = None if replayed is None else dedupe.copies_in(self._read("duplicates"), replayed)
-        changes = self._session_changes(ranked, displaced, counts)
+        changes = None if self.rules is None else self._session_changes(ranked, displaced, counts)
         checks = producers.ProducerChecks(
-            changes.entities_in_many_partitions, summary["not_log_append_time"], summary["time_went_back"]
+            changes.entities_in_many_partitions if changes else 0,
+            summary["not_log_append_time"],
+            summary["time_went_back"],
         )
         if checks.broken:
             log.warning(
@@ -232,8 +234,8 @@ class BatchPlanner:
             read_spans=read_spans,
             takeovers_since_us=counts.takeovers_since_us,
             sessions=changes,
-            session_rows=session_changes.surviving(changes.compared),
-            anchor_rows=changes.anchors,
+            session_rows=session_changes.surviving(changes.compared) if changes else None,
+            anchor_rows=changes.anchors if changes else None,
         )
         clock.lap("sessions")
         return plan

@@ -53,11 +53,11 @@ def pipeline_name(kind: str, topic: str) -> str:
 def _check_session_rules(spark: SparkSession, settings: Settings, lease: WriterLease, rebuild: bool) -> None:
     """Before any batch: the run's session rules must be the stored ones, or it rebuilds every session."""
     with db.transaction(settings.pipeline_dsn) as cur:
-        stored = ledger.stored_session_rules(cur)
-        if stored is None or stored == settings.session_rules:
+        recorded = ledger.recorded_session_rules(cur)
+        if recorded is None or recorded.rules == settings.session_rules:
             return
-        if not rebuild:
-            raise ledger.rules_changed(stored, settings.session_rules)
+        if not rebuild or settings.session_rules is None:  # sessions cut before are not thrown away
+            raise ledger.rules_changed(recorded.rules, settings.session_rules)
     recompute_sessions(spark, settings, lease)
 
 
@@ -390,11 +390,15 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_for(settings: Settings, args: argparse.Namespace) -> Settings:
-    """``settings`` with the run's flags applied (topic, session rules)."""
-    rules = settings.session_rules
+    """``settings`` with the run's flags applied (topic, session rules: a flag turns sessions on for a
+    pipeline without them, the other rule's default beside it)."""
+    settings = replace(settings, topic=args.topic or settings.topic)
+    if args.gap_minutes is None and args.max_session_hours is None:
+        return settings
+    rules = settings.session_rules or SessionRules()
     gap = timedelta(minutes=args.gap_minutes) if args.gap_minutes is not None else rules.gap
     longest = timedelta(hours=args.max_session_hours) if args.max_session_hours is not None else rules.max_length
-    return replace(settings, topic=args.topic or settings.topic, session_rules=SessionRules(gap, longest))
+    return replace(settings, session_rules=SessionRules(gap, longest))
 
 
 def check_services(settings: Settings, topic: str) -> None:

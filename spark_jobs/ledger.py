@@ -237,28 +237,56 @@ def may_hold(cur, ranges: list[PartitionRange], floor: int) -> bool:
     return bool(cur.fetchone()[0])
 
 
-def stored_session_rules(cur) -> SessionRules | None:
-    """The rules the stored sessions follow (None before the first batch)."""
+@dataclass(frozen=True)
+class RecordedRules:
+    """What the stored sessions follow: ``rules``, or None when the pipeline cuts no sessions."""
+
+    rules: SessionRules | None
+
+
+def recorded_session_rules(cur) -> RecordedRules | None:
+    """What the newest row of ``session_rules`` says (None before the first batch)."""
     cur.execute("SELECT gap_seconds, max_length_seconds FROM session_rules ORDER BY changed_at DESC LIMIT 1")
     row = cur.fetchone()
-    return None if row is None else SessionRules(timedelta(seconds=row[0]), timedelta(seconds=row[1]))
+    if row is None:
+        return None
+    return RecordedRules(None if row[0] is None else SessionRules(timedelta(seconds=row[0]), timedelta(seconds=row[1])))
+
+
+def stored_session_rules(cur) -> SessionRules | None:
+    """The rules the stored sessions follow (None before the first batch, or when sessions are off)."""
+    recorded = recorded_session_rules(cur)
+    return None if recorded is None else recorded.rules
 
 
 def describe_rules(rules: SessionRules) -> str:
     return f"gap {rules.gap.total_seconds() / 60:g} min, maximum {rules.max_length.total_seconds() / 3600:g} h"
 
 
-def check_session_rules(cur, rules: SessionRules) -> None:
-    """Fail when the stored sessions were built under other rules; record ``rules`` when none are."""
-    stored = stored_session_rules(cur)
-    if stored is None:
+def check_session_rules(cur, rules: SessionRules | None) -> None:
+    """Fail when the stored sessions were built under other rules (or none were cut, or some were and
+    ``rules`` is None: sessions off); record ``rules`` when nothing is recorded yet."""
+    recorded = recorded_session_rules(cur)
+    if recorded is None:
         record_session_rules(cur, rules, "first batch")
-    elif stored != rules:
-        raise rules_changed(stored, rules)
+    elif recorded.rules != rules:
+        raise rules_changed(recorded.rules, rules)
 
 
-def rules_changed(stored: SessionRules, rules: SessionRules) -> SessionRulesChanged:
-    """The error for a run whose session ``rules`` differ from the ``stored`` ones, saying what to do."""
+def rules_changed(stored: SessionRules | None, rules: SessionRules | None) -> SessionRulesChanged:
+    """The error for a run whose session ``rules`` differ from the ``stored`` ones, saying what to do
+    (None: the pipeline cuts no sessions, ``sessions: off``)."""
+    if stored is None:
+        return SessionRulesChanged(
+            f"the pipeline cut no sessions so far (sessions: off), this run cuts them with {describe_rules(rules)}. "
+            "Pass --rebuild-sessions to cut the sessions of every stored event first, or declare sessions: off again."
+        )
+    if rules is None:
+        return SessionRulesChanged(
+            f"the stored sessions were built with {describe_rules(stored)}; sessions: off would leave them as they "
+            "are while the events change. Declare the pipeline's sessions again (gap_minutes, max_hours), or declare "
+            "a new pipeline (another name and topic) without sessions."
+        )
     return SessionRulesChanged(
         f"the stored sessions were built with {describe_rules(stored)}, this run uses {describe_rules(rules)}. "
         "Run with the stored rules (TIDEMARK_SESSION_GAP_MINUTES, TIDEMARK_SESSION_MAX_HOURS or --gap-minutes, "
@@ -266,10 +294,11 @@ def rules_changed(stored: SessionRules, rules: SessionRules) -> SessionRulesChan
     )
 
 
-def record_session_rules(cur, rules: SessionRules, reason: str) -> None:
+def record_session_rules(cur, rules: SessionRules | None, reason: str) -> None:
+    """Record ``rules`` (None: the pipeline cuts no sessions) as what the stored sessions follow from now on."""
     cur.execute(
         "INSERT INTO session_rules (gap_seconds, max_length_seconds, reason) VALUES (%s, %s, %s)",
-        (rules.gap.total_seconds(), rules.max_length.total_seconds(), reason),
+        (*((None, None) if rules is None else (rules.gap.total_seconds(), rules.max_length.total_seconds())), reason),
     )
 
 

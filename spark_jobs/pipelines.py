@@ -321,7 +321,7 @@ class Pipeline:
 class Defaults:
     """What a pipeline that leaves a value out gets (today's settings)."""
 
-    sessions: SessionRules = field(default_factory=SessionRules)
+    sessions: SessionRules | None = field(default_factory=SessionRules)  # None: off
     dedupe_horizon_days: float = 30.0
     max_offsets_per_trigger: int = 500_000
     schedule: str | None = DEFAULT_SCHEDULE
@@ -679,14 +679,18 @@ def _pipeline(entry: Mapping[str, Any], topic: str, schema: Mapping[str, Any], d
         key_is_entity_id=raw.get("key_is_entity_id", True),
         columns=columns,
     )
-    sessions = entry.get("sessions", {})
+    sessions = entry.get("sessions")
+    if sessions in ("off", False) or sessions is None and defaults.sessions is None:
+        rules = None
+    else:
+        rules = _rules(sessions or {}, defaults.sessions or SessionRules())
     horizon = entry.get("dedupe_horizon_days", defaults.dedupe_horizon_days)
     alerts = entry.get("alerts")
     return Pipeline(
         name=entry["name"],
         topic=topic,
         contract=contract,
-        sessions=None if sessions in ("off", False) else _rules(sessions, defaults.sessions),
+        sessions=rules,
         dedupe_horizon_days=0.0 if horizon == "unbounded" else float(horizon),
         max_offsets_per_trigger=entry.get("max_offsets_per_trigger", defaults.max_offsets_per_trigger),
         schedule=entry.get("schedule", defaults.schedule),

@@ -40,11 +40,13 @@ def _default_home() -> Path:
 class Parser(NamedTuple):
     """How a setting's variables become its value and back. ``read(env, names)``: the value, None when they are
     unset or empty (the field's default applies), or a one-line ConfigError naming the variable; ``write(value,
-    names)``: the variables ``read`` turns back into ``value``. ``code``: the README shows the default as code."""
+    names)``: the variables ``read`` turns back into ``value``. ``code``: the README shows the default as code.
+    ``unset``: what ``read`` returns for unset variables, when None is a value of the setting."""
 
     read: Callable[[Mapping[str, str], tuple[str, ...]], Any]
     write: Callable[[Any, tuple[str, ...]], dict[str, str]]
     code: bool = False
+    unset: object = None
 
 
 def _one(parse: Callable[[str, str], Any], format: Callable[[Any], str] = str, code: bool = False) -> Parser:
@@ -105,7 +107,12 @@ def _horizon(name: str, raw: str) -> float | None:
     return days
 
 
-def _read_rules(env: Mapping[str, str], names: tuple[str, ...]) -> SessionRules:
+_UNSET_RULES = object()  # _read_rules fills in the defaults itself: its None means off
+
+
+def _read_rules(env: Mapping[str, str], names: tuple[str, ...]) -> SessionRules | None:
+    if env.get(names[0], "").strip().lower() == "off":
+        return None
     gap, longest = (NUMBER.read(env, (name,)) for name in names)
     default = SessionRules()
     try:
@@ -116,7 +123,9 @@ def _read_rules(env: Mapping[str, str], names: tuple[str, ...]) -> SessionRules:
         raise ConfigError(f"{' / '.join(names)}: {exc}") from None
 
 
-def _write_rules(rules: SessionRules, names: tuple[str, ...]) -> dict[str, str]:
+def _write_rules(rules: SessionRules | None, names: tuple[str, ...]) -> dict[str, str]:
+    if rules is None:
+        return {names[0]: "off"}
     return {names[0]: _g(rules.gap.total_seconds() / 60), names[1]: _g(rules.max_length.total_seconds() / 3600)}
 
 
@@ -137,7 +146,7 @@ FLAG = _one(lambda _, raw: raw.lower() == "true", lambda value: str(value).lower
 # Home is the one field without a default: code names it (so a test never writes into the checkout
 # by accident); the environment falls back to the checkout's.
 HOME = Parser(lambda env, names: Path(env.get(names[0]) or _default_home()), PATH.write, code=True)
-RULES = Parser(_read_rules, _write_rules)
+RULES = Parser(_read_rules, _write_rules, unset=_UNSET_RULES)  # None: sessions off
 OPTIONS = Parser(_read_options, _write_options)
 
 
@@ -184,8 +193,9 @@ class Settings:
     kafka_options: Mapping[str, str] = setting("TIDEMARK_KAFKA_OPT_<NAME>", OPTIONS, dict, "passed to every "
         "Kafka client as `<name>` (e.g. `TIDEMARK_KAFKA_OPT_SECURITY_PROTOCOL=SASL_SSL`)")
     # The ledger records the rules a run cut its sessions with and refuses a run with other rules.
-    session_rules: SessionRules = setting(("TIDEMARK_SESSION_GAP_MINUTES", "TIDEMARK_SESSION_MAX_HOURS"), RULES,
-        SessionRules, "the session rules (recorded; see above)")
+    # None: the pipeline cuts no sessions (`sessions: off`).
+    session_rules: SessionRules | None = setting(("TIDEMARK_SESSION_GAP_MINUTES", "TIDEMARK_SESSION_MAX_HOURS"),
+        RULES, SessionRules, "the session rules (recorded; see above); a gap of `off`: no sessions")
     reverify_days: float = setting("TIDEMARK_REVERIFY_DAYS", NUMBER, 7.0,
         "reconcile re-checks every verified range at least this often")
     lag_alert_minutes: float = setting("TIDEMARK_LAG_ALERT_MINUTES", NUMBER, 60.0,
@@ -249,9 +259,10 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
         """Build settings from ``TIDEMARK_*`` variables; keyword overrides win over both."""
         env = os.environ if env is None else env
-        values = {f.name: f.metadata["parser"].read(env, f.metadata["env"]) for f in fields(cls)}
+        parsers = {f.name: f.metadata["parser"] for f in fields(cls)}
+        values = {f.name: parsers[f.name].read(env, f.metadata["env"]) for f in fields(cls)}
         # A field whose variables are unset is left out: it takes its default.
-        settings = cls(**{name: value for name, value in values.items() if value is not None})
+        settings = cls(**{name: value for name, value in values.items() if value is not parsers[name].unset})
         return replace(settings, **overrides) if overrides else settings
 
     def to_env(self) -> dict[str, str]:
@@ -292,6 +303,8 @@ class Settings:
 
         # The pipeline events' topic is TIDEMARK_TOPIC, which the settings of another pipeline no longer hold
         # (their topic is that pipeline's): to them, an events entry without a topic reads the default one.
+        # Likewise the session rules are a pipeline's own once these settings are that pipeline's (for_pipeline):
+        # of the file, such settings are asked for that pipeline's entry only.
         topic = self.topic if self.pipeline == DEFAULT_PIPELINE else DEFAULT_TOPIC
         defaults = pipelines.Defaults(
             self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger,
@@ -301,12 +314,7 @@ class Settings:
 
     def for_pipeline(self, pipeline: Pipeline) -> Settings:
         """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, session
-        rules, dedupe horizon and batch cap. The contract is read from :attr:`pipelines_file` by name."""
-        if pipeline.sessions is None:
-            raise ConfigError(
-                f"{self.pipelines_file.name}: pipeline {pipeline.name!r}: sessions: off is not supported yet (every "
-                "pipeline cuts sessions in this release); declare its gap_minutes and max_hours instead"
-            )
+        rules (None: off), dedupe horizon and batch cap. The contract is read from :attr:`pipelines_file` by name."""
         return replace(
             self,
             pipeline=pipeline.name,

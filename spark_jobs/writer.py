@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import db, ledger, moves, producers, quarantine, retention, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
-from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES
+from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, TABLE_SCHEMAS
 from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
 from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange, watermarks
@@ -240,8 +240,10 @@ class BatchWriter:
                 raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
             ledger.check_session_rules(cur, self.rules)
             ledger.check_contract(cur, self.planner.contract, self.settings.pipeline)
-            anchors, sessions = postgres.pulled(plan.session_rows, plan.anchor_rows)
-            written, deleted = postgres.upsert_sessions(cur, sessions, anchors)
+            written = deleted = 0
+            if plan.session_rows is not None and plan.anchor_rows is not None:
+                anchors, sessions = postgres.pulled(plan.session_rows, plan.anchor_rows)
+                written, deleted = postgres.upsert_sessions(cur, sessions, anchors)
             retention.record_losses(cur, lost)
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id,
                                 self.planner.contract.digest)  # fmt: skip
@@ -326,7 +328,7 @@ class BatchWriter:
             write_later = lambda: delta.append(later, path("duplicates"), write_id("duplicates"))  # noqa: E731
             after.append(self._guard("duplicates", fence, write_later))
         c = plan.sessions
-        if c.changed or c.inserted:
+        if c is not None and (c.changed or c.inserted):
             write_sessions = lambda: delta.apply_session_changes(  # noqa: E731
                 spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, write_id("sessions")
             )
@@ -378,7 +380,8 @@ def batch_write_id(
 def recompute_sessions(
     spark: SparkSession, settings: Settings, lease: WriterLease, entities: list[str] | None = None
 ) -> tuple[int, int]:
-    """Recompute stored sessions from ``events`` under ``settings.session_rules``, in both sinks.
+    """Recompute stored sessions from ``events`` under ``settings.session_rules``, in both sinks (None:
+    the pipeline cuts no sessions, so whatever a sink holds goes).
 
     Every entity's (a change of session rules), or only ``entities``' (a repair), under the
     writer lock's ``lease``. The same comparison as a batch writes only what differs to Delta, and
@@ -413,7 +416,10 @@ def recompute_sessions(
                 .groupBy("entity_id")
                 .agg(F.min("anchor").alias("anchor"))
             )
-        recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules, frozen)
+        if settings.session_rules is None:  # sessions off: what either sink holds is what it should not
+            recomputed = spark.createDataFrame([], TABLE_SCHEMAS["sessions"])
+        else:
+            recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules, frozen)
         compared, ops = frozen.freeze_counted(
             session_changes.compare(recomputed, sessions, anchors), *session_changes.op_counts()
         )

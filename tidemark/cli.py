@@ -336,6 +336,9 @@ def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
 
     with db.transaction(settings.pipeline_dsn) as cur:
         rows = entity_sessions(cur, args.entity_id)
+    if not rows and settings.session_rules is None:
+        print(f"no sessions: the pipeline {settings.pipeline!r} cuts none (sessions: off)")
+        return 1
     if not rows:
         print(f"no sessions for entity {args.entity_id!r}")
         return 1

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from spark_jobs import ingest, reconcile
+from spark_jobs.contract import SessionRules
 from spark_jobs.errors import WriterBusy
 from spark_jobs.lock import check_writer_free, single_writer
 from spark_jobs.offsets import ensure_topic
@@ -243,3 +244,99 @@ def test_a_compatible_contract_change_applies_from_the_next_batch_and_an_incompa
     ingest.run_scheduled(spark, web)
     assert query(web, "SELECT count(*) FROM contracts") == [(2,)]
     assert_offset_coverage(spark, web, 4)
+
+
+ORDERS = {
+    "name": "orders",
+    "contract": {
+        "schema": {
+            "type": "object",
+            "required": ["order", "occurred_at", "type"],
+            "properties": {
+                "order": {
+                    "type": "object",
+                    "required": ["id", "customer"],
+                    "properties": {
+                        "id": {"type": "string", "minLength": 1},
+                        "customer": {"type": "string", "minLength": 1},
+                        "total": {"type": "number"},
+                    },
+                },
+                "occurred_at": {"type": "string", "format": "date-time"},
+                "type": {"type": "string", "enum": ["order.placed", "order.shipped"]},
+            },
+        },
+        "event_id": "/order/id",
+        "entity_id": "/order/customer",
+        "event_time": "/occurred_at",
+        "properties": "/order",
+        "key_is_entity_id": False,
+        "columns": {"order.total": "decimal(12,2)"},
+    },
+    "sessions": "off",
+}
+
+
+def test_a_pipeline_with_sessions_off_cuts_none_and_stays_exact_until_they_are_turned_on(
+    spark, fresh: Settings, tmp_path: Path
+) -> None:
+    """Domain events: ids at nested pointers, no sessions in either sink, the ledger and reconcile as
+    for any pipeline. Sessions turned on later cover every stored event (a rebuild); turned off
+    again, the run is refused before work, since the stored sessions would go stale."""
+    from confluent_kafka import Producer
+
+    from spark_jobs.errors import SessionRulesChanged
+
+    config = {"pipelines": [{**ORDERS, "topic": f"orders-{uuid.uuid4().hex[:8]}"}]}
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(yaml.safe_dump(config))
+    base = replace(fresh, pipelines_file=path)
+    orders = base.for_pipeline(base.declared("orders"))
+    migrate_pipelines(base)
+    ensure_topic(orders, orders.topic, partitions=2)
+    prefix = f"o{uuid.uuid4().hex[:6]}-"
+    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+
+    def send_orders(first: int, count: int) -> None:
+        producer = Producer(orders.kafka_client_config())
+        for i in range(first, first + count):
+            order = {"id": f"{prefix}o{i // 2}", "customer": f"{prefix}c{i % 3}", "total": 10 + i}
+            value = {"order": order, "occurred_at": (t + timedelta(minutes=i)).isoformat(),
+                     "type": "order.placed" if i % 2 == 0 else "order.shipped"}  # fmt: skip
+            producer.produce(orders.topic, key=order["id"].encode(), value=json.dumps(value).encode())
+        assert producer.flush(30) == 0
+
+    send_orders(0, 10)  # o0..o4, each placed and shipped: one event id twice
+    ingest.run_scheduled(spark, orders)
+
+    stored = {r["event_id"]: r for r in delta_rows(spark, orders, "events")}
+    assert len(stored) == 5 and len(delta_rows(spark, orders, "duplicates")) == 5
+    assert sorted(r["order_total"] for r in stored.values())[0] == Decimal("10.00")
+    assert delta_rows(spark, orders, "sessions") == []
+    assert query(orders, "SELECT count(*) FROM sessions") == [(0,)]
+    assert query(orders, "SELECT gap_seconds, max_length_seconds, reason FROM session_rules") == [
+        (None, None, "first batch")
+    ]  # what the stored sessions follow: none
+    assert query(orders, "SELECT session_gap_seconds, session_max_seconds FROM ledger_batches") == [(None, None)]
+    assert_offset_coverage(spark, orders, 10)
+    report = reconcile.run(orders, "orders-off", lambda: spark)
+    assert report is not None and report.status == "ok", report.findings()
+
+    # Sessions on: refused until the run rebuilds, which cuts the sessions of every stored event.
+    on = replace(orders, session_rules=SessionRules(timedelta(minutes=30), timedelta(hours=24)))
+    send_orders(10, 2)
+    with pytest.raises(SessionRulesChanged, match="cut no sessions so far"):
+        ingest.run_scheduled(spark, on)
+    ingest.run_scheduled(spark, on, rebuild_sessions=True)
+    assert_sessions_follow_events(spark, on)
+    assert_settings_sinks_agree(spark, on, prefix)
+    assert query(on, "SELECT gap_seconds, reason FROM session_rules ORDER BY changed_at") == [
+        (None, "first batch"),
+        (1800.0, "rebuild"),
+    ]
+
+    # Off again: the sessions stored would stop following the events. Refused before any work.
+    send_orders(12, 2)
+    with pytest.raises(SessionRulesChanged, match="sessions: off would leave them"):
+        ingest.run_scheduled(spark, orders)
+    assert query(orders, "SELECT count(*) FROM ledger_batches") == [(2,)]

@@ -371,3 +371,14 @@ def test_no_typed_column_can_take_a_name_the_writer_gives_a_batchs_rows() -> Non
     from spark_jobs.dedupe import RANK_COLUMNS
 
     assert set(RANK_COLUMNS) <= set(WORKING_COLUMNS)
+
+
+def test_sessions_off_in_the_settings_is_the_default_an_entry_can_override() -> None:
+    """TIDEMARK_SESSION_GAP_MINUTES=off: entries that say nothing cut no sessions; an entry's own
+    rules fill what they leave out from the documented defaults."""
+    config = {"pipelines": [{**three_pipelines()["pipelines"][0], "name": "a", "topic": "a"}]}
+    plain = pipelines.parse(config, Path("pipelines.yaml"), Defaults(sessions=None))
+    assert plain[0].sessions is None
+    config["pipelines"][0]["sessions"] = {"gap_minutes": 5}
+    own = pipelines.parse(config, Path("pipelines.yaml"), Defaults(sessions=None))
+    assert own[0].sessions == SessionRules(timedelta(minutes=5), SessionRules().max_length)

@@ -41,13 +41,17 @@ def test_a_pipeline_owns_its_tables_schema_locks_and_rules(tmp_path: Path) -> No
     assert Settings.from_env(web.to_env()) == web
 
 
-def test_a_pipeline_that_cuts_no_sessions_is_refused_before_any_work(tmp_path: Path) -> None:
-    from spark_jobs.errors import ConfigError
+def test_a_pipeline_that_cuts_no_sessions_has_no_rules_and_its_runs_know_it_from_the_environment(
+    tmp_path: Path,
+) -> None:
+    """``sessions: off`` reaches a Spark job as TIDEMARK_SESSION_GAP_MINUTES=off (how the operators pass settings)."""
     from spark_jobs.pipelines import Contract, Pipeline
 
     orders = Pipeline("orders", "orders", Contract({}, "/a", "/b", "/c"), None, 0.0, 10, None)
-    with pytest.raises(ConfigError, match="pipeline 'orders': sessions: off is not supported yet"):
-        Settings.from_env({"TIDEMARK_HOME": str(tmp_path)}).for_pipeline(orders)
+    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)}).for_pipeline(orders)
+    assert settings.session_rules is None
+    assert settings.to_env()["TIDEMARK_SESSION_GAP_MINUTES"] == "off"
+    assert Settings.from_env(settings.to_env()) == settings
 
 
 def test_the_contract_is_the_declared_pipelines(tmp_path: Path) -> None:
