@@ -75,6 +75,9 @@ class BatchPlan:
     moving: list[moves.Moved]  # the displaced rows, written down before the first write (``moves``)
     unmoved: list[moves.Moved]  # rows an earlier attempt began to move that stay events rows
     read_spans: list[PartitionRange]  # runs of consecutive offsets read or held (only when watching for losses)
+    readmitted: DataFrame | None  # a readmit's records (coordinates), deleted from quarantine last
+    readmitted_since_us: int | None  # their earliest arrival, bounds that delete
+    readmitted_reasons: list[tuple[str, int]]  # per reason they were quarantined with: how many
     sessions: SessionChanges | None  # None: the pipeline cuts no sessions
     session_rows: DataFrame | None  # PostgreSQL: the touched entities' sessions from their anchors on (frozen)
     anchor_rows: DataFrame | None  # (entity_id, anchor) of the touched entities (frozen)
@@ -102,8 +105,10 @@ class BatchPlanner:
         scheduled: bool,
         created_lake: bool,
         watch_losses: bool = False,
+        readmitting: DataFrame | None = None,
     ) -> None:
         self.spark, self.settings, self.pipeline, self.rules = spark, settings, pipeline, rules
+        self.readmitting = readmitting  # (coordinates, arrival_time, reason) of a readmit's records
         self.contract = settings.contract()  # the pipeline's, from its file; read once a run
         self.frozen = frozen
         self._may_hold = on_ledger
@@ -205,6 +210,14 @@ class BatchPlanner:
             *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
         )
         unmoved = moves.unfinished(self.spark, self.settings, moved_before or [], set(moving))
+        readmitted_since_us, readmitted_reasons = None, []
+        if self.readmitting is not None:
+            by_reason = self.readmitting.groupBy("reason").agg(
+                F.count(F.lit(1)).alias("n"), F.unix_micros(F.min("arrival_time")).alias("since")
+            )
+            rows = by_reason.collect()
+            readmitted_reasons = sorted((r["reason"], r["n"]) for r in rows)
+            readmitted_since_us = min((r["since"] for r in rows), default=None)
         plan = BatchPlan(
             pipeline=self.pipeline,
             batch_id=batch_id,
@@ -233,6 +246,9 @@ class BatchPlanner:
             unmoved=unmoved,
             read_spans=read_spans,
             takeovers_since_us=counts.takeovers_since_us,
+            readmitted=None if self.readmitting is None else self.readmitting.select(*COORDINATES),
+            readmitted_since_us=readmitted_since_us,
+            readmitted_reasons=readmitted_reasons,
             sessions=changes,
             session_rows=session_changes.surviving(changes.compared) if changes else None,
             anchor_rows=changes.anchors if changes else None,
@@ -251,6 +267,8 @@ class BatchPlanner:
         none of these (the usual scheduled batch) holds nothing and reads no Delta table. Backfills
         and repairs always search.
         """
+        from pyspark.sql import functions as F
+
         if not any(r.end > r.start for r in ranges):
             return None
         if self.scheduled:
@@ -265,7 +283,11 @@ class BatchPlanner:
 
             if not self._may_hold(may_hold):
                 return None
-        return self.frozen.freeze(delta.held(self.spark, self.settings, ranges))
+        held = delta.held(self.spark, self.settings, ranges)
+        if self.readmitting is not None:  # in quarantine, but what the batch brings back from there
+            leaving = self.readmitting.select(*COORDINATES).withColumn("table", F.lit("quarantine"))
+            held = held.join(leaving, [*COORDINATES, "table"], "left_anti")
+        return self.frozen.freeze(held)
 
     def _session_changes(
         self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts

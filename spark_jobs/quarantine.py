@@ -119,6 +119,15 @@ def record(cur, pipeline: str, batch_id: int, reasons: list[ReasonCount]) -> Non
         )
 
 
+def record_readmitted(cur, pipeline: str, batch_id: int, reasons: list[tuple[str, int]]) -> None:
+    """Write how many records of each reason a readmit's batch brought back (its ledger transaction)."""
+    for reason, records in reasons:
+        cur.execute(
+            "INSERT INTO readmitted_reasons (pipeline, batch_id, reason, records) VALUES (%s, %s, %s, %s)",
+            (pipeline, batch_id, reason, records),
+        )
+
+
 @dataclass(frozen=True)
 class ReasonTotal:
     reason: str
@@ -128,12 +137,16 @@ class ReasonTotal:
 
 
 def totals(cur, reason: str | None = None) -> list[ReasonTotal]:
-    """Per reason, over every committed batch: records, first and last time seen; most records first."""
+    """Per reason, over every committed batch: records still quarantined (those a readmit brought back
+    are not), first and last time seen; most records first."""
     cur.execute(
-        """SELECT q.reason, sum(q.records)::bigint, min(b.committed_at), max(b.committed_at)
+        """WITH back AS (SELECT reason, sum(records) AS records FROM readmitted_reasons GROUP BY 1)
+           SELECT q.reason, (sum(q.records) - coalesce(max(back.records), 0))::bigint AS left_over,
+                  min(b.committed_at), max(b.committed_at)
            FROM quarantine_reasons AS q JOIN ledger_batches AS b USING (pipeline, batch_id)
+           LEFT JOIN back USING (reason)
            WHERE %(reason)s IS NULL OR q.reason = %(reason)s
-           GROUP BY 1 ORDER BY 2 DESC, 1""",
+           GROUP BY 1 HAVING sum(q.records) > coalesce(max(back.records), 0) ORDER BY 2 DESC, 1""",
         {"reason": reason},
     )
     return [ReasonTotal(*row) for row in cur.fetchall()]

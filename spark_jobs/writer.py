@@ -103,6 +103,10 @@ class BatchWriter:
     overlap is marked moved (``history.mark_moved``), so reconcile takes what they wrote as its new
     baseline once it holds each offset once (the old baseline may predate a takeover whose mark a
     PostgreSQL restore lost).
+
+    ``readmitting``: a readmit's batches (:mod:`spark_jobs.readmit`): the coordinates, arrival time and
+    reason of the quarantined records the batch brings back. They are not held by ``quarantine`` for
+    the plan, are written as any new record would be, and leave ``quarantine`` in the batch's last write.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class BatchWriter:
         topic_id: str | None = None,
         watch_losses: bool = False,
         rewrites: bool = False,
+        readmitting: DataFrame | None = None,
     ) -> None:
         self.spark = spark
         self.settings = settings
@@ -139,8 +144,9 @@ class BatchWriter:
         if "events" not in created and self._contract_changed():
             delta.add_typed_columns(spark, settings)
         self.planner = BatchPlanner(
-            spark, settings, pipeline, self.rules, self._frozen, self._on_ledger, scheduled, created_lake, watch_losses
-        )
+            spark, settings, pipeline, self.rules, self._frozen, self._on_ledger, scheduled, created_lake, watch_losses,
+            readmitting,
+        )  # fmt: skip
 
     def _path(self, name: str) -> str:
         return self.settings.table_path(name)
@@ -248,6 +254,7 @@ class BatchWriter:
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id,
                                 self.planner.contract.digest)  # fmt: skip
             quarantine.record(cur, self.pipeline, batch_id, plan.quarantine_reasons)
+            quarantine.record_readmitted(cur, self.pipeline, batch_id, plan.readmitted_reasons)
         clock.lap("postgres")
         if moved_before or plan.moving:
             moves.forget(self.spark, self.settings, batch)
@@ -348,7 +355,13 @@ class BatchWriter:
 
             last.append(self._guard("events", fence, write_events))
         stages = [first + last] if plan.takeovers is None else [first, last]
-        for stage in [*stages, after]:
+        # Last, once another record table holds each of them: readmitted records leave quarantine.
+        final: list[Callable[[], None]] = []
+        if plan.readmitted is not None:
+            readmitted, since = plan.readmitted, plan.readmitted_since_us
+            leave = lambda: delta.delete_rows(spark, path("quarantine"), readmitted, since)  # noqa: E731
+            final.append(self._guard("quarantine:readmitted", fence, leave))
+        for stage in [*stages, after, final]:
             delta.run_concurrently(stage)
 
     def _guard(self, table: str, fence: Callable[[], None], write: Callable[[], None]) -> Callable[[], None]:

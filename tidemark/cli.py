@@ -330,6 +330,18 @@ def cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if outcome.recheck.ok else 1
 
 
+def cmd_readmit(settings: Settings, args: argparse.Namespace) -> int:
+    """Bring back the quarantined records the pipeline's contract accepts now (or count them: --dry-run)."""
+    from spark_jobs import db, readmit
+    from spark_jobs.spark import build_session
+
+    selection = readmit.selection_from(args)  # bad flags fail before Spark starts
+    db.check_reachable(settings.pipeline_dsn)
+    outcome = readmit.readmit(build_session(settings, "tidemark-readmit"), settings, selection, args.dry_run)
+    print(outcome.describe())
+    return 0
+
+
 def cmd_sessions(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs import db
     from spark_jobs.sinks.postgres import entity_sessions
@@ -427,6 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
     quarantine.add_argument(
         "--limit", type=positive, default=SAMPLES, metavar="N", help="sample records per reason (default %(default)s)"
     )
+    from spark_jobs.readmit import add_arguments as add_readmit_arguments
+
+    add_readmit_arguments(
+        sub.add_parser("readmit", help="bring back quarantined records the contract accepts now (after a fix)")
+    )
     repair = sub.add_parser("repair", help="rewrite what a reconcile run named, then re-check")
     repair.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
     maintain = sub.add_parser(
@@ -460,6 +477,7 @@ PIPELINE_COMMANDS = (
     "reconcile",
     "findings",
     "quarantine",
+    "readmit",
     "repair",
     "maintain",
     "sessions",
@@ -478,6 +496,7 @@ COMMANDS = {
     "reconcile": cmd_reconcile,
     "findings": cmd_findings,
     "quarantine": cmd_quarantine,
+    "readmit": cmd_readmit,
     "repair": cmd_repair,
     "maintain": cmd_maintain,
     "pipelines": cmd_pipelines,

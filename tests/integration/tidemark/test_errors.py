@@ -62,7 +62,8 @@ def secured(dsn_port: int, kafka: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "command", [["ingest"], ["backfill", "--offsets", "0:0-10"], ["reconcile"], ["repair"], ["db", "migrate"]]
+    "command",
+    [["ingest"], ["backfill", "--offsets", "0:0-10"], ["reconcile"], ["repair"], ["readmit"], ["db", "migrate"]],
 )
 def test_postgres_down_is_one_line_that_names_it_without_the_password(tmp_path: Path, command: list[str]) -> None:
     line = one_line(tidemark(command, secured(free_port(), f"127.0.0.1:{free_port()}"), tmp_path))
@@ -76,6 +77,20 @@ def test_kafka_down_is_one_line_before_spark_starts(stack: Settings, tmp_path: P
     env["TIDEMARK_POSTGRES_DSN"] = stack.postgres_dsn
     line = one_line(tidemark(command, env, tmp_path))
     assert f"cannot reach Kafka at {kafka}" in line and "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS" in line, line
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--from-time", "2026-03-01T00:00:00Z"], "give both --from-time and --to-time"),
+        (["--from-time", "2026-03-01T00:00", "--to-time", "2026-03-02T00:00"], "has no UTC offset"),
+        (["--offsets", "0:5"], "bad offset range '0:5'"),
+    ],
+)
+def test_bad_readmit_flags_are_one_line_before_spark_starts(tmp_path: Path, flags: list[str], says: str) -> None:
+    env = {"TIDEMARK_POSTGRES_PORT": str(free_port()), **NO_SPARK}  # nor PostgreSQL: the flags come first
+    line = one_line(tidemark(["readmit", *flags], env, tmp_path))
+    assert line.startswith("tidemark readmit: ") and says in line, line
 
 
 def test_an_unknown_topic_is_one_line_before_spark_starts(stack: Settings, tmp_path: Path) -> None:

@@ -1,0 +1,212 @@
+"""Bring quarantined records back: those the pipeline's contract accepts now, as if accepted at arrival.
+
+spark-submit entry point (the ``tidemark_readmit`` DAG's Spark task)::
+
+    spark-submit spark_jobs/readmit.py [--reason R] [--from-time ISO --to-time ISO | --offsets P:S-E,...]
+                                       [--dry-run] [--readmit-id ID]
+
+``tidemark readmit`` runs the same :func:`readmit`. Holding the writer lock, it checks the selected
+``quarantine`` rows (their key and value, kept there for this) against the contract the pipeline
+declares now. Those that pass are processed as batches of the ``readmit:<topic>`` pipeline, one
+range per partition each (from the first to the last offset it brings back), exactly as a batch of
+records that just arrived: ranked by arrival against the stored copies of their event ids (an
+earlier arrival takes a stored event's place, a later one is a duplicate), their entities' sessions
+recomputed from the earliest arrival they touch, both sinks, one ledger batch each. A batch writes
+``events`` and ``duplicates`` first and deletes its records from ``quarantine`` last, so a record
+is always in some record table; after a crash in between, a record is in two, and the next readmit
+(which selects it again) finds it held and only deletes its quarantine copy. Records the contract
+still refuses stay where they are, with their reason.
+
+The dry run changes nothing: per reason, how many selected records are quarantined and how many
+would come back.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from spark_jobs import db, ledger
+from spark_jobs.contract import COORDINATES
+from spark_jobs.errors import ConfigError, run_job
+from spark_jobs.lock import single_writer
+from spark_jobs.offsets import PartitionRange
+from spark_jobs.planning import parse_offsets
+from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
+from spark_jobs.spark import FrozenFrames
+from spark_jobs.validation import parse_records
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyspark.sql import DataFrame, SparkSession
+
+READMIT = "readmit"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which quarantined records to check again: every one, or those of a ``reason`` (as ``tidemark
+    quarantine`` lists it), an arrival-time range, or offset ranges per partition."""
+
+    reason: str | None = None
+    from_time: datetime | None = None
+    to_time: datetime | None = None
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.offsets and (self.from_time or self.to_time):
+            raise ConfigError("give --offsets or --from-time/--to-time, not both")
+        if (self.from_time is None) != (self.to_time is None):
+            raise ConfigError("give both --from-time and --to-time (ISO-8601, the end exclusive)")
+        for t in (self.from_time, self.to_time):
+            if t is not None and t.tzinfo is None:
+                raise ConfigError(f"{t.isoformat()} has no UTC offset; write it with one, e.g. 2026-03-01T00:00:00Z")
+        if self.from_time and self.to_time and self.from_time >= self.to_time:
+            raise ConfigError(f"--from-time {self.from_time.isoformat()} is not before --to-time")
+
+    def describe(self) -> str:
+        parts = [f"reason {self.reason!r}"] if self.reason else []
+        if self.from_time and self.to_time:
+            parts.append(f"arrived {self.from_time.isoformat()} to {self.to_time.isoformat()}")
+        parts += [f"partition {p} offsets {s}-{e}" for p, (s, e) in sorted(self.offsets.items())]
+        return ", ".join(parts) or "every quarantined record"
+
+
+@dataclass(frozen=True)
+class ReasonOutcome:
+    reason: str
+    quarantined: int  # selected records of this reason
+    back: int  # of those, accepted by the contract now
+
+
+@dataclass(frozen=True)
+class ReadmitOutcome:
+    selection: Selection
+    reasons: list[ReasonOutcome]
+    dry_run: bool
+    batches: list[str] = field(default_factory=list)  # what each batch did
+
+    @property
+    def back(self) -> int:
+        return sum(r.back for r in self.reasons)
+
+    def describe(self) -> str:
+        if not self.reasons:
+            return f"readmit: no quarantined record matches ({self.selection.describe()})"
+        verb = "would come back" if self.dry_run else "came back"
+        lines = [f"readmit{' (dry run)' if self.dry_run else ''}: {self.selection.describe()}"]
+        lines += [f"  {r.reason}: {r.quarantined:,} quarantined, {r.back:,} {verb}" for r in self.reasons]
+        lines += [f"  {b}" for b in self.batches]
+        if self.dry_run:
+            lines.append(f"{self.back:,} records would come back; run without --dry-run to readmit them")
+        return "\n".join(lines)
+
+
+def selected(spark: SparkSession, settings: Settings, selection: Selection) -> DataFrame:
+    """The quarantine rows of ``selection``."""
+    from pyspark.sql import functions as F
+
+    rows = delta.table(spark, settings.table_path("quarantine")).toDF()
+    if selection.reason:
+        rows = rows.where(F.col("reason") == selection.reason)
+    if selection.from_time and selection.to_time:
+        rows = rows.where(
+            (F.col("arrival_time") >= F.lit(selection.from_time)) & (F.col("arrival_time") < F.lit(selection.to_time))
+        )
+    if selection.offsets:
+        spans = [PartitionRange(settings.topic, p, s, e) for p, (s, e) in sorted(selection.offsets.items())]
+        rows = rows.where(delta.range_filter(spans))
+    return rows
+
+
+def checked_again(rows: DataFrame, settings: Settings) -> DataFrame:
+    """``rows`` (quarantine rows) with ``back``: the pipeline's contract accepts the record now."""
+    from pyspark.sql import functions as F
+
+    as_read = rows.select(*COORDINATES, F.col("arrival_time").alias("timestamp"), "key", "value")
+    verdict = parse_records(as_read, settings.contract()).select(*COORDINATES, "quarantine_reason")
+    return rows.join(verdict, list(COORDINATES)).withColumn("back", F.col("quarantine_reason").isNull())
+
+
+def readmit(
+    spark: SparkSession,
+    settings: Settings,
+    selection: Selection,
+    dry_run: bool = False,
+    readmit_id: str | None = None,
+    fault: Callable[[str], None] | None = None,  # the writer's fault points, for the crash tests
+) -> ReadmitOutcome:
+    """Readmit the records of ``selection`` the contract accepts now (``dry_run``: only count them)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs import reconcile
+    from spark_jobs.writer import BatchWriter
+
+    readmit_id = readmit_id or reconcile.new_run_id(READMIT)
+    with single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease, FrozenFrames(spark) as frozen:
+        ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
+        rows = frozen.freeze(checked_again(selected(spark, settings, selection), settings))
+        counts = rows.groupBy("reason").agg(F.count(F.lit(1)).alias("n"), F.count_if("back").alias("back"))
+        in_order = counts.orderBy(F.desc("n"), "reason").collect()
+        reasons = [ReasonOutcome(r["reason"], r["n"], r["back"]) for r in in_order]
+        outcome = ReadmitOutcome(selection, reasons, dry_run)
+        if dry_run or not outcome.back:
+            return outcome
+        back = rows.where("back")
+        spans = [
+            PartitionRange(settings.topic, r["partition"], r["first"], r["last"] + 1)
+            for r in back.groupBy("partition").agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
+            .orderBy("partition").collect()
+        ]  # fmt: skip
+        # One batch: a range per partition, from the first record it brings back to the last.
+        pipeline = f"{READMIT}:{settings.topic}"
+        coming = frozen.freeze(back.select(*COORDINATES, "arrival_time", "reason"))
+        with db.transaction(settings.pipeline_dsn) as cur:
+            batch_id = ledger.next_batch_id(cur, pipeline)
+        writer = BatchWriter(
+            spark, settings, lease, pipeline, lambda _: spans, fault=fault, scope=readmit_id,
+            topic_id=ledger.verify_topic(settings, settings.topic), rewrites=True, readmitting=coming,
+        )  # fmt: skip
+        writer.write(back.select(*COORDINATES, F.col("arrival_time").alias("timestamp"), "key", "value"), batch_id)
+        result = writer.results[-1]
+        outcome.batches.append(
+            f"ledger batch {pipeline} {batch_id} ({', '.join(map(str, spans))}): {result.read:,} records in its "
+            f"ranges, {result.accepted:,} of them events, {result.duplicates:,} duplicates, "
+            f"{result.quarantined:,} quarantined"
+        )
+    return outcome
+
+
+def selection_from(args: argparse.Namespace) -> Selection:
+    """The selection the flags say; bad flags fail here, before Spark starts."""
+    offsets = parse_offsets(args.offsets) if args.offsets else {}
+    return Selection(args.reason, args.from_time, args.to_time, offsets)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--reason", help="only records quarantined with this reason (as `tidemark quarantine` lists it)")
+    p.add_argument("--offsets", help="only these offsets: PARTITION:START-END[,...], END exclusive")
+    p.add_argument("--from-time", type=datetime.fromisoformat, help="only records that arrived from (ISO-8601)")
+    p.add_argument("--to-time", type=datetime.fromisoformat, help="... up to (exclusive)")
+    p.add_argument("--dry-run", action="store_true", help="count per reason what would come back; change nothing")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from spark_jobs.spark import build_session
+
+    parser = argparse.ArgumentParser(description="tidemark readmit: quarantined records the contract accepts now")
+    add_arguments(parser)
+    parser.add_argument("--readmit-id", help="this readmit's id (Airflow passes its run_id)")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    selection = selection_from(args)  # bad input fails before Spark starts
+    outcome = readmit(build_session(settings, "tidemark-readmit"), settings, selection, args.dry_run, args.readmit_id)
+    print(outcome.describe())
+
+
+if __name__ == "__main__":
+    run_job(main)

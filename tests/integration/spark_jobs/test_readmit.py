@@ -1,0 +1,114 @@
+"""Quarantined records come back after a contract fix, against real Kafka, Spark/Delta and PostgreSQL.
+
+A producer ships a release whose events the contract does not know yet; they are quarantined. The
+contract is fixed, a dry run says per reason what would come back, and ``readmit`` brings them back
+as if they had been accepted at arrival: an earlier copy of a stored event takes its place, the
+entities' sessions are recomputed in both sinks, every offset stays in exactly one record table and
+reconcile agrees. A crash between the writes and the quarantine's delete leaves records in two
+tables; the next readmit finishes the move and brings nothing back twice.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+
+from spark_jobs import db, ingest, quarantine, readmit, reconcile
+from spark_jobs.offsets import ensure_topic
+from spark_jobs.settings import Settings
+from tests.integration.spark_jobs.checks import (
+    InjectedCrash,
+    assert_offset_coverage,
+    assert_sessions_follow_events,
+    assert_settings_sinks_agree,
+    crash_at,
+    delta_rows,
+    query,
+)
+from tests.integration.spark_jobs.test_pipelines import WEB, redeclare, send_web
+from tidemark.migrations import migrate_pipelines
+
+ENUM = 'schema: enum at /event: does not have a value in the enumeration ["page", "track"]'
+
+
+@pytest.fixture
+def web(fresh: Settings, tmp_path: Path) -> Settings:
+    path = tmp_path / "pipelines.yaml"
+    path.write_text(yaml.safe_dump({"pipelines": [{**WEB, "topic": f"web-{uuid.uuid4().hex[:8]}"}]}))
+    base = replace(fresh, pipelines_file=path)
+    migrate_pipelines(base)
+    settings = base.for_pipeline(base.declared("web"))
+    ensure_topic(settings, settings.topic, partitions=2)
+    return settings
+
+
+def test_readmit_after_a_contract_fix_brings_records_back_exactly_once_through_a_crash(
+    spark, web: Settings, tmp_path: Path
+) -> None:
+    prefix = f"r{uuid.uuid4().hex[:6]}-"
+    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+
+    def visit(i: int, event: str, user: str = "a", message: int | None = None) -> dict:
+        return {"messageId": f"{prefix}m{i if message is None else message}", "userId": f"{prefix}{user}",
+                "timestamp": (t + timedelta(minutes=i)).isoformat(), "event": event}  # fmt: skip
+
+    send_web(web, [
+        visit(0, "page"), visit(1, "identify"), visit(2, "page"),  # the release's new "identify"
+        visit(3, "identify", "b"),  # quarantined first copy of m3 ...
+        visit(4, "page", "b", message=3),  # ... whose later copy is accepted
+        visit(5, "purchase", "b"),  # still unknown after the fix
+        "{not json",
+    ])  # fmt: skip
+    ingest.run_scheduled(spark, web)
+    assert sorted(r["reason"][:60] for r in delta_rows(spark, web, "quarantine")) == sorted(
+        ["invalid_json", ENUM[:60], ENUM[:60], ENUM[:60]]
+    )
+
+    # The fix: "identify" is an event type now (a compatible change of the contract).
+    schema = json.loads(json.dumps(web.contract().schema))
+    schema["properties"]["event"]["enum"].append("identify")
+    redeclare(web, schema=schema)
+
+    everything = readmit.Selection()
+    dry = readmit.readmit(spark, web, everything, dry_run=True)
+    assert [(r.reason[:60], r.quarantined, r.back) for r in dry.reasons] == [(ENUM[:60], 3, 2), ("invalid_json", 1, 0)]
+    assert "2 records would come back" in dry.describe()
+    assert len(delta_rows(spark, web, "quarantine")) == 4  # a dry run changes nothing
+
+    # A crash once events and duplicates hold the records, before they leave quarantine: they are in two tables.
+    with pytest.raises(InjectedCrash):
+        readmit.readmit(spark, web, everything, fault=crash_at("write:quarantine:readmitted"))
+    held_twice = {r["event_id"] for r in delta_rows(spark, web, "events")} & {f"{prefix}m1", f"{prefix}m3"}
+    assert held_twice == {f"{prefix}m1", f"{prefix}m3"} and len(delta_rows(spark, web, "quarantine")) == 4
+
+    # The next readmit finishes the move, and brings nothing back twice.
+    done = readmit.readmit(spark, web, readmit.Selection(reason=ENUM))
+    assert [(r.quarantined, r.back) for r in done.reasons] == [(3, 2)]
+    events = {r["event_id"]: r for r in delta_rows(spark, web, "events")}
+    assert sorted(events) == sorted(f"{prefix}m{i}" for i in range(4))
+    assert events[f"{prefix}m3"]["event_type"] == "identify"  # the first arrival took the stored copy's place
+    [later] = delta_rows(spark, web, "duplicates")  # the copy stored before moved to duplicates
+    assert later["event_id"] == f"{prefix}m3" and later["partition"] == events[f"{prefix}m3"]["partition"]
+    assert later["offset"] > events[f"{prefix}m3"]["offset"]
+    assert sorted(r["reason"][:60] for r in delta_rows(spark, web, "quarantine")) == ["invalid_json", ENUM[:60]]
+    assert_offset_coverage(spark, web, 7)
+    assert_sessions_follow_events(spark, web)
+    assert_settings_sinks_agree(spark, web, prefix)
+    with db.transaction(web.pipeline_dsn) as cur:
+        left = {q.reason[:60]: q.records for q in quarantine.totals(cur)}
+    assert left == {ENUM[:60]: 1, "invalid_json": 1}
+    assert query(web, "SELECT reason, records FROM readmitted_reasons") == [(ENUM, 2)]
+    report = reconcile.run(web, "after-readmit", lambda: spark)
+    assert report is not None and report.status == "ok", report.findings()
+
+    # Again: nothing left that the contract accepts, nothing written.
+    batches = query(web, "SELECT count(*) FROM ledger_batches")
+    again = readmit.readmit(spark, web, everything)
+    assert again.back == 0 and query(web, "SELECT count(*) FROM ledger_batches") == batches
+    assert_offset_coverage(spark, web, 7)
