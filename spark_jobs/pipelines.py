@@ -37,7 +37,7 @@ NAME_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
 # DAGs their ids.
 DEFAULT_PIPELINE = "events"
 # The DAGs each pipeline has (dags/): tidemark_<kind> for the pipeline events, tidemark_<kind>__<name> for another.
-DAG_KINDS = ("ingest", "backfill", "reconcile", "repair", "maintenance")
+DAG_KINDS = ("ingest", "backfill", "reconcile", "repair", "readmit", "maintenance")
 # Names a pipeline may not have: PostgreSQL's schemas (and those starting pg_), `public` (the default
 # pipeline `events` keeps its tables there), and the lake root's own folders, where the default
 # pipeline keeps its Delta tables (`tidemark land` its raw_events).

@@ -22,7 +22,7 @@ from tidemark_airflow.notifiers import StillOpen
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-JOBS = ("ingest", "reconcile", "repair", "maintenance")
+JOBS = ("ingest", "reconcile", "repair", "readmit", "maintenance")
 
 
 class TidemarkSparkSubmitOperator(SparkSubmitOperator):
@@ -32,7 +32,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     connection says. At run time the job gets the ``TIDEMARK_*`` environment built from the Kafka
     and PostgreSQL connections, and the connector and Delta jars from ``TIDEMARK_JARS_DIR``.
 
-    :param job: ``ingest``, ``reconcile``, ``repair`` or ``maintenance``
+    :param job: ``ingest``, ``reconcile``, ``repair``, ``readmit`` or ``maintenance``
     :param pipeline: the pipeline the job runs (``pipelines.yaml``): its topic, rules, tables and lock
     :param kafka_conn_id: connection with the Kafka client options
     :param postgres_conn_id: connection to the tidemark database

@@ -155,6 +155,38 @@ def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, Bac
     return None if batch_id is None else (pipeline_name(BACKFILL, plan.topic), batch_id)
 
 
+def readmit_arguments(params: Mapping[str, object], readmit_id: str, log, pipeline: str | None = None) -> list[str]:
+    """Check ``pipeline``'s ``tidemark_readmit`` form (before Spark starts); the readmit job's arguments.
+
+    Bad parameters are a BadRequest (no alert): the form must be fixed.
+    """
+    from spark_jobs.errors import TidemarkError
+    from spark_jobs.planning import parse_offsets
+    from spark_jobs.readmit import Selection
+
+    reason = str(params.get("reason") or "").strip() or None
+    offsets = str(params.get("offsets") or "").strip() or None
+    try:
+        selection = Selection(
+            reason,
+            _timestamp(params.get("from_time"), "from_time"),
+            _timestamp(params.get("to_time"), "to_time"),
+            parse_offsets(offsets) if offsets else {},
+        )
+    except (ValueError, TidemarkError) as exc:
+        raise bad_request(f"invalid readmit parameters: {exc}", log) from None
+    dry_run = bool(params.get("dry_run"))
+    log.info("readmit%s: %s", " (dry run: nothing will be written)" if dry_run else "", selection.describe())
+    arguments = ["--readmit-id", readmit_id]
+    if reason:
+        arguments += ["--reason", reason]
+    if selection.from_time and selection.to_time:
+        arguments += ["--from-time", selection.from_time.isoformat(), "--to-time", selection.to_time.isoformat()]
+    if offsets:
+        arguments += ["--offsets", offsets]
+    return arguments + (["--dry-run"] if dry_run else [])
+
+
 def repair_arguments(params: Mapping[str, object], repair_id: str, log, pipeline: str | None = None) -> list[str]:
     """Check ``pipeline``'s ``tidemark_repair`` form and log the repair plan (to ``log``); the repair job's arguments.
 

@@ -385,6 +385,32 @@ def test_an_ingest_whose_producers_broke_the_requirements_succeeds_and_alerts(de
     assert "1 entities in many partitions, 2 not log append time" in text
 
 
+def test_readmit_dag_dry_run_logs_per_reason_what_would_come_back_and_changes_nothing(
+    deployment: Settings, spark, capfd
+) -> None:
+    """The form through the plan task to the job's spark-submit; the counts are the job's (tests/integration/
+    spark_jobs/test_readmit.py brings records back after a contract fix)."""
+    from spark_jobs import ingest
+
+    settings = deployment
+    produce(settings, ProduceSpec(count=60, entities=4, malformed_rate=0.2, seed=21), topic=settings.topic)
+    ingest.run_scheduled(spark, settings)
+    [(quarantined,)] = query(settings, "SELECT sum(records) FROM quarantine_reasons")
+    assert quarantined > 0
+
+    capfd.readouterr()
+    run = load_dag("tidemark_readmit").test(run_conf={"dry_run": True})
+    assert state(run) == "success", task_states(run)
+    printed = capfd.readouterr()
+    log = printed.out + printed.err
+    assert "readmit (dry run): every quarantined record" in log, log[-3000:]
+    assert "0 records would come back; run without --dry-run to readmit them" in log, log[-3000:]
+    per_reason = re.findall(r"  \S.*: ([\d,]+) quarantined, 0 would come back", log)
+    counted = sum(int(n.replace(",", "")) for n in per_reason)
+    assert counted == quarantined, log[-3000:]
+    assert query(settings, "SELECT count(*) FROM ledger_batches WHERE left(pipeline, 8) = 'readmit:'") == [(0,)]
+
+
 def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Settings, spark) -> None:
     from spark_jobs import ingest
     from spark_jobs.maintenance import live_files

@@ -91,6 +91,33 @@ def test_a_valid_backfill_form_becomes_arguments_for_exactly_the_resolved_plan()
     assert acknowledged.arguments("0:0-9")[-1] == "--allow-data-loss", "the job skips and records what is gone"
 
 
+def test_the_readmit_form_is_checked_before_spark_and_becomes_the_jobs_arguments() -> None:
+    """What the readmit job reads back (its own parser): the selection and the dry run; bad forms fail first."""
+    import argparse
+    import logging
+
+    from spark_jobs import readmit
+    from tidemark_airflow.notifiers import BadRequest
+    from tidemark_airflow.runs import readmit_arguments
+
+    log = logging.getLogger("test.readmit")
+    form = {"reason": "schema: enum at /event", "from_time": "2026-01-01T00:00:00Z", "to_time": "2026-01-02T00:00:00Z"}
+    arguments = readmit_arguments({**form, "dry_run": True}, "manual__1", log, "web")
+    parser = argparse.ArgumentParser()
+    readmit.add_arguments(parser)
+    parser.add_argument("--readmit-id")
+    args = parser.parse_args(arguments)
+    assert args.readmit_id == "manual__1" and args.dry_run
+    assert readmit.selection_from(args) == readmit.Selection(
+        "schema: enum at /event", datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    )
+    assert readmit_arguments({}, "manual__2", log) == ["--readmit-id", "manual__2"]  # every quarantined record
+    with pytest.raises(BadRequest, match="invalid readmit parameters: give both --from-time and --to-time"):
+        readmit_arguments({"from_time": "2026-01-01T00:00:00Z"}, "manual__3", log)
+    with pytest.raises(BadRequest, match="bad offset range '0-5'"):
+        readmit_arguments({"offsets": "0-5"}, "manual__4", log)
+
+
 def test_kafka_connection_extra_becomes_settings_with_pass_through_options() -> None:
     extra = {"bootstrap.servers": "k1:9092,k2:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
     env = kafka_env(extra)

@@ -165,9 +165,9 @@ def test_the_airflow_banner_names_each_pipelines_dags_and_the_entries_that_get_n
     banner = dags_banner(Settings.from_env({"TIDEMARK_PIPELINES": str(tmp_path / "pipelines.yaml")}))
     assert banner == [
         "DAGs of pipeline events (paused until you unpause them): tidemark_ingest, tidemark_backfill, "
-        "tidemark_reconcile, tidemark_repair, tidemark_maintenance",
+        "tidemark_reconcile, tidemark_repair, tidemark_readmit, tidemark_maintenance",
         "DAGs of pipeline orders (paused until you unpause them): tidemark_ingest__orders, tidemark_backfill__orders, "
-        "tidemark_reconcile__orders, tidemark_repair__orders, tidemark_maintenance__orders",
+        "tidemark_reconcile__orders, tidemark_repair__orders, tidemark_readmit__orders, tidemark_maintenance__orders",
         "no DAGs: pipelines.yaml: pipeline 'web': contract.event_time: '/ts' is not a property the schema declares",
     ]
     (tmp_path / "pipelines.yaml").write_text("pipelines: [\n")
