@@ -1,5 +1,6 @@
 """``tidemark demo``: produce, ingest, produce more, ingest again, replay a range; show nothing changed.
-Then a second pipeline, ``web``, with a contract of its own: its records, quarantine and sessions."""
+Then a second pipeline, ``web``, with a contract of its own: its records, quarantine and sessions; and
+a producer release its contract does not know yet, quarantined, then readmitted after a contract fix."""
 
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     )
     print("\n".join(f"   {line}" for line in fingerprint_table(before, after)))
     web = second_pipeline(spark, settings, run_id, args.count)
+    readmit_after_a_fix(spark, web, run_id)
     print(f"\nSessions of one entity: .venv/bin/tidemark sessions {run_id}entity-000000")
     print(
         f"  of web's: TIDEMARK_PIPELINES={web.pipelines_file} .venv/bin/tidemark sessions --pipeline web "
@@ -159,3 +161,38 @@ def second_pipeline(spark, settings: Settings, run_id: str, count: int) -> Setti
     )
     print("\n".join(f"     {line}" for line in sessions_table(rows)))
     return web
+
+
+RELEASE_EVENT = "Checkout Started"  # what the web producer's next release sends, before web's contract knows it
+
+
+def readmit_after_a_fix(spark, web: Settings, run_id: str) -> None:  # SparkSession
+    """A producer release with an event type web's contract does not have: quarantined. The contract is
+    fixed in the pipelines file; a dry run counts what would come back, and readmit brings it back."""
+    import json
+    from datetime import UTC, datetime
+
+    import yaml
+    from confluent_kafka import Producer
+
+    from spark_jobs import readmit, reconcile
+
+    producer = Producer(web.kafka_client_config())
+    now = datetime.now(UTC).isoformat()
+    for i in range(12):
+        value = {"messageId": f"{run_id}release-{i}", "userId": f"{run_id}entity-{i % 4:06d}", "timestamp": now,
+                 "event": RELEASE_EVENT, "properties": {"path": "https://shop.example/checkout"}}  # fmt: skip
+        producer.produce(web.topic, key=b"web", value=json.dumps(value).encode())
+    producer.flush(30)
+    print(f"8. the web producer's new release sends {RELEASE_EVENT!r}, which web's contract does not know yet")
+    print("   scheduled run:\n   " + ingest.describe(ingest.run_scheduled(spark, web)).replace("\n", "\n   "))
+    config = yaml.safe_load(web.pipelines_file.read_text())
+    entry = next(p for p in config["pipelines"] if p["name"] == "web")
+    entry["contract"]["schema"]["properties"]["event"]["enum"].append(RELEASE_EVENT)
+    web.pipelines_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    print(f"   the contract is fixed ({RELEASE_EVENT!r} added to its enum in {web.pipelines_file.name}):")
+    everything = readmit.Selection()
+    print("   " + readmit.readmit(spark, web, everything, dry_run=True).describe().replace("\n", "\n   "))
+    print("   " + readmit.readmit(spark, web, everything).describe().replace("\n", "\n   "))
+    report = reconcile.run(web, f"{run_id}readmit", lambda: spark)
+    print(f"   reconcile after the readmit: {report.status.upper()}")

@@ -342,7 +342,9 @@ def render_quarantine(totals: list, samples: dict, days: list[tuple]) -> str:
         rows.append('<tr><td colspan="5">no record quarantined</td></tr>')
     return (
         "".join(rows) + "</table><p>Every quarantined record is in the quarantine Delta table; from a shell: "
-        "<code>tidemark quarantine [--reason R] [--limit N]</code></p>"
+        "<code>tidemark quarantine [--reason R] [--limit N]</code>. Once the contract accepts them (a fix in "
+        "<code>pipelines.yaml</code>), <code>tidemark readmit [--reason R] --dry-run</code> counts what would come "
+        "back, and without <code>--dry-run</code> (or the pipeline's readmit DAG) brings it back.</p>"
     )
 
 

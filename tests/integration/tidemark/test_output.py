@@ -5,6 +5,7 @@ Each command runs as the user runs it: the installed ``tidemark`` script, in a c
 
 from __future__ import annotations
 
+import re
 import uuid
 from pathlib import Path
 
@@ -69,4 +70,9 @@ def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with
     table = out.split("(a new one after 6 s idle):\n")[1].split("\n\n")[0].splitlines()
     assert table[0].split()[:2] == ["session_id", "started_at"], table
     assert len(table) - 1 >= 2, out
+    # A producer release the contract does not know: quarantined, then readmitted after the contract's fix.
+    assert "8. the web producer's new release sends 'Checkout Started'" in out, out
+    assert re.search(r"schema: enum at /event: .*: \d+ quarantined, 12 would come back", out), out
+    assert re.search(r"schema: enum at /event: .*: \d+ quarantined, 12 came back", out), out
+    assert "   reconcile after the readmit: OK" in out, out
     assert spark_lines(done.stderr) == [], done.stderr[-3000:]
