@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import Param, dag, task
 
-from tidemark_airflow.dag_defaults import tidemark_dag
+from tidemark_airflow.dag_defaults import range_params, tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
@@ -45,28 +45,7 @@ def backfill_dag(pipeline: Pipeline) -> None:
                 title="Topic",
                 description="Kafka topic to re-process.",
             ),
-            "from_time": Param(
-                None,
-                type=["null", "string"],
-                format="date-time",
-                title="From (arrival time)",
-                description="Start of the arrival-time range, inclusive, in UTC (the picker's time is UTC). "
-                "Leave empty to give offsets.",
-            ),
-            "to_time": Param(
-                None,
-                type=["null", "string"],
-                format="date-time",
-                title="To (arrival time)",
-                description="End of the arrival-time range, exclusive, in UTC.",
-            ),
-            "offsets": Param(
-                None,
-                type=["null", "string"],  # checked by the plan task, which says how to write them
-                title="Offsets",
-                description="Instead of times: PARTITION:START-END per partition, END exclusive, "
-                "e.g. 0:100-200,1:0-50.",
-            ),
+            **range_params("Leave empty to give offsets."),
             "dry_run": Param(False, type="boolean", title="Dry run", description="Only print the resolved plan."),
             "allow_data_loss": Param(
                 False,

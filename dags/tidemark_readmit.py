@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import Param, dag, task
 
-from tidemark_airflow.dag_defaults import tidemark_dag
+from tidemark_airflow.dag_defaults import range_params, tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
@@ -42,26 +42,7 @@ def readmit_dag(pipeline: Pipeline) -> None:
                 description="Only records quarantined with this reason, as the tidemark page lists it. "
                 "Leave empty for every reason.",
             ),
-            "from_time": Param(
-                None,
-                type=["null", "string"],
-                format="date-time",
-                title="From (arrival time)",
-                description="Only records that arrived from this time, inclusive, in UTC. Leave empty for any time.",
-            ),
-            "to_time": Param(
-                None,
-                type=["null", "string"],
-                format="date-time",
-                title="To (arrival time)",
-                description="... up to this time, exclusive, in UTC.",
-            ),
-            "offsets": Param(
-                None,
-                type=["null", "string"],  # checked by the plan task, which says how to write them
-                title="Offsets",
-                description="Instead of times: PARTITION:START-END per partition, END exclusive, e.g. 0:100-200.",
-            ),
+            **range_params("Leave the times and offsets empty for any arrival."),
             "dry_run": Param(
                 False, type="boolean", title="Dry run", description="Only log per reason what would come back."
             ),

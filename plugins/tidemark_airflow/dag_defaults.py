@@ -41,3 +41,32 @@ def tidemark_dag(
         "tags": ["tidemark", pipeline.name],
         "doc_md": f"Pipeline **{pipeline.name}**, topic `{pipeline.topic}`.\n\n{doc_md or ''}",
     }
+
+
+def range_params(either: str) -> dict[str, Any]:
+    """A form's arrival-time range and per-partition offsets (the backfill's and the readmit's);
+    ``either`` says what leaving the times empty means."""
+    from airflow.sdk import Param
+
+    return {
+        "from_time": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="From (arrival time)",
+            description=f"Start of the arrival-time range, inclusive, in UTC (the picker's time is UTC). {either}",
+        ),
+        "to_time": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="To (arrival time)",
+            description="End of the arrival-time range, exclusive, in UTC.",
+        ),
+        "offsets": Param(
+            None,
+            type=["null", "string"],  # checked by the plan task, which says how to write them
+            title="Offsets",
+            description="Instead of times: PARTITION:START-END per partition, END exclusive, e.g. 0:100-200,1:0-50.",
+        ),
+    }
