@@ -5,7 +5,8 @@ says where each one belongs and which sessions follow. Whatever order the real p
 them in (scheduled runs in small batches, backfills over any ranges, crashes after any subset of
 the table commits and their retries), its tables must say the same.
 
-* ``quarantine``: the invalid records;
+* ``quarantine``: the invalid records, and those of a release the contract does not know yet
+  (``pending``) until the contract is fixed and they are processed, or readmitted (``admitted``);
 * ``events``: per event_id, the first valid record in arrival order (Kafka timestamp, partition,
   offset); ``duplicates``: every other valid record;
 * ``sessions``: ``events`` per entity in arrival order, cut at a gap longer than the rules' gap
@@ -28,6 +29,9 @@ from tests.integration.spark_jobs.checks import InjectedCrash
 RULES = SessionRules(gap=timedelta(minutes=10), max_length=timedelta(hours=1))
 START = datetime(2026, 10, 24, 22, tzinfo=UTC)  # the scenarios cross Europe/Berlin's clock change
 FAULT_WRITES = ("write:quarantine", "write:duplicates", "write:events", "write:sessions")
+# A producer release's event type, which the model's contract (event_type "click" only) learns in a Fix step.
+RELEASE_TYPE = "signup"
+CONTRACT_TYPES = ["click"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Record:
     event_id: str | None  # None: malformed, quarantined
     event_time_ms: int
     offset: int = -1
+    pending: bool = False  # of the release: valid once the contract is fixed (and it is processed or readmitted)
 
     @property
     def valid(self) -> bool:
@@ -64,7 +69,7 @@ class Record:
             {
                 "event_id": event_id,
                 "entity_id": self.entity_id,
-                "event_type": "click",
+                "event_type": RELEASE_TYPE if self.pending else "click",
                 "event_time": event_time.isoformat(timespec="milliseconds"),
             }  # fmt: skip
         ).encode()
@@ -83,13 +88,23 @@ class Expected:
     sessions: set[str]  # rows in sinks.delta.SESSION_ROW_TEXT / sinks.postgres.SESSION_ROW_TEXT form
 
 
-def expected(records: list[Record], processed: set[tuple[int, int]], rules: SessionRules = RULES) -> Expected:
-    """Where the processed records belong, and the sessions that follow, computed from scratch."""
+def expected(
+    records: list[Record],
+    processed: set[tuple[int, int]],
+    rules: SessionRules = RULES,
+    admitted: set[tuple[int, int]] | frozenset = frozenset(),
+) -> Expected:
+    """Where the processed records belong, and the sessions that follow, computed from scratch.
+    ``admitted``: the release's records the contract accepted (processed after its fix, or readmitted)."""
     seen = [r for r in records if r.coordinates in processed]
-    quarantine = {r.coordinates for r in seen if not r.valid}
+
+    def accepted(r: Record) -> bool:
+        return r.valid and (not r.pending or r.coordinates in admitted)
+
+    quarantine = {r.coordinates for r in seen if not accepted(r)}
     first: dict[str, Record] = {}
     duplicates = set()
-    for r in sorted((r for r in seen if r.valid), key=lambda r: (r.arrival_ms, r.partition, r.offset)):
+    for r in sorted((r for r in seen if accepted(r)), key=lambda r: (r.arrival_ms, r.partition, r.offset)):
         if r.event_id in first:
             duplicates.add(r.coordinates)
         else:
@@ -221,6 +236,24 @@ class Recreate:
         return "the topic is deleted and created again"
 
 
+@dataclass(frozen=True)
+class Fix:
+    """The contract learns the release's event type (a compatible change of the pipelines file)."""
+
+    def __str__(self) -> str:
+        return f"the contract is fixed: event_type {RELEASE_TYPE!r} is accepted from now on"
+
+
+@dataclass(frozen=True)
+class Readmit:
+    """Readmit every quarantined record (crashing first, then done again, if ``crash``); reconcile agrees."""
+
+    crash: Crash | None = None
+
+    def __str__(self) -> str:
+        return f"readmit the quarantined records the contract accepts now; reconcile{_crash_text(self.crash)}"
+
+
 TAMPERS = ("delete an event", "change an event", "delete a session")
 
 
@@ -243,7 +276,9 @@ def _ms(moment: datetime) -> int:
 class Scenario:
     seed: int
     partitions: int
-    steps: list[Produce | Scheduled | Backfill | Retention | Tamper | Recreate] = field(default_factory=list)
+    steps: list[Produce | Scheduled | Backfill | Retention | Tamper | Fix | Readmit | Recreate] = field(
+        default_factory=list
+    )
     rules: SessionRules = RULES
 
     def __str__(self) -> str:
@@ -304,9 +339,37 @@ def generate(seed: int, prefix: str = "") -> Scenario:
             scenario.steps.append(Backfill({}, crash))  # ranges drawn by choose_ranges
         if ops.random() < 0.25:
             scenario.steps.append(Tamper(ops.choice(TAMPERS), undo=ops.random() < 0.3))
+    _release(scenario, random.Random(seed * 31_337 + 4), entities, clock, sent, prefix)
     if ops.random() < 0.15:
         scenario.steps.append(Recreate())
     return scenario
+
+
+def _release(
+    scenario: Scenario, rng: random.Random, entities: list[str], clock: int, sent: list[Record], prefix: str
+) -> None:
+    """Half the scenarios: some records are of a producer release the contract does not know (quarantined);
+    at the end the contract is fixed, maybe more records arrive and are processed, and a readmit
+    (crashing at a write first, sometimes) brings the quarantined ones back."""
+    if rng.random() >= 0.5:
+        return
+    for i, step in enumerate(scenario.steps):
+        if isinstance(step, Produce):
+            records = [replace(r, pending=r.valid and rng.random() < 0.2) for r in step.records]
+            scenario.steps[i] = Produce(records)
+    scenario.steps.append(Fix())
+    if rng.random() < 0.5:  # after the fix, the release's records are accepted as they arrive
+        records = []
+        for _ in range(rng.randint(2, 6)):
+            clock += rng.choice((1_000, 60_000, 11 * 60_000))
+            copy = rng.choice(sent) if sent and rng.random() < 0.4 else None
+            entity = copy.entity_id if copy else rng.choice(entities)
+            event_id = copy.event_id if copy else f"{prefix}r{len(records)}"
+            records.append(Record(entities.index(entity) % scenario.partitions, clock, entity, event_id,
+                                  clock - rng.randint(0, 600_000), pending=rng.random() < 0.5))  # fmt: skip
+        scenario.steps += [Produce(records), Scheduled(None)]
+    points = (rng.choice((*FAULT_WRITES, "write:quarantine:readmitted", "after_delta")),)
+    scenario.steps.append(Readmit(Crash(points, batch=0) if rng.random() < 0.6 else None))
 
 
 def _random_crash(rng: random.Random) -> Crash:

@@ -15,6 +15,9 @@ rules with sub-second parts. And the faults:
   second takes over, the first wakes up and must add nothing;
 * damage to a sink (an event deleted or changed, a session deleted) that reconcile must find and
   repair must fix, sometimes undone before the repair (a stale finding the repair must leave);
+* a producer release the contract does not know: its records are quarantined until the contract is
+  fixed; then new ones are accepted as they arrive and a readmit (crashing at a write first,
+  sometimes) brings the quarantined ones back as if accepted at arrival, and reconcile agrees;
 * the topic deleted and created again: every run and reconcile must refuse.
 
 After every step it checks that every processed record is in the table the model says, once, that
@@ -28,6 +31,7 @@ one (``TIDEMARK_FUZZ_SEED``).
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import threading
@@ -39,7 +43,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import ingest, maintenance, reconcile, repair
+from spark_jobs import ingest, maintenance, readmit, reconcile, repair
 from spark_jobs.db import transaction
 from spark_jobs.errors import DataLossError, TopicRecreated
 from spark_jobs.offsets import ensure_topic, watermarks
@@ -58,9 +62,13 @@ from tests.integration.spark_jobs.checks import (
     waiting_for_the_lock,
 )
 from tests.integration.spark_jobs.model import (
+    CONTRACT_TYPES,
+    RELEASE_TYPE,
     Backfill,
     Crash,
+    Fix,
     Produce,
+    Readmit,
     Record,
     Recreate,
     Retention,
@@ -106,6 +114,8 @@ class Trial:
     processed: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) the sinks must hold
     deleted: set[tuple[int, int]] = field(default_factory=set)  # what retention removed from Kafka
     lost: set[tuple[int, int]] = field(default_factory=set)  # removed before any run read them: recorded losses
+    fixed: bool = False  # the contract accepts the release's records
+    admitted: set[tuple[int, int]] = field(default_factory=set)  # the release's records the contract accepted
 
     def note(self, text: str) -> None:
         self.done.append(f"[{self.settings.pipeline}] {text}")
@@ -134,7 +144,11 @@ def test_two_pipelines_match_the_model_after_every_run(spark, database, seed) ->
     topics = {name: f"model-{seed}-{name}-{uuid.uuid4().hex[:6]}" for name in scenarios}
     config = yaml.safe_load(SHIPPED_PIPELINES.read_text())
     events_entry = config["pipelines"][0]
-    config["pipelines"] = [{**events_entry, "name": name, "topic": topic} for name, topic in topics.items()]
+    events_entry["contract"]["schema"]["properties"]["event_type"]["enum"] = CONTRACT_TYPES  # until a Fix step
+    # Each entry a copy of its own: a shared contract would be one YAML anchor, and a Fix of one would fix both.
+    config["pipelines"] = [
+        {**copy.deepcopy(events_entry), "name": name, "topic": topic} for name, topic in topics.items()
+    ]
     (home / "pipelines.yaml").write_text(yaml.safe_dump(config))
     lake = replace(
         database,
@@ -182,8 +196,13 @@ def _step(trial: Trial, index: int, step) -> bool:
     if isinstance(step, Retention):
         _retention(trial, index)
         return False
+    if isinstance(step, Fix):
+        _fix(trial)
+        return False
     if isinstance(step, Tamper):
         _tamper(trial, index, step)
+    elif isinstance(step, Readmit):
+        _readmit(trial, index, step)
     elif isinstance(step, Recreate):
         _recreate(trial)
     else:
@@ -255,6 +274,8 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
     gone = {c for c in covered - before if c in trial.deleted and c in recorded}
     trial.lost |= gone
     trial.processed |= covered - gone - trial.lost
+    if trial.fixed:  # the release's records this step read first were checked with the fixed contract
+        trial.admitted |= {r.coordinates for r in trial.records if r.pending} & (trial.processed - before)
     if crash is not None and crash.restore:
         _reconcile_and_repair(trial, index)
 
@@ -439,6 +460,35 @@ def _recreate(trial: Trial) -> None:
         trial.fail(f"{what} on the re-created topic was not refused")
 
 
+def _fix(trial: Trial) -> None:
+    """Add the release's event type to the trial's contract in the pipelines file (a compatible change)."""
+    path = trial.settings.pipelines_file
+    config = yaml.safe_load(path.read_text())
+    entry = next(p for p in config["pipelines"] if p["name"] == trial.settings.pipeline)
+    entry["contract"]["schema"]["properties"]["event_type"]["enum"] = [*CONTRACT_TYPES, RELEASE_TYPE]
+    path.write_text(yaml.safe_dump(config))
+    trial.fixed = True
+    trial.note(f"the contract is fixed: event_type {RELEASE_TYPE!r} is accepted from now on")
+
+
+def _readmit(trial: Trial, index: int, step: Readmit) -> None:
+    """Readmit every quarantined record the fixed contract accepts (after a crash, again); reconcile agrees."""
+    spark, settings = trial.spark, trial.settings
+    trial.note(str(step))
+    if step.crash is not None:
+        try:
+            readmit.readmit(spark, settings, readmit.Selection(), fault=step.crash.hook())
+            trial.note("(the readmit brought nothing back: it did not crash)")
+        except Exception as exc:
+            if "injected crash" not in str(exc):
+                raise
+    readmit.readmit(spark, settings, readmit.Selection())
+    trial.admitted |= {r.coordinates for r in trial.records if r.pending} & trial.processed
+    report = reconcile.run(settings, f"after-readmit-{index}", lambda: spark)
+    if not report.consistent:
+        trial.fail(f"reconcile after the readmit finds something:\n{report.summary()}")
+
+
 def _recorded_losses(settings) -> set[tuple[int, int]]:
     rows = query(
         settings,
@@ -502,7 +552,7 @@ def _check(trial: Trial) -> None:
     """Every processed record in the table the model says, once; Delta, PostgreSQL and the model's
     sessions the same rows; every record lost to retention recorded as lost."""
     spark, settings = trial.spark, trial.settings
-    want = expected(trial.records, trial.processed, trial.scenario.rules)
+    want = expected(trial.records, trial.processed, trial.scenario.rules, trial.admitted)
 
     def rows(table: str, *columns: str) -> list[tuple]:  # no lake yet (nothing was written): nothing held
         from delta.tables import DeltaTable
