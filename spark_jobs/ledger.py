@@ -76,6 +76,23 @@ def next_batch_id(cur, pipeline: str) -> int:
     return int(cur.fetchone()[0])
 
 
+def unfinished_attempts(cur, pipeline: str) -> list[tuple[int, list[PartitionRange]]]:
+    """(batch_id, ranges) of ``pipeline``'s attempts that no ledger batch committed, by batch id."""
+    cur.execute(
+        """SELECT a.batch_id, a.topic, a.kafka_partition, a.start_offset, a.end_offset
+           FROM write_attempts AS a
+           WHERE a.pipeline = %s
+             AND NOT EXISTS (SELECT 1 FROM ledger_batches AS b
+                             WHERE b.pipeline = a.pipeline AND b.batch_id = a.batch_id)
+           ORDER BY a.batch_id, a.kafka_partition""",
+        (pipeline,),
+    )
+    batches: dict[int, list[PartitionRange]] = {}
+    for batch_id, topic, partition, start, end in cur.fetchall():
+        batches.setdefault(batch_id, []).append(PartitionRange(topic, partition, start, end))
+    return sorted(batches.items())
+
+
 def record_batch(
     cur,
     pipeline: str,

@@ -96,7 +96,8 @@ class ReadmitOutcome:
 
     def describe(self) -> str:
         if not self.reasons:
-            return f"readmit: no quarantined record matches ({self.selection.describe()})"
+            nothing = f"readmit: no quarantined record matches ({self.selection.describe()})"
+            return "\n".join([nothing, *(f"  {b}" for b in self.batches)])
         verb = "would come back" if self.dry_run else "came back"
         lines = [f"readmit{' (dry run)' if self.dry_run else ''}: {self.selection.describe()}"]
         lines += [f"  {r.reason}: {r.quarantined:,} quarantined, {r.back:,} {verb}" for r in self.reasons]
@@ -140,45 +141,80 @@ def readmit(
     readmit_id: str | None = None,
     fault: Callable[[str], None] | None = None,  # the writer's fault points, for the crash tests
 ) -> ReadmitOutcome:
-    """Readmit the records of ``selection`` the contract accepts now (``dry_run``: only count them)."""
+    """Readmit the records of ``selection`` the contract accepts now (``dry_run``: only count them).
+
+    First, a readmit batch an earlier readmit began (its attempt recorded, its Delta writes perhaps
+    done) and did not commit to the ledger is written again over its ranges: its records may have
+    left ``quarantine`` already, and only this batch would bring their sessions to PostgreSQL."""
     from pyspark.sql import functions as F
 
     from spark_jobs import reconcile
-    from spark_jobs.writer import BatchWriter
 
     readmit_id = readmit_id or reconcile.new_run_id(READMIT)
+    pipeline = f"{READMIT}:{settings.topic}"
     with single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease, FrozenFrames(spark) as frozen:
         ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
+        finished = []
+        if not dry_run:
+            with db.transaction(settings.pipeline_dsn) as cur:
+                unfinished = ledger.unfinished_attempts(cur, pipeline)
+            for batch_id, spans in unfinished:
+                rows = checked_again(selected(spark, settings, Selection()).where(delta.range_filter(spans)), settings)
+                back = frozen.freeze(rows.where("back"))
+                line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, readmit_id, fault)
+                finished.append(f"finished the readmit that stopped before its ledger commit: {line}")
         rows = frozen.freeze(checked_again(selected(spark, settings, selection), settings))
         counts = rows.groupBy("reason").agg(F.count(F.lit(1)).alias("n"), F.count_if("back").alias("back"))
         in_order = counts.orderBy(F.desc("n"), "reason").collect()
         reasons = [ReasonOutcome(r["reason"], r["n"], r["back"]) for r in in_order]
-        outcome = ReadmitOutcome(selection, reasons, dry_run)
+        outcome = ReadmitOutcome(selection, reasons, dry_run, finished)
         if dry_run or not outcome.back:
             return outcome
+        # One batch: a range per partition, from the first record it brings back to the last.
         back = rows.where("back")
         spans = [
             PartitionRange(settings.topic, r["partition"], r["first"], r["last"] + 1)
             for r in back.groupBy("partition").agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
             .orderBy("partition").collect()
         ]  # fmt: skip
-        # One batch: a range per partition, from the first record it brings back to the last.
-        pipeline = f"{READMIT}:{settings.topic}"
-        coming = frozen.freeze(back.select(*COORDINATES, "arrival_time", "reason"))
         with db.transaction(settings.pipeline_dsn) as cur:
             batch_id = ledger.next_batch_id(cur, pipeline)
-        writer = BatchWriter(
-            spark, settings, lease, pipeline, lambda _: spans, fault=fault, scope=readmit_id,
-            topic_id=ledger.verify_topic(settings, settings.topic), rewrites=True, readmitting=coming,
-        )  # fmt: skip
-        writer.write(back.select(*COORDINATES, F.col("arrival_time").alias("timestamp"), "key", "value"), batch_id)
-        result = writer.results[-1]
-        outcome.batches.append(
-            f"ledger batch {pipeline} {batch_id} ({', '.join(map(str, spans))}): {result.read:,} records in its "
-            f"ranges, {result.accepted:,} of them events, {result.duplicates:,} duplicates, "
-            f"{result.quarantined:,} quarantined"
-        )
+        line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, readmit_id, fault)
+        outcome.batches.append(line)
     return outcome
+
+
+def _write(
+    spark: SparkSession,
+    settings: Settings,
+    lease,  # lock.WriterLease
+    frozen: FrozenFrames,
+    pipeline: str,
+    batch_id: int,
+    spans: list[PartitionRange],
+    back: DataFrame,
+    readmit_id: str,
+    fault: Callable[[str], None] | None,
+) -> str:
+    """Write readmit batch ``batch_id`` over ``spans``: the quarantine rows ``back`` come back (none: the
+    batch only puts right what its earlier attempt left). Returns what it did, in a line."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.writer import BatchWriter
+
+    coming = frozen.freeze(back.select(*COORDINATES, "arrival_time", "reason"))
+    writer = BatchWriter(
+        spark, settings, lease, pipeline, lambda _: spans, fault=fault, scope=readmit_id,
+        topic_id=ledger.verify_topic(settings, settings.topic), rewrites=True,
+        readmitting=coming if not coming.isEmpty() else None,
+    )  # fmt: skip
+    writer.write(back.select(*COORDINATES, F.col("arrival_time").alias("timestamp"), "key", "value"), batch_id)
+    result = writer.results[-1]
+    return (
+        f"ledger batch {pipeline} {batch_id} ({', '.join(map(str, spans))}): {result.read:,} records in its "
+        f"ranges, {result.accepted:,} of them events, {result.duplicates:,} duplicates, "
+        f"{result.quarantined:,} quarantined"
+    )
 
 
 def selection_from(args: argparse.Namespace) -> Selection:
