@@ -165,6 +165,50 @@ def test_two_pipelines_each_write_their_own_tables_schema_and_ledger_and_reconci
         assert {c.topic for c in report.checks} == {settings.topic}
 
 
+def test_a_backfill_of_one_pipeline_writes_while_the_others_scheduled_run_runs_start_to_end(spark, two) -> None:
+    """web's backfill stops inside its first Delta write, its writer lock held, until a whole scheduled
+    run of events has committed: the two pipelines write at the same time, and both end exact."""
+    import threading
+
+    from spark_jobs.planning import plan_backfill
+
+    events, web = two
+    prefix = f"b{uuid.uuid4().hex[:6]}-"
+    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    ensure_topic(events, events.topic, partitions=1)
+    ensure_topic(web, web.topic, partitions=1)
+    page = [{"messageId": f"{prefix}m{i}", "userId": f"{prefix}v{i % 2}", "timestamp": t.isoformat(), "event": "page"}
+            for i in range(6)]  # fmt: skip
+    send_web(web, page)  # not read yet: the backfill writes them
+    send(events, events.topic, [
+        {"event_id": f"{prefix}e{i}", "entity_id": f"{prefix}u{i % 2}", "event_type": "click",
+         "event_time": t.isoformat()} for i in range(5)
+    ])  # fmt: skip
+
+    events_done, failures = threading.Event(), []
+
+    def events_run() -> None:
+        try:
+            ingest.run_scheduled(spark, events)  # refused at once (WriterBusy) if web's lock were events' too
+        except Exception as exc:  # reported below, with the backfill's outcome
+            failures.append(exc)
+        finally:
+            events_done.set()
+
+    def inside_the_backfills_write(point: str) -> None:
+        if point.startswith("write:") and not events_done.is_set():
+            threading.Thread(target=events_run).start()
+            assert events_done.wait(300), "events' scheduled run did not finish while web's backfill wrote"
+
+    plan = plan_backfill(web, web.topic, offsets={0: (0, 6)})
+    ingest.run_backfill(spark, web, plan, fault=inside_the_backfills_write)
+    assert failures == [] and events_done.is_set()
+    for settings, committed in ((events, 5), (web, 6)):
+        assert_offset_coverage(spark, settings, committed)
+        assert_sessions_follow_events(spark, settings)
+        assert_settings_sinks_agree(spark, settings, prefix)
+
+
 def redeclare(web: Settings, **changes) -> None:
     """Rewrite web's entry of its pipelines file with ``changes`` to its contract (a new release of it)."""
     config = yaml.safe_load(web.pipelines_file.read_text())
