@@ -69,28 +69,26 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     """
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
+    options = {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
         # Delta's default of 50 partitions for reading its log is slow on small machines.
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.ui.showConsoleProgress", "false")
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.ui.showConsoleProgress": "false",
         # Spark keeps 100 compiled query classes by default; one batch compiles 200 to 300, so each
         # batch of a run compiled them all again (about 2 s a batch on 2 cores). With room for them,
         # a run's later batches compile only the few plans whose literals changed.
-        .config("spark.sql.codegen.cache.maxEntries", str(CODEGEN_CACHE_ENTRIES))
+        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
         # Kafka's SASL login (kafka.sasl.jaas.config) is a source option: masked wherever Spark shows options.
-        .config("spark.sql.redaction.options.regex", "(?i)url|password|secret|jaas|token")
-    )
+        "spark.sql.redaction.options.regex": "(?i)url|password|secret|jaas|token",
+    }
     # pyspark sets PYSPARK_GATEWAY_PORT when spark-submit started this process; then the submit
     # command's --name (the Airflow task's) names the application.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
-        builder = builder.appName(app_name)
         master = settings.spark_master
-        for key, value in driver_conf(settings, master).items():
-            builder = builder.config(key, value)
+        options |= {"spark.app.name": app_name, "spark.master": master, **driver_conf(settings, master)}
         jars = spark_jars(settings)
         if master.startswith("local"):
             # One JVM: the s3a jars (the AWS SDK bundle is 690 MB) go on its class path instead of
@@ -98,14 +96,14 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
             store = object_store_jars(settings)
             jars = [j for j in jars if j not in store]
             if store:
-                builder = builder.config("spark.driver.extraClassPath", ":".join(str(j) for j in store))
-        builder = (
-            builder.master(master)
-            .config("spark.jars", ",".join(str(j) for j in jars))
-            .config("spark.driver.memory", settings.driver_memory)
-        )
+                options["spark.driver.extraClassPath"] = ":".join(str(j) for j in store)
+        options |= {"spark.jars": ",".join(str(j) for j in jars), "spark.driver.memory": settings.driver_memory}
         # Python workers must run this interpreter (the venv), not whatever python3 is on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        start_jvm(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     # Delta's VACUUM lists a table in as many tasks as this says: Spark's default is 10,000 however
@@ -114,6 +112,38 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     if spark.sparkContext.getConf().get(LISTING_PARALLELISM) is None:
         spark.conf.set(LISTING_PARALLELISM, str(LISTING_TASKS_PER_CORE * spark.sparkContext.defaultParallelism))
     return spark
+
+
+# The JVM's notice of the incubator module Spark's launcher always adds (``--add-modules`` in its
+# JavaModuleOptions): printed on every start, and no option turns it off.
+JVM_INCUBATOR_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+
+def start_jvm(options: dict[str, str]) -> None:
+    """Start Spark's JVM as pyspark would (``spark-submit pyspark-shell`` with ``options``), passing its
+    standard error on without :data:`JVM_INCUBATOR_NOTICE`. Nothing when this process has a JVM already."""
+    import threading
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    read_end, write_end = os.pipe()
+    try:
+        gateway = launch_gateway(SparkConf().setAll(options.items()), popen_kwargs={"stderr": write_end})
+    finally:
+        os.close(write_end)  # the JVM has its copy
+    notice = JVM_INCUBATOR_NOTICE.encode()
+
+    def pass_on() -> None:  # the JVM's standard error, a line at a time, onto this process's
+        with os.fdopen(read_end, "rb") as stream:
+            for line in stream:
+                if line.rstrip(b"\r\n") != notice:
+                    os.write(2, line)
+
+    threading.Thread(target=pass_on, name="spark-stderr", daemon=True).start()
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def driver_conf(settings: Settings, master: str) -> dict[str, str]:

@@ -150,17 +150,46 @@ def second_pipeline(spark, settings: Settings, run_id: str, count: int) -> Setti
     print("   scheduled run:\n   " + ingest.describe(ingest.run_scheduled(spark, web)).replace("\n", "\n   "))
     report = reconcile.run(web, f"{run_id}web", lambda: spark)
     print(f"   reconcile: {report.status.upper()}")
+    late = late_record(spark, web)
+    visitor = late["entity_id"] if late else f"{run_id}entity-000001"
     with db.transaction(web.pipeline_dsn) as cur:
         reasons = quarantine.totals(cur)
-        rows = entity_sessions(cur, f"{run_id}entity-000001")
+        rows = entity_sessions(cur, visitor)
     for total in reasons:
         print(f"   quarantined {total.records:,}: {total.reason}")
-    print(
-        f"   sessions of visitor {run_id}entity-000001 "
-        f"(a new one after {web.session_rules.gap.total_seconds():g} s idle):"
-    )
+    print(f"   sessions of visitor {visitor} (a new one after {web.session_rules.gap.total_seconds():g} s idle):")
     print("\n".join(f"     {line}" for line in sessions_table(rows)))
+    if late:
+        joined = next(sid for sid, started, ended, _ in rows if started <= late["arrival_time"] <= ended)
+        hours = (late["arrival_time"] - late["event_time"]).total_seconds() / 3600
+        print(
+            f"   a late record of this visitor: event time {late['event_time']:%Y-%m-%d %H:%M}, {hours:.0f} h before "
+            f"it arrived; it joined {joined} by its arrival, so replaying it later gives the same session IDs"
+        )
     return web
+
+
+def late_record(spark, settings: Settings) -> dict | None:  # SparkSession
+    """The first accepted record of ``settings``' pipeline whose event time is an hour or more before
+    its arrival (the producer's late records), with UTC-aware times; None when there is none."""
+    from datetime import UTC
+
+    row = (
+        spark.read.format("delta")
+        .load(settings.table_path("events"))
+        .where("event_time <= arrival_time - INTERVAL 1 HOUR")
+        .orderBy("arrival_time", "partition", "offset")
+        .select("entity_id", "event_time", "arrival_time")
+        .first()
+    )
+    if row is None:
+        return None
+    # Spark hands back naive local times; PostgreSQL's sessions are aware (the session time zone is UTC).
+    return {
+        "entity_id": row["entity_id"],
+        "event_time": row["event_time"].astimezone(UTC),
+        "arrival_time": row["arrival_time"].astimezone(UTC),
+    }
 
 
 RELEASE_EVENT = "Checkout Started"  # what the web producer's next release sends, before web's contract knows it

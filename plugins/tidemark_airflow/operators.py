@@ -56,6 +56,17 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self.kafka_conn_id = kafka_conn_id
         self.postgres_conn_id = postgres_conn_id
 
+    def _get_hook(self):  # -> SparkSubmitHook
+        """The provider's hook, logging the job's output without the JVM's incubator-module notice."""
+        from spark_jobs.spark import JVM_INCUBATOR_NOTICE
+
+        hook = super()._get_hook()
+        log_output = hook._process_spark_submit_log
+        hook._process_spark_submit_log = lambda lines: log_output(
+            line for line in lines if line.rstrip("\r\n") != JVM_INCUBATOR_NOTICE
+        )
+        return hook
+
     def execute(self, context: Context) -> None:
         from airflow.sdk import BaseHook
 

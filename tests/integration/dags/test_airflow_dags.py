@@ -165,6 +165,7 @@ def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: S
     assert f"ingest:{settings.topic} batch 0: read" in log, log[-3000:]
     spark_lines = [line for line in log.splitlines() if re.search(r"\d\d:\d\d:\d\d (INFO|WARN) [A-Za-z]+: ", line)]
     assert spark_lines == [], spark_lines[:20]
+    assert "WARNING: Using incubator modules" not in log, log[-3000:]  # the JVM's notice of Spark's module
     assert query(settings, "SELECT started_by FROM ingest_runs") == [(f"airflow tidemark_ingest {run.run_id}",)]
     # The embedded default (a local master) listens on loopback only, and without the Spark UI.
     assert sockets.seen, "the Spark job listens on some port (its driver)"

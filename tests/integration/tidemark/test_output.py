@@ -15,8 +15,7 @@ from tidemark.producer import ProduceSpec, produce
 
 
 def spark_lines(stderr: str) -> list[str]:
-    # The JVM's own notice of the incubator module Spark adds is the one line left (no option turns it off).
-    return [line for line in stderr.splitlines() if line != "WARNING: Using incubator modules: jdk.incubator.vector"]
+    return stderr.splitlines()
 
 
 def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: Settings, tmp_path: Path) -> None:
@@ -70,6 +69,10 @@ def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with
     table = out.split("(a new one after 6 s idle):\n")[1].split("\n\n")[0].splitlines()
     assert table[0].split()[:2] == ["session_id", "started_at"], table
     assert len(table) - 1 >= 2, out
+    # A late record (event time hours before its arrival) joined one of them by its arrival.
+    late = re.search(r"a late record of this visitor: event time .*, (\d+) h before it arrived; it joined (\S+)", out)
+    assert late and int(late[1]) >= 1, out
+    assert late[2] in [line.split()[0] for line in table[1:]], out
     # A producer release the contract does not know: quarantined, then readmitted after the contract's fix.
     assert "8. the web producer's new release sends 'Checkout Started'" in out, out
     assert re.search(r"schema: enum at /event: .*: \d+ quarantined, 12 would come back", out), out
