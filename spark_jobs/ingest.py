@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from spark_jobs import db, ledger, retention, runs
 from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.contract import SessionRules
-from spark_jobs.errors import ConfigError, run_job
+from spark_jobs.errors import ConfigError, TidemarkError, run_job
 from spark_jobs.kafka_source import read_range, stream_reader
 from spark_jobs.lock import WriterLease, check_writer_free, single_writer
 from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, watermarks
@@ -151,8 +153,8 @@ def run_scheduled(
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
     log = OffsetLog(spark, checkpoint)
     pipeline = pipeline_name(SCHEDULED, topic)
-    started = datetime.now(UTC)
-    with single_writer(settings, pipeline, wait) as lease:
+    recorded = runs.recorded(settings, pipeline, topic, measure_lag=True)
+    with recorded as run, single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
         start = check_retention(settings, log, topic, allow_data_loss)
         ledger.verify_contract(settings)
@@ -171,6 +173,7 @@ def run_scheduled(
             # An acknowledged loss: the stream skips removed offsets, so each batch looks for what it skipped.
             watch_losses=start.skips_removed,
         )
+        run.results = writer.results
         record_committed_batches(spark, settings, log, topic, writer)
         query = (
             stream_reader(
@@ -191,11 +194,12 @@ def run_scheduled(
         )
         try:
             query.awaitTermination()
-        except StreamingQueryException:
-            if writer.failure is not None:  # one the user can fix: its own message, not Spark's wrapper
+        except StreamingQueryException as exc:
+            if isinstance(writer.failure, TidemarkError):  # one the user can fix: its own message, not Spark's wrapper
                 raise writer.failure from None
+            if writer.failure is not None:  # a bug in the batch: its own error first, Spark's wrapper as the cause
+                raise writer.failure from exc
             raise
-    runs.record(settings, runs.summarize(pipeline, topic, started, writer.results), measure_lag=True)
     return writer.results
 
 
@@ -313,8 +317,8 @@ def run_backfill(
 ) -> BatchResult:
     """Process ``plan`` as one bounded batch; a plan processed before is a no-op."""
     pipeline = pipeline_name(BACKFILL, plan.topic)
-    started = datetime.now(UTC)
-    with single_writer(settings, pipeline, wait) as lease:
+    recorded = runs.recorded(settings, pipeline, plan.topic, measure_lag=False)
+    with recorded as run, single_writer(settings, pipeline, wait) as lease:
         topic_id = ledger.verify_topic(settings, plan.topic)
         ledger.verify_contract(settings)
         _check_session_rules(spark, settings, lease, rebuild_sessions)
@@ -331,8 +335,8 @@ def run_backfill(
             spark, settings, lease, pipeline, lambda _: plan.asked, fault, topic_id=topic_id,
             watch_losses=bool(plan.skipped),
         )  # fmt: skip
+        run.results = writer.results
         writer.write(read_range(spark, settings, plan.ranges), batch_id)
-    runs.record(settings, runs.summarize(pipeline, plan.topic, started, writer.results), measure_lag=False)
     return writer.results[-1]
 
 
@@ -408,6 +412,18 @@ def check_services(settings: Settings, topic: str) -> None:
     watermarks(settings, topic)  # TopicError for an unknown topic
 
 
+@contextmanager
+def refused_runs_recorded(settings: Settings, pipeline: str, topic: str) -> Iterator[None]:
+    """A run refused before Spark starts (a busy writer, records retention removed) is a failed run of
+    ``ingest_runs`` like one that fails later: the tidemark page shows it with its cause."""
+    run = runs.RunInProgress()
+    try:
+        yield
+    except TidemarkError as exc:
+        runs.record_failure(settings, pipeline, topic, run, exc)
+        raise
+
+
 def run_from_arguments(
     spark_factory, settings: Settings, args: argparse.Namespace
 ) -> list[BatchResult] | BatchResult | DryRun:
@@ -417,13 +433,14 @@ def run_from_arguments(
     if args.mode == "scheduled":
         check_services(settings, topic)
         ledger.verify_contract(settings)
-        if not args.wait:
-            check_writer_free(settings)
-        if not args.allow_data_loss:  # the run's own check, once it holds the writer lock, says the same
-            with db.transaction(settings.pipeline_dsn) as cur:
-                losses = start_check(settings, cur, topic).losses
-            if losses:
-                raise retention.loss_error(losses)
+        with refused_runs_recorded(settings, pipeline_name(SCHEDULED, topic), topic):
+            if not args.wait:
+                check_writer_free(settings)
+            if not args.allow_data_loss:  # the run's own check, once it holds the writer lock, says the same
+                with db.transaction(settings.pipeline_dsn) as cur:
+                    losses = start_check(settings, cur, topic).losses
+                if losses:
+                    raise retention.loss_error(losses)
         return run_scheduled(
             spark_factory(),
             settings,
@@ -442,7 +459,8 @@ def run_from_arguments(
     if args.dry_run:  # Kafka's metadata and a count of committed records answer it: no Spark
         return DryRun(plan.ranges, {r.partition: count_committed(settings, r) for r in plan.ranges})
     if not args.wait:
-        check_writer_free(settings)
+        with refused_runs_recorded(settings, pipeline_name(BACKFILL, topic), topic):
+            check_writer_free(settings)
     return run_backfill(spark_factory(), settings, plan, wait=args.wait, rebuild_sessions=args.rebuild_sessions)
 
 

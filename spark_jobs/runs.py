@@ -1,17 +1,19 @@
 """The runs of the ingest job: what each did and how long it took, and the lag each left behind.
 
-Every ingest or backfill run that finishes writes one ``ingest_runs`` row (a run that found nothing
-new too: it says when the pipeline last ran), and a scheduled run the lag per partition it left
-(``ingest_lag``), so the tidemark page draws lag from every run and not only from reconcile's.
-The row is written after the run's batches committed: a run that fails has none (Airflow has its
-log), while its committed batches stay in the ledger.
+Every ingest or backfill run writes one ``ingest_runs`` row when it ends (a run that found nothing
+new too: it says when the pipeline last ran), and a scheduled run that finished the lag per
+partition it left (``ingest_lag``), so the tidemark page draws lag from every run and not only from
+reconcile's. A run that fails records its cause in the row (``failure``) beside the batches it
+committed before it failed; those stay in the ledger.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -42,6 +44,7 @@ class Run:
     quarantined: int
     sessions_written: int
     sessions_removed: int
+    failure: str | None = None  # why the run failed (one line); None: it finished
 
     @property
     def seconds(self) -> float:
@@ -72,6 +75,49 @@ def summarize(pipeline: str, topic: str, started_at: datetime, results: list[Bat
     )
 
 
+@dataclass
+class RunInProgress:
+    """A run being recorded: its writer's results list, once the run has a writer."""
+
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    results: list[BatchResult] = field(default_factory=list)
+
+
+@contextmanager
+def recorded(settings: Settings, pipeline: str, topic: str, measure_lag: bool) -> Iterator[RunInProgress]:
+    """Record the run of the ``with`` block in ``ingest_runs`` when it ends: what its batches did, or,
+    when it raises, its cause (the batches committed before it failed count). Recording a failure
+    never hides it: when PostgreSQL cannot take the row either, the run's own error goes on."""
+    run = RunInProgress()
+    try:
+        yield run
+    except Exception as exc:
+        record_failure(settings, pipeline, topic, run, exc)
+        raise
+    record(settings, summarize(pipeline, topic, run.started_at, run.results), measure_lag)
+
+
+def record_failure(settings: Settings, pipeline: str, topic: str, run: RunInProgress, exc: Exception) -> None:
+    """Record ``run`` as failed with ``exc``'s one line, or nothing when PostgreSQL cannot take it (the
+    caller raises ``exc``: the run's own error is the one the user sees)."""
+    failed = replace(summarize(pipeline, topic, run.started_at, run.results), failure=failure_line(exc))
+    with suppress(Exception):
+        record(settings, failed, measure_lag=False)
+
+
+def failure_line(exc: Exception) -> str:
+    """One line for a failed run: tidemark's message for what a user can fix, else the error's type and
+    first line (a bug: the traceback is in the job's log); no secret, at most 500 characters."""
+    from spark_jobs.errors import TidemarkError
+    from spark_jobs.secrets import redact
+
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    line = first if isinstance(exc, TidemarkError) else f"{type(exc).__name__}: {first}".rstrip(": ")
+    line = redact(line)
+    return line if len(line) <= 500 else line[:499] + "…"
+
+
 def processed_to(cur, topic: str) -> dict[int, int]:  # psycopg2 cursor
     """Per partition of ``topic``: the end of the furthest range a batch processed."""
     cur.execute(
@@ -91,12 +137,12 @@ def record(settings: Settings, run: Run, measure_lag: bool) -> list[Lag]:
         cur.execute(
             """INSERT INTO ingest_runs (run_id, pipeline, topic, started_by, started_at, finished_at, batches,
                                         records_read, accepted, duplicates, quarantined, sessions_written,
-                                        sessions_removed)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+                                        sessions_removed, failure)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
             (
                 run.run_id, run.pipeline, run.topic, run.started_by, run.started_at, run.finished_at, run.batches,
                 run.records_read, run.accepted, run.duplicates, run.quarantined, run.sessions_written,
-                run.sessions_removed,
+                run.sessions_removed, run.failure,
             ),
         )  # fmt: skip
         cur.executemany(
@@ -116,7 +162,7 @@ def recent(cur, limit: int) -> list[Run]:
     """The latest ``limit`` runs, newest first."""
     cur.execute(
         """SELECT run_id, pipeline, topic, started_by, started_at, finished_at, batches, records_read, accepted,
-                  duplicates, quarantined, sessions_written, sessions_removed
+                  duplicates, quarantined, sessions_written, sessions_removed, failure
            FROM ingest_runs ORDER BY finished_at DESC LIMIT %s""",
         (limit,),
     )
@@ -124,6 +170,8 @@ def recent(cur, limit: int) -> list[Run]:
 
 
 def last_finished(cur) -> list[tuple]:
-    """Per pipeline: (pipeline, topic, when its latest run finished)."""
-    cur.execute("SELECT pipeline, topic, max(finished_at) FROM ingest_runs GROUP BY 1, 2 ORDER BY 1, 2")
+    """Per pipeline: (pipeline, topic, when its latest run that did not fail finished)."""
+    cur.execute(
+        "SELECT pipeline, topic, max(finished_at) FROM ingest_runs WHERE failure IS NULL GROUP BY 1, 2 ORDER BY 1, 2"
+    )
     return cur.fetchall()

@@ -135,7 +135,7 @@ class BatchWriter:
         self.topic_id = topic_id
         self.rewrites = rewrites
         self.results: list[BatchResult] = []
-        self.failure: TidemarkError | None = None
+        self.failure: Exception | None = None  # what the last write raised
         self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
         # A lake whose record tables this writer created holds nothing written before attempts
         # were recorded (ledger.write_floor).
@@ -162,14 +162,16 @@ class BatchWriter:
         return stored is None or stored[0] != contract.digest
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
-        """The foreachBatch function. A failure the user can fix is kept in ``failure``: Spark wraps
-        what foreachBatch raises in a StreamingQueryException, and the run raises this one instead."""
+        """The foreachBatch function. What it raises is kept in ``failure``: Spark wraps what foreachBatch
+        raises in a StreamingQueryException, and the run raises this one instead (a failure the user can
+        fix in its own words, a bug with its own type and message first)."""
         try:
             self._write(batch_df, batch_id)
         except TidemarkError as exc:
             self.failure = exc
             raise
         except Exception as exc:
+            self.failure = exc
             if KAFKA_DATA_LOSS not in str(exc):
                 raise
             # Retention removed offsets of the batch while the run read it (a run that acknowledged

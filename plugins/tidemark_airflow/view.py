@@ -295,15 +295,16 @@ def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
         '<h3>Ingest runs</h3><table id="ingest-runs"><tr><th>finished</th><th>pipeline</th><th>started by</th>'
         "<th class=num>batches</th><th class=num>read</th><th class=num>accepted</th><th class=num>duplicates</th>"
         "<th class=num>quarantined</th><th class=num>sessions written</th><th class=num>duration (s)</th>"
-        "<th class=num>records/s</th></tr>"
+        "<th class=num>records/s</th><th>outcome</th></tr>"
     ]
     for r in runs:
+        outcome = "finished" if r.failure is None else f'<span style="color:#c62828">failed: {e(r.failure)}</span>'
         rows.append(
             f"<tr><td>{r.finished_at:%Y-%m-%d %H:%M:%S}</td><td>{e(r.pipeline)}</td><td>{started_by(r.started_by)}</td>"
             f"<td class=num>{r.batches:,}</td><td class=num>{r.records_read:,}</td><td class=num>{r.accepted:,}</td>"
             f"<td class=num>{r.duplicates:,}</td><td class=num>{r.quarantined:,}</td>"
             f"<td class=num>{r.sessions_written:,}</td><td class=num>{r.seconds:,.1f}</td>"
-            f"<td class=num>{r.records_per_second:,.0f}</td></tr>"
+            f"<td class=num>{r.records_per_second:,.0f}</td><td>{outcome}</td></tr>"
         )
     charts = line_chart("Records per run", "records", records) + line_chart("Throughput", "records/s", throughput)
     return charts + "".join(rows) + "</table>"

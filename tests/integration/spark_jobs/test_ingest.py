@@ -13,9 +13,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs import dedupe, ingest
+from spark_jobs import db, dedupe, ingest, runs
 from spark_jobs.errors import DataLossError, TopicError
 from spark_jobs.kafka_source import read_range
+from spark_jobs.lock import single_writer
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
@@ -548,4 +549,23 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
 
     # A run with nothing new is a run too: it says when the pipeline last ran.
     assert ingest.run_scheduled(spark, settings) == []
-    assert query(settings, "SELECT count(*), sum(batches) FROM ingest_runs") == [(2, 1)]
+    assert query(settings, "SELECT count(*), sum(batches) FROM ingest_runs WHERE failure IS NULL") == [(2, 1)]
+
+    # A run that fails is a run too, with its cause: one that crashes inside its batch, and one the
+    # installed script refuses before Spark starts because another run holds the writer lock.
+    producer.produce(settings.topic, key=b"q-user", value=json.dumps(good | {"event_id": "q-3"}).encode())
+    assert producer.flush(30) == 0
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("after_delta"))
+    with single_writer(settings, "ingest:another-topic"):
+        busy = tidemark(["ingest"], env, tmp_path)
+    assert busy.returncode == 2 and "is writing the pipeline 'events'" in busy.stderr, busy.stderr
+    failed = query(settings, "SELECT batches, failure FROM ingest_runs WHERE failure IS NOT NULL ORDER BY finished_at")
+    assert [batches for batches, _ in failed] == [0, 0], failed
+    assert "injected crash after_delta" in failed[0][1] and "\n" not in failed[0][1], failed
+    assert busy.stderr.strip().endswith(failed[1][1]), failed
+    # The latest run that finished is still the one the metrics' "last successful ingest" reports.
+    with db.transaction(settings.pipeline_dsn) as cur:
+        [(_, _, last)] = runs.last_finished(cur)
+        [newest] = runs.recent(cur, 1)
+    assert newest.failure == failed[1][1] and last < newest.finished_at

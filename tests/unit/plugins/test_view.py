@@ -85,9 +85,11 @@ def test_the_overview_shows_each_ingest_run_and_the_quarantine_by_reason_with_sa
               T0 + timedelta(seconds=40), 2, 1_000, 900, 60, 40, 120, 3)  # fmt: skip
     by_cli = Run("u0", "backfill:events", "events", "cli", T0 - timedelta(hours=1), T0 - timedelta(minutes=59),
                  1, 10, 10, 0, 0, 2, 0)  # fmt: skip
+    busy = Run("u2", "ingest:events", "events", "cli", T0 + timedelta(minutes=1), T0 + timedelta(minutes=1), 0, 0, 0,
+               0, 0, 0, 0, failure="another run holds the writer lock of <events>")  # fmt: skip
     sample = Sample("events", 0, 17, "2026-11-21T07:59:00.000Z", "u-1", "{not <json>")
     overview = Overview(
-        runs=[], lag=[], coverage=[], mismatches=[], ingest_runs=[run, by_cli],
+        runs=[], lag=[], coverage=[], mismatches=[], ingest_runs=[busy, run, by_cli],
         quarantine=[ReasonTotal("invalid_json", 40, T0, T0)], quarantine_samples={"invalid_json": [sample]},
         quarantine_days=[(T0, "invalid_json", 40)],
     )  # fmt: skip
@@ -97,7 +99,9 @@ def test_the_overview_shows_each_ingest_run_and_the_quarantine_by_reason_with_sa
         'manual__2026-11-21T08%3A00%3A00%2B00%3A00">tidemark_ingest manual__2026-11-21T08:00:00+00:00</a></td>'
     ) in page
     assert "<td class=num>1,000</td><td class=num>900</td><td class=num>60</td><td class=num>40</td>" in page
-    assert "<td class=num>120</td><td class=num>40.0</td><td class=num>25</td>" in page  # 1,000 records in 40 s
+    assert "<td class=num>120</td><td class=num>40.0</td><td class=num>25</td><td>finished</td>" in page  # 40 s
+    # A failed run says why, escaped.
+    assert ">failed: another run holds the writer lock of &lt;events&gt;</span></td></tr>" in page
     assert "<td>backfill:events</td><td>cli</td>" in page
     assert "<td>invalid_json</td><td class=num>40</td>" in page
     assert (
