@@ -260,7 +260,7 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
         try:
             run(crash.hook())
             trial.note(f"(the run wrote fewer than {crash.batch + 1} batches: it did not crash)")
-        except Exception as exc:  # the crash surfaces wrapped by Spark's streaming query
+        except Exception as exc:  # the injected crash (Spark's streaming query wrapper is its cause)
             if "injected crash" not in str(exc):
                 raise
         if crash.restore:
