@@ -27,6 +27,8 @@ from spark_jobs.validation import parse_records
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_jobs.pipelines import Contract
+
 log = logging.getLogger(__name__)
 Cursor = Any  # a psycopg2 cursor
 
@@ -98,6 +100,7 @@ class BatchPlanner:
         self,
         spark: SparkSession,
         settings: Settings,
+        contract: Contract,
         pipeline: str,
         rules: SessionRules | None,
         frozen: FrozenFrames,
@@ -109,7 +112,7 @@ class BatchPlanner:
     ) -> None:
         self.spark, self.settings, self.pipeline, self.rules = spark, settings, pipeline, rules
         self.readmitting = readmitting  # (coordinates, arrival_time, reason) of a readmit's records
-        self.contract = settings.contract()  # the pipeline's, from its file; read once a run
+        self.contract = contract  # the pipeline's, from its file; read once a run
         self.frozen = frozen
         self._may_hold = on_ledger
         self.scheduled, self.created_lake, self.watch_losses = scheduled, created_lake, watch_losses

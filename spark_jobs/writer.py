@@ -139,13 +139,15 @@ class BatchWriter:
         self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
         # A lake whose record tables this writer created holds nothing written before attempts
         # were recorded (ledger.write_floor).
-        created = delta.ensure_tables(spark, settings)
+        # The pipeline's contract, read from its file once a run: every batch checks records against it.
+        self.contract = settings.contract()
+        created = delta.ensure_tables(spark, settings, self.contract)
         created_lake = set(RECORD_TABLES) <= set(created)
         if "events" not in created and self._contract_changed():
-            delta.add_typed_columns(spark, settings)
+            delta.add_typed_columns(spark, settings, self.contract)
         self.planner = BatchPlanner(
-            spark, settings, pipeline, self.rules, self._frozen, self._on_ledger, scheduled, created_lake, watch_losses,
-            readmitting,
+            spark, settings, self.contract, pipeline, self.rules, self._frozen, self._on_ledger, scheduled,
+            created_lake, watch_losses, readmitting,
         )  # fmt: skip
 
     def _path(self, name: str) -> str:
@@ -154,12 +156,11 @@ class BatchWriter:
     def _contract_changed(self) -> bool:
         """Whether the contract declares typed columns and is not the one the last batch recorded:
         only then can ``events`` lack a column (the check loads the table's snapshot, so it runs only then)."""
-        contract = self.settings.contract()
-        if not contract.columns:
+        if not self.contract.columns:
             return False
         with db.transaction(self.settings.pipeline_dsn) as cur:
             stored = ledger.stored_contract(cur)
-        return stored is None or stored[0] != contract.digest
+        return stored is None or stored[0] != self.contract.digest
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
         """The foreachBatch function. What it raises is kept in ``failure``: Spark wraps what foreachBatch

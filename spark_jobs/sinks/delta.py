@@ -20,6 +20,8 @@ from spark_jobs.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from spark_jobs.pipelines import Contract
+
 # One text form of a session row, the same as sinks.postgres.SESSION_ROW_TEXT (UTC, microseconds,
 # both stores' unit: a sub-millisecond difference between the sinks is a difference), and an
 # order-independent checksum over it: the sum of the first 60 bits of sha256.
@@ -83,15 +85,15 @@ def table(spark: SparkSession, path: str):  # -> DeltaTable
     return DeltaTable.forPath(spark, path)
 
 
-def ensure_tables(spark: SparkSession, settings: Settings) -> list[str]:
+def ensure_tables(spark: SparkSession, settings: Settings, contract: Contract | None = None) -> list[str]:
     """Create the sink tables that do not exist yet (idempotent); returns the names it created.
 
     A table whose ``_delta_log`` already holds commits is left alone without loading it: every
     run calls this, and loading four snapshots costs more than an empty run's work. Missing
-    tables (a first run) are created concurrently, ``events`` with the contract's typed columns
-    (:func:`add_typed_columns` adds those a later contract declares).
+    tables (a first run) are created concurrently, ``events`` with the typed columns of
+    ``contract`` (default: the pipeline's, read from its file only when a table is missing;
+    :func:`add_typed_columns` adds those a later contract declares).
     """
-    contract = settings.contract()
 
     def missing(name: str) -> bool:
         return not jvm.list_names(spark, f"{settings.table_path(name).rstrip('/')}/_delta_log")
@@ -101,15 +103,16 @@ def ensure_tables(spark: SparkSession, settings: Settings) -> list[str]:
         return lambda: create_table(spark, path, schema, TABLE_PROPERTIES.get(name))
 
     created = [name for name in TABLE_SCHEMAS if missing(name)]
-    run_concurrently([create(name) for name in created])
+    if created:
+        contract = contract or settings.contract()
+        run_concurrently([create(name) for name in created])
     return created
 
 
-def add_typed_columns(spark: SparkSession, settings: Settings) -> list[str]:
-    """Add to the pipeline's ``events`` the typed columns its contract declares and the table lacks
+def add_typed_columns(spark: SparkSession, settings: Settings, contract: Contract) -> list[str]:
+    """Add to the pipeline's ``events`` the typed columns ``contract`` declares and the table lacks
     (older rows hold null there); returns their names. One commit when there are some, none
     otherwise, so a run that stopped after it adds nothing twice."""
-    contract = settings.contract()
     path = settings.table_path("events")
     held = set(table(spark, path).toDF().columns)
     missing = [c for c in contract.columns if c.name not in held]
