@@ -37,7 +37,7 @@ SESSIONS_CHECKSUM = (
 
 
 # Table properties beyond Delta's defaults, set when a table is created and by maintenance on tables
-# created before them. ``sessions``: a batch's MERGE updates a few open sessions. Without deletion
+# created before them. ``sessions``: a batch replaces a few open sessions. Without deletion
 # vectors Delta rewrites every file holding one, copying all its other sessions, and the new file
 # holds the open sessions again: after a compaction, every batch copied all of history. With them,
 # it marks the old rows deleted and writes only the changed ones. Its change data feed gives
@@ -246,6 +246,11 @@ def delete_rows(spark: SparkSession, path: str, rows: DataFrame, since_us: int) 
     )
 
 
+# A batch that changes at most this many stored sessions names them in its overwrite's predicate
+# (about 10 Spark executions where a MERGE runs about 20); one that changes more MERGEs.
+REPLACED_AT_MOST = 10_000
+
+
 def apply_session_changes(
     spark: SparkSession,
     path: str,
@@ -254,16 +259,32 @@ def apply_session_changes(
     inserted: int,
     since_us: int | None = None,
     write_id: WriteId | None = None,
+    replaced_at_most: int = REPLACED_AT_MOST,
 ) -> None:
     """Write :func:`spark_jobs.session_changes.compare`'s answer in one commit.
 
-    With updates or deletes, one MERGE on ``session_id`` does all three (inserts only where the ID
-    is missing, so running it twice changes nothing); with inserts only, an append. ``write_id``:
-    see :class:`WriteId`.
-    ``since_us`` (epoch microseconds), at most the earliest anchor, lets the MERGE skip files of
-    sessions that started before it: only sessions from an anchor on are compared.
+    With updates or deletes of at most ``replaced_at_most`` sessions, an overwrite that replaces
+    the rows of the sessions the answer names (``replaceWhere`` on their IDs: Delta marks the stored
+    rows deleted and appends the new ones); with more, one MERGE on ``session_id`` does all three.
+    Either way, running it twice changes nothing. With inserts only, an append. ``write_id``: see
+    :class:`WriteId`. ``since_us`` (epoch microseconds), at most the earliest anchor, lets Delta skip
+    files of sessions that started before it: only sessions from an anchor on are compared.
     """
-    if changed:
+    if changed and changed + inserted <= replaced_at_most:
+        named = compared.where("op IN ('update', 'delete', 'insert')")
+        ids = ", ".join(f"'{row[0]}'" for row in named.select("session_id").collect())  # 32 hex digits each
+        bound = f"started_at >= timestamp_micros({int(since_us)}) AND " if since_us is not None else ""
+        writer = (
+            named.where("op <> 'delete'")
+            .select(*SESSION_COLUMNS)
+            .write.format("delta")
+            .mode("overwrite")
+            .option("replaceWhere", f"{bound}session_id IN ({ids})")
+        )
+        if write_id is not None:
+            writer = writer.option("txnAppId", write_id.app_id).option("txnVersion", write_id.version)
+        writer.save(path)
+    elif changed:
         bound = f"t.started_at >= timestamp_micros({int(since_us)}) AND " if since_us is not None else ""
         with _dml_write_id(spark, write_id):
             (

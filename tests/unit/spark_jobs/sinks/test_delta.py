@@ -91,3 +91,32 @@ def test_range_filter_selects_exactly_the_half_open_ranges(spark_session) -> Non
     ranges = [PartitionRange("a", 0, 2, 4), PartitionRange("b", 1, 5, 6)]
     picked = sorted((r["topic"], r["partition"], r["offset"]) for r in delta.within(rows, ranges).collect())
     assert picked == [("a", 0, 2), ("a", 0, 3), ("b", 1, 5)]
+
+
+def session(sid: str, count: int) -> tuple:
+    return (sid, "u1", T0, T0, T0, T0, count, 0.0)
+
+
+@pytest.mark.parametrize("replaced_at_most", [0, 10], ids=["merge", "replace"])
+def test_session_changes_are_one_commit_and_the_same_again_keeps_the_rows(spark_session, lake, replaced_at_most):
+    """Updates, deletes and inserts in one commit, by a MERGE (many changes) or by replacing the named
+    sessions (few); either way the unchanged sessions stay, and the same answer again keeps the rows."""
+    delta.ensure_tables(spark_session, lake)
+    path = lake.table_path("sessions")
+    stored = [session("s1", 1), session("s2", 1), session("s3", 1), session("s4", 1)]
+    delta.append(spark_session.createDataFrame(stored, TABLE_SCHEMAS["sessions"]), path)
+    compared = spark_session.createDataFrame(
+        [(*session("s1", 2), "update"), ("s2", *[None] * 7, "delete"), (*session("s3", 1), "same"),
+         (*session("s5", 1), "insert")],
+        f"{TABLE_SCHEMAS['sessions']}, op string",
+    )  # fmt: skip
+    expected = {("s1", 2), ("s3", 1), ("s4", 1), ("s5", 1)}
+
+    def table() -> set:
+        return {(r.session_id, r.event_count) for r in delta.table(spark_session, path).toDF().collect()}
+
+    for _ in range(2):
+        before = delta.table(spark_session, path).history(1).first()["version"]
+        delta.apply_session_changes(spark_session, path, compared, 2, 1, replaced_at_most=replaced_at_most)
+        assert table() == expected
+        assert delta.table(spark_session, path).history(1).first()["version"] == before + 1
