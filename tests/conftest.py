@@ -7,6 +7,7 @@ stops, at the end, only what it started. One SparkSession serves the whole sessi
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -28,6 +29,13 @@ os.environ["AIRFLOW__CORE__PLUGINS_FOLDER"] = str(PROJECT_ROOT / "plugins")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 # SparkSubmitOperator runs `spark-submit` from PATH: the venv's.
 os.environ["PATH"] = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # py4j closes its connections to the JVM while Python shuts down and logs that at INFO, after
+    # pytest has closed the streams the tests' log handlers wrote to: "--- Logging error ---" and a
+    # traceback after the summary of every run that started Spark.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
