@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -412,18 +410,6 @@ def check_services(settings: Settings, topic: str) -> None:
     watermarks(settings, topic)  # TopicError for an unknown topic
 
 
-@contextmanager
-def refused_runs_recorded(settings: Settings, pipeline: str, topic: str) -> Iterator[None]:
-    """A run refused before Spark starts (a busy writer, records retention removed) is a failed run of
-    ``ingest_runs`` like one that fails later: the tidemark page shows it with its cause."""
-    run = runs.RunInProgress()
-    try:
-        yield
-    except TidemarkError as exc:
-        runs.record_failure(settings, pipeline, topic, run, exc)
-        raise
-
-
 def run_from_arguments(
     spark_factory, settings: Settings, args: argparse.Namespace
 ) -> list[BatchResult] | BatchResult | DryRun:
@@ -433,7 +419,7 @@ def run_from_arguments(
     if args.mode == "scheduled":
         check_services(settings, topic)
         ledger.verify_contract(settings)
-        with refused_runs_recorded(settings, pipeline_name(SCHEDULED, topic), topic):
+        with runs.refusal_recorded(settings, pipeline_name(SCHEDULED, topic), topic):
             if not args.wait:
                 check_writer_free(settings)
             if not args.allow_data_loss:  # the run's own check, once it holds the writer lock, says the same
@@ -459,7 +445,7 @@ def run_from_arguments(
     if args.dry_run:  # Kafka's metadata and a count of committed records answer it: no Spark
         return DryRun(plan.ranges, {r.partition: count_committed(settings, r) for r in plan.ranges})
     if not args.wait:
-        with refused_runs_recorded(settings, pipeline_name(BACKFILL, topic), topic):
+        with runs.refusal_recorded(settings, pipeline_name(BACKFILL, topic), topic):
             check_writer_free(settings)
     return run_backfill(spark_factory(), settings, plan, wait=args.wait, rebuild_sessions=args.rebuild_sessions)
 

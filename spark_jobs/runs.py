@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from spark_jobs import db
+from spark_jobs.errors import TidemarkError
 from spark_jobs.reconcile.findings import Lag
 from spark_jobs.reconcile.ranges import NOT_CHECKED, lag_behind
 from spark_jobs.settings import Settings
@@ -97,6 +98,18 @@ def recorded(settings: Settings, pipeline: str, topic: str, measure_lag: bool) -
     record(settings, summarize(pipeline, topic, run.started_at, run.results), measure_lag)
 
 
+@contextmanager
+def refusal_recorded(settings: Settings, pipeline: str, topic: str) -> Iterator[None]:
+    """A run the ``with`` block refuses before Spark starts (a busy writer, records retention removed)
+    is a failed run like one that fails later: recorded with its cause, and nothing when it goes on."""
+    run = RunInProgress()
+    try:
+        yield
+    except TidemarkError as exc:
+        record_failure(settings, pipeline, topic, run, exc)
+        raise
+
+
 def record_failure(settings: Settings, pipeline: str, topic: str, run: RunInProgress, exc: Exception) -> None:
     """Record ``run`` as failed with ``exc``'s one line, or nothing when PostgreSQL cannot take it (the
     caller raises ``exc``: the run's own error is the one the user sees)."""
@@ -108,13 +121,13 @@ def record_failure(settings: Settings, pipeline: str, topic: str, run: RunInProg
 def failure_line(exc: Exception) -> str:
     """One line for a failed run: tidemark's message for what a user can fix, else the error's type and
     first line (a bug: the traceback is in the job's log); no secret, at most 500 characters."""
-    from spark_jobs.errors import TidemarkError
     from spark_jobs.secrets import redact
 
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
-    line = first if isinstance(exc, TidemarkError) else f"{type(exc).__name__}: {first}".rstrip(": ")
-    line = redact(line)
+    if not isinstance(exc, TidemarkError):  # a bug: its type first
+        first = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    line = redact(first)
     return line if len(line) <= 500 else line[:499] + "…"
 
 
