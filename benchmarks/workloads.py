@@ -114,12 +114,16 @@ def submit_env(settings: Settings, base: Mapping[str, str] | None = None) -> dic
     return env
 
 
-def spark_submit(settings: Settings, app: Path, args: list[str], timeout: float = 600) -> str:
-    """spark-submit ``app`` against ``settings``, with the master, memory and jars tidemark's jobs get.
+def spark_submit(
+    settings: Settings, app: Path, args: list[str], timeout: float = 600, records: int | None = None
+) -> str:
+    """spark-submit ``app`` against ``settings``, with the master, memory, jars and driver settings
+    tidemark's jobs get from a DAG's task (:func:`spark_jobs.spark.driver_conf`, for a run of
+    ``records`` records when that is known).
 
     Returns the job's stdout; raises with the tail of its stderr when it fails.
     """
-    from spark_jobs.spark import spark_jars
+    from spark_jobs.spark import driver_conf, spark_jars
 
     bin_dir = Path(sys.executable).parent
     submit = str(bin_dir / "spark-submit") if (bin_dir / "spark-submit").exists() else shutil.which("spark-submit")
@@ -135,12 +139,11 @@ def spark_submit(settings: Settings, app: Path, args: list[str], timeout: float 
         settings.driver_memory,
         "--conf",
         f"spark.pyspark.python={sys.executable}",
-        "--conf",
-        f"spark.ui.enabled={str(settings.spark_ui).lower()}",
-        "--conf",
-        "spark.driver.host=127.0.0.1",
-        "--conf",
-        "spark.driver.bindAddress=127.0.0.1",
+        *(
+            arg
+            for key, value in driver_conf(settings, settings.spark_master, records).items()
+            for arg in ("--conf", f"{key}={value}")
+        ),
         str(app),
         *args,
     ]

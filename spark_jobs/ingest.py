@@ -37,6 +37,8 @@ from spark_jobs.settings import Settings
 from spark_jobs.writer import BatchResult, BatchWriter, Fault, recompute_sessions
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
 logger = logging.getLogger(__name__)
@@ -411,9 +413,12 @@ def check_services(settings: Settings, topic: str) -> None:
 
 
 def run_from_arguments(
-    spark_factory, settings: Settings, args: argparse.Namespace
+    spark_factory: Callable[[int | None], SparkSession], settings: Settings, args: argparse.Namespace
 ) -> list[BatchResult] | BatchResult | DryRun:
-    """Validate the arguments and check the services (before Spark starts), then run the job."""
+    """Validate the arguments and check the services (before Spark starts), then run the job.
+
+    ``spark_factory`` gets the SparkSession for a run of about that many records (None: unknown).
+    """
     settings = settings_for(settings, args)
     topic = settings.topic
     if args.mode == "scheduled":
@@ -428,7 +433,7 @@ def run_from_arguments(
                 if losses:
                     raise retention.loss_error(losses)
         return run_scheduled(
-            spark_factory(),
+            spark_factory(runs.unread_records(settings, topic)),
             settings,
             topic,
             args.max_offsets_per_trigger,
@@ -447,7 +452,8 @@ def run_from_arguments(
     if not args.wait:
         with runs.refusal_recorded(settings, pipeline_name(BACKFILL, topic), topic):
             check_writer_free(settings)
-    return run_backfill(spark_factory(), settings, plan, wait=args.wait, rebuild_sessions=args.rebuild_sessions)
+    records = sum(r.end - r.start for r in plan.ranges)
+    return run_backfill(spark_factory(records), settings, plan, wait=args.wait, rebuild_sessions=args.rebuild_sessions)
 
 
 def describe(result: list[BatchResult] | BatchResult | DryRun) -> str:
@@ -486,7 +492,8 @@ def main(argv: list[str] | None = None) -> None:
     add_backfill_arguments(sub.add_parser("backfill", help="re-process an offset or arrival-time range"))
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    print(describe(run_from_arguments(lambda: build_session(settings, f"tidemark-{args.mode}"), settings, args)))
+    session = lambda records: build_session(settings, f"tidemark-{args.mode}", records)  # noqa: E731
+    print(describe(run_from_arguments(session, settings, args)))
 
 
 if __name__ == "__main__":

@@ -131,6 +131,23 @@ def failure_line(exc: Exception) -> str:
     return line if len(line) <= 500 else line[:499] + "…"
 
 
+def unread_records(settings: Settings, topic: str) -> int | None:
+    """About how many records of ``topic`` a scheduled run will read: what Kafka holds beyond the
+    furthest offset the ledger says a batch processed (all it holds before the first batch). None
+    when PostgreSQL or Kafka does not answer: the run itself then says what is wrong."""
+    import psycopg2
+
+    from spark_jobs.offsets import watermarks
+
+    try:
+        with db.transaction(settings.pipeline_dsn) as cur:
+            ends = processed_to(cur, topic)
+        held = watermarks(settings, topic)
+    except (TidemarkError, psycopg2.Error):
+        return None
+    return sum(max(0, high - max(ends.get(partition, low), low)) for partition, (low, high) in held.items())
+
+
 def processed_to(cur, topic: str) -> dict[int, int]:  # psycopg2 cursor
     """Per partition of ``topic``: the end of the furthest range a batch processed."""
     cur.execute(

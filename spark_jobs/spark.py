@@ -21,6 +21,13 @@ CODEGEN_CACHE_ENTRIES = 2000
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 LISTING_TASKS_PER_CORE = 4  # listing waits on storage more than it computes
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+# HotSpot compiles hot code first with profiling (C1, tiers 2 and 3), then optimised (C2, tier 4). A
+# scheduled run is a JVM of its own whose batch runs some thirty short Spark queries once: most of
+# its time is spent in profiled code that never reaches C2. With the quick compiler alone a cold run
+# of up to a few hundred thousand records took 10 to 25% less time on 2 cores, and one of a million
+# (two batches) more (docs/design.md, "Performance: what is measured").
+QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
+QUICK_COMPILER_RECORDS = 500_000
 
 
 def _cached(directory: Path, prefixes: tuple[str, ...], target: str) -> list[Path]:
@@ -60,12 +67,12 @@ def broadcastable(spark: SparkSession, rows: int, row_bytes: int) -> bool:
     return 0 <= rows * row_bytes <= threshold
 
 
-def build_session(settings: Settings, app_name: str) -> SparkSession:
+def build_session(settings: Settings, app_name: str, records: int | None = None) -> SparkSession:
     """Get or create the SparkSession for a tidemark job.
 
     Under spark-submit the master and jars come from the submit command; run from Python (the CLI,
     tests) it is ``settings.spark_master`` (``TIDEMARK_SPARK_MASTER``, default ``local[2]``) with
-    the cached jars.
+    the cached jars, and a JVM started for a run of ``records`` records (:func:`driver_conf`).
     """
     from pyspark.sql import SparkSession
 
@@ -88,7 +95,7 @@ def build_session(settings: Settings, app_name: str) -> SparkSession:
     # command's --name (the Airflow task's) names the application.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = settings.spark_master
-        options |= {"spark.app.name": app_name, "spark.master": master, **driver_conf(settings, master)}
+        options |= {"spark.app.name": app_name, "spark.master": master, **driver_conf(settings, master, records)}
         jars = spark_jars(settings)
         if master.startswith("local"):
             # One JVM: the s3a jars (the AWS SDK bundle is 690 MB) go on its class path instead of
@@ -146,17 +153,20 @@ def start_jvm(options: dict[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
-def driver_conf(settings: Settings, master: str) -> dict[str, str]:
+def driver_conf(settings: Settings, master: str, records: int | None = None) -> dict[str, str]:
     """What a tidemark driver sets however it starts (from Python, or spark-submitted by a DAG): the
     Spark UI only when ``TIDEMARK_SPARK_UI`` asks for it, Spark's log lines at
-    ``TIDEMARK_SPARK_LOG_LEVEL``, and a local driver on loopback only (nothing outside this machine
-    needs to reach it)."""
-    conf = {
-        "spark.ui.enabled": str(settings.spark_ui).lower(),
-        # Spark's own log lines at TIDEMARK_SPARK_LOG_LEVEL from the driver's start (spark_jobs/log4j2.properties).
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} "
+    ``TIDEMARK_SPARK_LOG_LEVEL``, a local driver on loopback only (nothing outside this machine
+    needs to reach it), and for a run known to read at most :data:`QUICK_COMPILER_RECORDS`
+    ``records``, HotSpot's quick compiler alone."""
+    # Spark's own log lines at TIDEMARK_SPARK_LOG_LEVEL from the driver's start (spark_jobs/log4j2.properties).
+    java = [
+        f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
         f"-Dtidemark.spark.log.level={settings.spark_log_level}",
-    }
+    ]
+    if records is not None and records <= QUICK_COMPILER_RECORDS:
+        java.append(QUICK_COMPILER)
+    conf = {"spark.ui.enabled": str(settings.spark_ui).lower(), "spark.driver.extraJavaOptions": " ".join(java)}
     if master.startswith("local"):
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     return conf

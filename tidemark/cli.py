@@ -190,7 +190,8 @@ def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs.ingest import describe, run_from_arguments
     from spark_jobs.spark import build_session
 
-    result = run_from_arguments(lambda: build_session(settings, f"tidemark-{args.mode}"), settings, args)
+    session = lambda records: build_session(settings, f"tidemark-{args.mode}", records)  # noqa: E731
+    result = run_from_arguments(session, settings, args)
     print(describe(result))
     return 0
 

@@ -72,7 +72,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
         from spark_jobs.errors import ERROR_FILE
         from spark_jobs.runs import STARTED_BY
-        from spark_jobs.spark import driver_conf, spark_jars
+        from spark_jobs.spark import QUICK_COMPILER, driver_conf, spark_jars
 
         settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
@@ -83,7 +83,11 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         env = {"PYSPARK_PYTHON": python, STARTED_BY: started_by, **settings.to_env()}
         self.env_vars = env | dict(self.env_vars or {})  # what the task sets explicitly wins
         master = BaseHook.get_connection(self._conn_id).host or ""  # local[2], spark://…, k8s://…, yarn
-        self.conf = {"spark.pyspark.python": python, **driver_conf(settings, master), **(self.conf or {})}
+        records = self._records(settings)
+        conf = driver_conf(settings, master, records)
+        if QUICK_COMPILER in conf["spark.driver.extraJavaOptions"]:
+            self.log.info("about %s records to read: the driver JVM compiles with %s", f"{records:,}", QUICK_COMPILER)
+        self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
         started = datetime.now(UTC)
         with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:
             cause = Path(scratch) / "error"
@@ -112,6 +116,16 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                 alert_notifier(settings.declared()).send(
                     f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}"
                 )
+
+    def _records(self, settings) -> int | None:  # Settings
+        """About how many records the job will read, where that is known before it starts: a scheduled
+        ingest's (what Kafka holds beyond what the ledger says was processed)."""
+        from spark_jobs.runs import unread_records
+
+        args = list(self.application_args or [])
+        if self.job == "ingest" and args[:1] == ["scheduled"]:
+            return unread_records(settings, settings.topic)
+        return None
 
 
 def job_application(job: str) -> str:

@@ -24,6 +24,7 @@ from psycopg2.extensions import parse_dsn
 
 from spark_jobs.offsets import latest_ranges
 from spark_jobs.settings import PROJECT_ROOT, Settings
+from spark_jobs.spark import QUICK_COMPILER
 from tests.integration.spark_jobs.checks import delete_records, query
 from tidemark.producer import ProduceSpec, produce
 
@@ -116,12 +117,25 @@ def loopback(address: str) -> bool:
     return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
 
 
+def driver_jvm_options(commands: set[tuple[str, ...]]) -> list[str]:
+    """The options of the JVM that runs ``SparkSubmit`` (the driver, in client mode): what stands
+    before that class on its command line (not the launcher's, nor spark-submit's own arguments)."""
+    main = "org.apache.spark.deploy.SparkSubmit"
+    [options] = [
+        argv[: argv.index(main)]
+        for argv in commands
+        if Path(argv[0]).name == "java" and main in argv and "org.apache.spark.launcher.Main" not in argv
+    ]
+    return list(options)
+
+
 class ListeningSockets:
     """The listening TCP sockets of the Spark jobs a DAG task run by this process submits (the
-    ``spark-submit`` JVM, its Python driver and their workers), sampled while it runs."""
+    ``spark-submit`` JVM, its Python driver and their workers), sampled while it runs, and the
+    command lines of the processes that start them."""
 
     def __init__(self, name: str) -> None:
-        self.name, self.seen = name, set()
+        self.name, self.seen, self.commands = name, set(), set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -132,9 +146,11 @@ class ListeningSockets:
         while not self._stop.is_set():
             for proc in me.children(recursive=True):
                 try:
-                    command = " ".join(proc.cmdline())
+                    argv = tuple(proc.cmdline())
+                    command = " ".join(argv)
                     if "org.apache.spark.deploy.SparkSubmit" not in command or self.name not in command:
                         continue
+                    self.commands.add(argv)
                     for p in [proc, *proc.children(recursive=True)]:
                         self.seen |= {(c.laddr.ip, c.laddr.port) for c in p.net_connections("tcp")
                                       if c.status == psutil.CONN_LISTEN}  # fmt: skip
@@ -166,6 +182,9 @@ def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: S
     spark_lines = [line for line in log.splitlines() if re.search(r"\d\d:\d\d:\d\d (INFO|WARN) [A-Za-z]+: ", line)]
     assert spark_lines == [], spark_lines[:20]
     assert "WARNING: Using incubator modules" not in log, log[-3000:]  # the JVM's notice of Spark's module
+    # A run of a few hundred records: its driver JVM ran with HotSpot's quick compiler alone.
+    assert re.search(rf"about [\d,]+ records to read: the driver JVM compiles with {QUICK_COMPILER}", log), log[-3000:]
+    assert QUICK_COMPILER in driver_jvm_options(sockets.commands), sockets.commands
     assert query(settings, "SELECT started_by FROM ingest_runs") == [(f"airflow tidemark_ingest {run.run_id}",)]
     # The embedded default (a local master) listens on loopback only, and without the Spark UI.
     assert sockets.seen, "the Spark job listens on some port (its driver)"

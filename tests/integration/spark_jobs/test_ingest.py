@@ -516,10 +516,13 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
     for key, value in records:
         producer.produce(settings.topic, key=key, value=value)
     assert producer.flush(30) == 0
+    # What a scheduled run will read, known before Spark starts (it picks the driver's compiler).
+    assert runs.unread_records(settings, settings.topic) == 6  # no batch yet: all Kafka holds
 
     before = datetime.now(UTC)
     [result] = ingest.run_scheduled(spark, settings)
     assert (result.read, result.accepted, result.quarantined) == (6, 1, 5)
+    assert runs.unread_records(settings, settings.topic) == 0
 
     [run] = query(
         settings,
