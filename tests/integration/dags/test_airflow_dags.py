@@ -25,7 +25,7 @@ from psycopg2.extensions import parse_dsn
 from spark_jobs.offsets import latest_ranges
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from spark_jobs.spark import QUICK_COMPILER
-from tests.integration.spark_jobs.checks import delete_records, query
+from tests.integration.spark_jobs.checks import delete_records, driver_jvm_options, query
 from tidemark.producer import ProduceSpec, produce
 
 # Airflow itself (dag.test, the api-server and a browser): `make test-airflow`, not `make test`.
@@ -115,18 +115,6 @@ def loopback(address: str) -> bool:
 
     ip = ipaddress.ip_address(address)
     return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
-
-
-def driver_jvm_options(commands: set[tuple[str, ...]]) -> list[str]:
-    """The options of the JVM that runs ``SparkSubmit`` (the driver, in client mode): what stands
-    before that class on its command line (not the launcher's, nor spark-submit's own arguments)."""
-    main = "org.apache.spark.deploy.SparkSubmit"
-    [options] = [
-        argv[: argv.index(main)]
-        for argv in commands
-        if Path(argv[0]).name == "java" and main in argv and "org.apache.spark.launcher.Main" not in argv
-    ]
-    return list(options)
 
 
 class ListeningSockets:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -206,3 +207,15 @@ def stages_run(spark, group: str, work: Callable[[], T]) -> tuple[T, list]:
     tracker, store = sc.statusTracker(), sc._jsc.sc().statusStore()
     stages = {s for job in tracker.getJobIdsForGroup(group) for s in tracker.getJobInfo(job).stageIds}
     return result, [store.lastStageAttempt(s) for s in sorted(stages) if tracker.getStageInfo(s) is not None]
+
+
+def driver_jvm_options(commands: set[tuple[str, ...]]) -> list[str]:
+    """The options of the JVM that runs ``SparkSubmit`` (the driver, in client mode): what stands
+    before that class on its command line (not the launcher's, nor spark-submit's own arguments)."""
+    main = "org.apache.spark.deploy.SparkSubmit"
+    [options] = [
+        argv[: argv.index(main)]
+        for argv in commands
+        if os.path.basename(argv[0]) == "java" and main in argv and "org.apache.spark.launcher.Main" not in argv
+    ]
+    return list(options)

@@ -7,11 +7,13 @@ nowhere in what the command prints.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -31,11 +33,36 @@ def free_port() -> int:
 
 
 def tidemark(args: list[str], env: dict[str, str], tmp_path: Path, path: str | None = None):
+    return subprocess.run(
+        [TIDEMARK, *args], env=environment(env, tmp_path, path), capture_output=True, text=True, timeout=180
+    )
+
+
+def tidemark_watched(args: list[str], env: dict[str, str], tmp_path: Path):
+    """:func:`tidemark`, and the command lines of the processes it started, sampled while it ran."""
+    import psutil
+
+    started = subprocess.Popen(
+        [TIDEMARK, *args], env=environment(env, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    commands: set[tuple[str, ...]] = set()
+    deadline = time.monotonic() + 180
+    while started.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(psutil.Error):  # it ended meanwhile
+            for child in psutil.Process(started.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    commands.add(tuple(child.cmdline()))
+        time.sleep(0.2)
+    stdout, stderr = started.communicate(timeout=30)
+    return subprocess.CompletedProcess(started.args, started.returncode, stdout, stderr), commands
+
+
+def environment(env: dict[str, str], tmp_path: Path, path: str | None = None) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
     environment = {**clean, "TIDEMARK_HOME": str(tmp_path), **env}
     if path is not None:
         environment["PATH"] = path
-    return subprocess.run([TIDEMARK, *args], env=environment, capture_output=True, text=True, timeout=180)
+    return environment
 
 
 # A Spark master no Spark starts with: a command that started Spark would fail on it instead of

@@ -10,7 +10,9 @@ import uuid
 from pathlib import Path
 
 from spark_jobs.settings import Settings
-from tests.integration.tidemark.test_errors import tidemark
+from spark_jobs.spark import QUICK_COMPILER
+from tests.integration.spark_jobs.checks import driver_jvm_options
+from tests.integration.tidemark.test_errors import tidemark, tidemark_watched
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -27,10 +29,12 @@ def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: 
         "TIDEMARK_CHECKPOINT_ROOT": str(tmp_path / "cp"),
     }
 
-    quiet = tidemark(["ingest", "--topic", topic], env, tmp_path)
+    quiet, commands = tidemark_watched(["ingest", "--topic", topic], env, tmp_path)
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     assert quiet.stdout.startswith(f"ingest:{topic} batch 0: read 20 = accepted 20"), quiet.stdout
     assert spark_lines(quiet.stderr) == [], f"Spark's log lines leaked: {quiet.stderr[:3000]}"
+    # A run of 20 records: the JVM it started compiles with HotSpot's quick compiler alone.
+    assert QUICK_COMPILER in driver_jvm_options(commands), commands
 
     # Maintenance prints its report, and not Delta's own "Deleted N files ..." line for each table.
     maintained = tidemark(["maintain"], env, tmp_path)
