@@ -25,7 +25,7 @@ LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 # scheduled run is a JVM of its own whose batch runs some thirty short Spark queries once: most of
 # its time is spent in profiled code that never reaches C2. With the quick compiler alone a cold run
 # of up to a few hundred thousand records took 10 to 25% less time on 2 cores, and one of a million
-# (two batches) more (docs/design.md, "Performance: what is measured").
+# more (docs/design.md, "Performance: what is measured").
 QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
 QUICK_COMPILER_RECORDS = 500_000
 
