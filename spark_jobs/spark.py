@@ -83,6 +83,11 @@ def build_session(settings: Settings, app_name: str, records: int | None = None)
         "spark.sql.session.timeZone": "UTC",
         # Delta's default of 50 partitions for reading its log is slow on small machines.
         "spark.databricks.delta.snapshotPartitions": "2",
+        # Delta 4.4 lists a small table's files in each commit's checksum file, only to list them in
+        # the next one, and where the JVM's or the session's time zone is not UTC it checks that
+        # list after every commit by rebuilding the table's whole state: two Spark executions a
+        # commit, and a state nothing reads when the run ends. No read uses the list.
+        "spark.databricks.delta.allFilesInCrc.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         # Spark keeps 100 compiled query classes by default; one batch compiles 200 to 300, so each
         # batch of a run compiled them all again (about 2 s a batch on 2 cores). With room for them,

@@ -22,9 +22,9 @@ from tests.integration.spark_jobs.checks import send
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 # (SQL executions, jobs) a batch may run: today's, measured on Spark 4.2 / Delta 4.4.
-BUDGET_STEADY = (32, 43)
-BUDGET_TAKEOVER = (47, 64)
-BUDGET_REPLAY = (30, 45)
+BUDGET_STEADY = (30, 41)
+BUDGET_TAKEOVER = (43, 60)
+BUDGET_REPLAY = (33, 48)
 
 
 @dataclass(frozen=True)
