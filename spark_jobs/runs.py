@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import db
 from spark_jobs.errors import TidemarkError
 from spark_jobs.reconcile.findings import Lag
-from spark_jobs.reconcile.ranges import NOT_CHECKED, lag_behind
+from spark_jobs.reconcile.ranges import NOT_CHECKED, lag_behind, unprocessed
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def unread_records(settings: Settings, topic: str) -> int | None:
         held = watermarks(settings, topic)
     except (TidemarkError, psycopg2.Error):
         return None
-    return sum(max(0, high - max(ends.get(partition, low), low)) for partition, (low, high) in held.items())
+    return sum(max(0, high - done) for _, done, high in unprocessed(ends, held))
 
 
 def processed_to(cur, topic: str) -> dict[int, int]:  # psycopg2 cursor

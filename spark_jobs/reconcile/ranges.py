@@ -21,6 +21,8 @@ from spark_jobs.sinks import delta
 from spark_jobs.sinks.delta_log import union
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pyspark.sql import DataFrame, SparkSession
 
 NOT_CHECKED = ("land",)  # pipelines whose ranges land in other tables
@@ -86,12 +88,18 @@ def lag_behind(settings: Settings, processed: dict[str, dict[int, int]], now: da
     """:func:`measure_lag` from the furthest processed offset per topic and partition."""
     lags = []
     for topic, ends in sorted(processed.items()):
-        for partition, (low, high) in sorted(watermarks(settings, topic).items()):
-            done = max(ends.get(partition, low), low)
+        for partition, done, high in unprocessed(ends, watermarks(settings, topic)):
             oldest = first_arrival(settings, topic, partition, done) if done < high else None
             behind = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
             lags.append(Lag(topic, partition, high, done, oldest, behind))
     return lags
+
+
+def unprocessed(ends: Mapping[int, int], held: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """``(partition, processed to, high watermark)`` per partition Kafka holds (``held``: low and high
+    watermarks), from the furthest processed offsets ``ends``: a partition no batch processed, or
+    whose processed records retention removed since, starts at its low watermark."""
+    return [(partition, max(ends.get(partition, low), low), high) for partition, (low, high) in sorted(held.items())]
 
 
 def ranges_holding(spark: SparkSession, coordinates: DataFrame, ranges: list[LedgerRange]) -> list[LedgerRange]:
