@@ -51,7 +51,8 @@ def tidemark_watched(args: list[str], env: dict[str, str], tmp_path: Path):
         with contextlib.suppress(psutil.Error):  # it ended meanwhile
             for child in psutil.Process(started.pid).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    commands.add(tuple(child.cmdline()))
+                    if argv := tuple(child.cmdline()):  # a child that ended but is not yet reaped has none
+                        commands.add(argv)
         time.sleep(0.2)
     stdout, stderr = started.communicate(timeout=30)
     return subprocess.CompletedProcess(started.args, started.returncode, stdout, stderr), commands
