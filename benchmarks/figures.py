@@ -184,7 +184,8 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 "P1",
                 "full ingest vs AvailableNow raw append, events/s",
                 throughput_ratio(rate("P1"), rate("B2")),
-                # The issue's targets: 0.35 at 100k events, 0.5 at 1M (a batch's fixed work weighs less).
+                # At least 0.35 at 100k events (issue 47 holds 1M to that too; an earlier issue to 0.5,
+                # the stricter of the two).
                 Target(">=", 0.5 if m["P1"].count >= 1_000_000 else 0.35),
             )
         )
@@ -263,6 +264,16 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 Target("<=", 6.0),
             )
         )
+    if "E2" in m and "E0A" in m:
+        e2, e0a = seconds("E2"), seconds("E0A")
+        checks.append(
+            Check(
+                "E2-E0A",
+                "E2",
+                "the same, minus a trivial spark-submit with tidemark's class archive, s",
+                None if e2 is None or e0a is None else e2 - e0a,
+            )
+        )
     if "H1" in m and "H2" in m:
         checks.append(
             Check(
@@ -310,7 +321,7 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 "P1",
                 "full ingest vs the peer pipeline with sessions, events/s",
                 throughput_ratio(rate("P1"), rate("PEER")),
-                Target(">=", 1.0),
+                Target(">=", 1.5),  # issue 47
             )
         )
     if "S" in m:

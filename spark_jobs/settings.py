@@ -235,6 +235,9 @@ class Settings:
     driver_memory: str = setting("TIDEMARK_SPARK_DRIVER_MEMORY", TEXT, "2g", "(jobs started from Python)")
     spark_ui: bool = setting("TIDEMARK_SPARK_UI", FLAG, False,
         "(`true` turns Spark's web UI on, for jobs started from Python and those the DAGs submit)")
+    class_archive: bool = setting("TIDEMARK_CLASS_ARCHIVE", FLAG, True, "a local driver maps the classes an "
+        "earlier one loaded from an archive under `$TIDEMARK_HOME/class-archive` (Java's class-data sharing; the "
+        "first driver writes it as its JVM exits); `false`: every driver loads them from the jars")
     spark_log_level: str = setting("TIDEMARK_SPARK_LOG_LEVEL", TEXT, "ERROR",
         "Spark's own log lines, in every tidemark driver: `WARN` or `INFO` shows more (`tidemark --verbose` is `WARN`)")
     # fmt: on

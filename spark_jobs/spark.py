@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
+import shutil
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +33,20 @@ LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 # more (docs/design.md, "Performance: what is measured").
 QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
 QUICK_COMPILER_RECORDS = 500_000
+# Java's class-data sharing: a driver JVM loads and verifies about 18,000 classes (a trivial job;
+# more for a batch) of Spark, Scala, Delta and Kafka, most of them parsed from their jars, seconds
+# of every cold run on 2 cores. A JVM started with -XX:ArchiveClassesAtExit writes the classes it
+# loaded into an archive when it exits; one started with -XX:SharedArchiveFile maps them from it
+# instead (docs/design.md, "Performance: what is measured"). The JVM checks an archive against its
+# own version and class path and ignores one that does not match; the archive's name is a digest
+# of both, so new jars or a new JDK get a new one.
+CLASS_ARCHIVE_DIR = "class-archive"
+# The JVM writes an archive's header, which starts with this magic, after everything else: a file
+# without it is one a JVM is still writing, or one whose writer was killed.
+CLASS_ARCHIVE_MAGIC = bytes.fromhex("a8ab0bf0")  # 0xf00baba8, a dynamic archive, little-endian
+# The JVM logs each class it cannot archive (hundreds) on stdout, where a job's output goes.
+CLASS_ARCHIVE_QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+CLASS_PATH_FOLDERS = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")
 
 
 def _cached(directory: Path, prefixes: tuple[str, ...], target: str) -> list[Path]:
@@ -100,8 +119,7 @@ def build_session(settings: Settings, app_name: str, records: int | None = None)
     # command's --name (the Airflow task's) names the application.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = settings.spark_master
-        options |= {"spark.app.name": app_name, "spark.master": master, **driver_conf(settings, master, records)}
-        jars = spark_jars(settings)
+        jars, store = spark_jars(settings), []
         if master.startswith("local"):
             # One JVM: the s3a jars (the AWS SDK bundle is 690 MB) go on its class path instead of
             # being copied into every session's spark.jars directory.
@@ -109,6 +127,8 @@ def build_session(settings: Settings, app_name: str, records: int | None = None)
             jars = [j for j in jars if j not in store]
             if store:
                 options["spark.driver.extraClassPath"] = ":".join(str(j) for j in store)
+        conf = driver_conf(settings, master, records, class_path=store)
+        options |= {"spark.app.name": app_name, "spark.master": master, **conf}
         options |= {"spark.jars": ",".join(str(j) for j in jars), "spark.driver.memory": settings.driver_memory}
         # Python workers must run this interpreter (the venv), not whatever python3 is on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -156,14 +176,36 @@ def start_jvm(options: dict[str, str]) -> None:
 
     threading.Thread(target=pass_on, name="spark-stderr", daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway)
+    if "-XX:ArchiveClassesAtExit=" in options.get("spark.driver.extraJavaOptions", ""):
+        atexit.register(_exit_jvm, gateway.proc)
 
 
-def driver_conf(settings: Settings, master: str, records: int | None = None) -> dict[str, str]:
+def _exit_jvm(jvm_process: Any) -> None:
+    """Stop Spark and let its JVM (pyspark's ``Popen``) exit before this process does: a JVM that
+    writes the class archive does so when it exits, and the next run must not find it half written."""
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        SparkContext._active_spark_context.stop()
+    jvm_process.stdin.close()  # pyspark's JVM exits when its standard input ends
+    deadline = time.monotonic() + 120
+    while jvm_process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def driver_conf(
+    settings: Settings,
+    master: str,
+    records: int | None = None,
+    class_path: Sequence[Path] = (),
+) -> dict[str, str]:
     """What a tidemark driver sets however it starts (from Python, or spark-submitted by a DAG): the
     Spark UI only when ``TIDEMARK_SPARK_UI`` asks for it, Spark's log lines at
     ``TIDEMARK_SPARK_LOG_LEVEL``, a local driver on loopback only (nothing outside this machine
-    needs to reach it), and for a run known to read at most :data:`QUICK_COMPILER_RECORDS`
-    ``records``, HotSpot's quick compiler alone."""
+    needs to reach it) and with the class archive (:func:`class_sharing`), and for a run known to
+    read at most :data:`QUICK_COMPILER_RECORDS` ``records``, HotSpot's quick compiler alone.
+    ``class_path``: jars on the driver's own class path beyond Spark's.
+    """
     # Spark's own log lines at TIDEMARK_SPARK_LOG_LEVEL from the driver's start (spark_jobs/log4j2.properties).
     java = [
         f"-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}",
@@ -171,10 +213,66 @@ def driver_conf(settings: Settings, master: str, records: int | None = None) -> 
     ]
     if records is not None and records <= QUICK_COMPILER_RECORDS:
         java.append(QUICK_COMPILER)
-    conf = {"spark.ui.enabled": str(settings.spark_ui).lower(), "spark.driver.extraJavaOptions": " ".join(java)}
+    conf = {"spark.ui.enabled": str(settings.spark_ui).lower()}
     if master.startswith("local"):
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-    return conf
+        java += class_sharing(settings, class_path)
+    return conf | {"spark.driver.extraJavaOptions": " ".join(java)}
+
+
+def class_sharing(settings: Settings, class_path: Sequence[Path] = ()) -> list[str]:
+    """The JVM options that let a local driver map its classes from the class archive when one is
+    complete, and otherwise write it when the JVM exits (spark-submit returns after that; a JVM
+    started for this Python process is waited for when it exits, :func:`start_jvm`). Nothing when
+    ``TIDEMARK_CLASS_ARCHIVE`` is false, Java is not found, or the archive's folder cannot be written.
+    """
+    archive = class_archive(settings, class_path) if settings.class_archive else None
+    if archive is None:
+        return []
+    if archive_complete(archive):
+        return [f"-XX:SharedArchiveFile={archive}", *CLASS_ARCHIVE_QUIET]
+    try:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        for old in archive.parent.glob("*.jsa"):  # an earlier JDK's or jars' archive: no JVM maps it again
+            if old != archive:
+                old.unlink(missing_ok=True)
+    except OSError:
+        return []
+    return [f"-XX:ArchiveClassesAtExit={archive}", *CLASS_ARCHIVE_QUIET]
+
+
+def class_archive(settings: Settings, class_path: Sequence[Path] = ()) -> Path | None:
+    """Where the class archive of a driver of ``settings`` is kept: named by a digest of the JVM
+    spark-submit runs (``JAVA_HOME``'s, else the ``java`` on PATH), Spark's jars, tidemark's jars
+    and ``class_path``, each by path, size and modification time, and the configuration folders
+    Spark's launcher adds to the class path. None when no Java is found."""
+    import pyspark
+
+    home = os.environ.get("JAVA_HOME")
+    java = Path(home, "bin", "java") if home else shutil.which("java")
+    if java is None or not Path(java).exists():
+        return None
+    java = Path(java).resolve()
+    server = java.parent.parent / "lib" / "server" / "libjvm.so"  # a JDK updated in place keeps its path
+    jars = sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+    try:
+        parts = [java, server if server.exists() else java, *jars, *spark_jars(settings), *class_path]
+        described = "\n".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in parts)
+        # Spark's launcher puts these folders on the class path too.
+        described += "".join(f"\n{name}={os.environ.get(name, '')}" for name in CLASS_PATH_FOLDERS)
+    except (OSError, ConfigError):  # a missing jar: the job itself says what to do
+        return None
+    digest = hashlib.sha256(described.encode()).hexdigest()[:16]
+    return settings.home / CLASS_ARCHIVE_DIR / f"spark-driver-{digest}.jsa"
+
+
+def archive_complete(archive: Path) -> bool:
+    """Whether ``archive`` is a whole class archive (its header, which the JVM writes last, is there)."""
+    try:
+        with archive.open("rb") as stream:
+            return stream.read(len(CLASS_ARCHIVE_MAGIC)) == CLASS_ARCHIVE_MAGIC
+    except OSError:
+        return False
 
 
 class FrozenFrames:

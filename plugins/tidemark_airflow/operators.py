@@ -85,8 +85,14 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         master = BaseHook.get_connection(self._conn_id).host or ""  # local[2], spark://…, k8s://…, yarn
         records = self._records(settings)
         conf = driver_conf(settings, master, records)
-        if QUICK_COMPILER in conf["spark.driver.extraJavaOptions"]:
-            self.log.info("about %s records to read: the driver JVM compiles with %s", f"{records:,}", QUICK_COMPILER)
+        for option in conf["spark.driver.extraJavaOptions"].split():
+            if option == QUICK_COMPILER:
+                self.log.info("about %s records to read: the driver JVM compiles with %s", f"{records:,}", option)
+            elif option.startswith("-XX:SharedArchiveFile="):
+                self.log.info("the driver JVM maps its classes from %s", option.partition("=")[2])
+            elif option.startswith("-XX:ArchiveClassesAtExit="):
+                self.log.info("the driver JVM writes the classes it loads to %s when it exits (later runs map them "
+                              "from there)", option.partition("=")[2])  # fmt: skip
         self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
         started = datetime.now(UTC)
         with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:

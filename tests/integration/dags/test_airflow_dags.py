@@ -24,7 +24,7 @@ from psycopg2.extensions import parse_dsn
 
 from spark_jobs.offsets import latest_ranges
 from spark_jobs.settings import PROJECT_ROOT, Settings
-from spark_jobs.spark import QUICK_COMPILER
+from spark_jobs.spark import QUICK_COMPILER, archive_complete
 from tests.integration.spark_jobs.checks import delete_records, driver_jvm_options, query
 from tidemark.producer import ProduceSpec, produce
 
@@ -173,6 +173,12 @@ def test_ingest_dag_runs_the_scheduled_ingest_through_spark_submit(deployment: S
     # A run of a few hundred records: its driver JVM ran with HotSpot's quick compiler alone.
     assert re.search(rf"about [\d,]+ records to read: the driver JVM compiles with {QUICK_COMPILER}", log), log[-3000:]
     assert QUICK_COMPILER in driver_jvm_options(sockets.commands), sockets.commands
+    # Its classes: from the class archive, or written to it as the JVM exits, as the log says.
+    logged = re.search(r"the driver JVM (maps its classes from|writes the classes it loads to) (\S+)", log)
+    assert logged, log[-3000:]
+    option = "-XX:SharedArchiveFile=" if logged[1].startswith("maps") else "-XX:ArchiveClassesAtExit="
+    assert option + logged[2] in driver_jvm_options(sockets.commands), sockets.commands
+    assert archive_complete(Path(logged[2]))  # the task ended after the JVM had written it
     assert query(settings, "SELECT started_by FROM ingest_runs") == [(f"airflow tidemark_ingest {run.run_id}",)]
     # The embedded default (a local master) listens on loopback only, and without the Spark UI.
     assert sockets.seen, "the Spark job listens on some port (its driver)"

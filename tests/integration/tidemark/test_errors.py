@@ -39,13 +39,16 @@ def tidemark(args: list[str], env: dict[str, str], tmp_path: Path, path: str | N
 
 
 def tidemark_watched(args: list[str], env: dict[str, str], tmp_path: Path):
-    """:func:`tidemark`, and the command lines of the processes it started, sampled while it ran."""
+    """:func:`tidemark`, the command lines of the processes it started, and the class archives
+    (``*.jsa``) they mapped into memory, sampled while it ran. It returns when the command's own
+    process has exited, as a shell prompt does (a process it started may still run)."""
     import psutil
 
-    started = subprocess.Popen(
-        [TIDEMARK, *args], env=environment(env, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    out, err = (tmp_path / f"{args[0]}-{uuid.uuid4().hex[:8]}.{name}" for name in ("out", "err"))
+    with out.open("w") as stdout, err.open("w") as stderr:
+        started = subprocess.Popen([TIDEMARK, *args], env=environment(env, tmp_path), stdout=stdout, stderr=stderr)
     commands: set[tuple[str, ...]] = set()
+    mapped: set[str] = set()
     deadline = time.monotonic() + 180
     while started.poll() is None and time.monotonic() < deadline:
         with contextlib.suppress(psutil.Error):  # it ended meanwhile
@@ -53,9 +56,12 @@ def tidemark_watched(args: list[str], env: dict[str, str], tmp_path: Path):
                 with contextlib.suppress(psutil.Error):
                     if argv := tuple(child.cmdline()):  # a child that ended but is not yet reaped has none
                         commands.add(argv)
+                    if os.path.basename(argv[0]) == "java":
+                        mapped |= {m.path for m in child.memory_maps() if m.path.endswith(".jsa")}
         time.sleep(0.2)
-    stdout, stderr = started.communicate(timeout=30)
-    return subprocess.CompletedProcess(started.args, started.returncode, stdout, stderr), commands
+    started.wait(timeout=30)
+    done = subprocess.CompletedProcess(started.args, started.returncode, out.read_text(), err.read_text())
+    return done, commands, mapped
 
 
 def environment(env: dict[str, str], tmp_path: Path, path: str | None = None) -> dict[str, str]:

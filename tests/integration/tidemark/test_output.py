@@ -10,9 +10,9 @@ import uuid
 from pathlib import Path
 
 from spark_jobs.settings import Settings
-from spark_jobs.spark import QUICK_COMPILER
+from spark_jobs.spark import QUICK_COMPILER, archive_complete, class_archive
 from tests.integration.spark_jobs.checks import driver_jvm_options
-from tests.integration.tidemark.test_errors import tidemark, tidemark_watched
+from tests.integration.tidemark.test_errors import environment, tidemark, tidemark_watched
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -27,17 +27,26 @@ def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: 
         **stack.to_env(),
         "TIDEMARK_LAKE_ROOT": str(tmp_path / "lake"),
         "TIDEMARK_CHECKPOINT_ROOT": str(tmp_path / "cp"),
+        "TIDEMARK_HOME": str(tmp_path / "home"),  # its own: no class archive yet
     }
 
-    quiet, commands = tidemark_watched(["ingest", "--topic", topic], env, tmp_path)
+    quiet, commands, _ = tidemark_watched(["ingest", "--topic", topic], env, tmp_path)
     assert quiet.returncode == 0, quiet.stderr[-3000:]
     assert quiet.stdout.startswith(f"ingest:{topic} batch 0: read 20 = accepted 20"), quiet.stdout
     assert spark_lines(quiet.stderr) == [], f"Spark's log lines leaked: {quiet.stderr[:3000]}"
     # A run of 20 records: the JVM it started compiles with HotSpot's quick compiler alone.
     assert QUICK_COMPILER in driver_jvm_options(commands), commands
+    # The first driver here wrote the class archive as its JVM exited, before the command returned
+    # (and said nothing of the classes it could not archive).
+    archive = class_archive(Settings.from_env(environment(env, tmp_path)))
+    assert archive is not None and f"-XX:ArchiveClassesAtExit={archive}" in driver_jvm_options(commands), commands
+    assert archive_complete(archive), archive
 
-    # Maintenance prints its report, and not Delta's own "Deleted N files ..." line for each table.
-    maintained = tidemark(["maintain"], env, tmp_path)
+    # Maintenance prints its report, and not Delta's own "Deleted N files ..." line for each table;
+    # its JVM maps the classes from the archive.
+    maintained, commands, mapped = tidemark_watched(["maintain"], env, tmp_path)
+    assert f"-XX:SharedArchiveFile={archive}" in driver_jvm_options(commands), commands
+    assert str(archive) in mapped, mapped  # beside the JDK's own
     assert maintained.returncode == 0, maintained.stderr[-3000:]
     assert "Deleted" not in maintained.stdout and "events:" in maintained.stdout, maintained.stdout
     assert spark_lines(maintained.stderr) == [], f"Spark's log lines leaked: {maintained.stderr[:3000]}"

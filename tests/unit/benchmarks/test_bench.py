@@ -92,6 +92,9 @@ def test_checks_are_throughput_ratios_for_rates_and_time_ratios_for_growth_and_e
             measured("G10", 10_000, 24.0),  # 1.2
             measured("E0", 0, 10.0),
             measured("E1", 0, 16.0),  # 1.6
+            measured("E0A", 0, 8.0),
+            measured("E2", 2_000, 17.0),  # 7 s beyond E0, 9 beyond E0A
+            measured("PEER", 100_000, 35.0),  # P1 at 1.4x PEER's rate
             measured("R", 100_000, 5.0, delta_files_rewritten=0, postgres_rows_changed=3),
         )
     }
@@ -101,6 +104,9 @@ def test_checks_are_throughput_ratios_for_rates_and_time_ratios_for_growth_and_e
     assert checks["P2u/B3"].value == pytest.approx(0.2) and checks["P2u/B3"].result == "FAIL"
     assert checks["G10/G1"].value == pytest.approx(1.2) and checks["G10/G1"].result == "PASS"
     assert checks["E1/E0"].value == pytest.approx(1.6) and checks["E1/E0"].result == "FAIL"
+    assert checks["E2-E0"].value == pytest.approx(7.0) and checks["E2-E0"].result == "FAIL"
+    assert checks["E2-E0A"].value == pytest.approx(9.0) and checks["E2-E0A"].result == "info"
+    assert checks["P1/PEER"].value == pytest.approx(1.4) and checks["P1/PEER"].result == "FAIL"  # >= 1.5
     assert checks["R/P1"].value == pytest.approx(0.2) and checks["R/P1"].result == "info"
     assert checks["files"].result == "PASS" and checks["rows"].result == "FAIL"
     assert "P2r/B3" not in checks and "P1/B2L" not in checks  # not measured, not reported

@@ -1,8 +1,19 @@
 from pathlib import Path
 
+import pytest
+
 from spark_jobs.runs import unread_records
 from spark_jobs.settings import Settings
-from spark_jobs.spark import QUICK_COMPILER, QUICK_COMPILER_RECORDS, driver_conf
+from spark_jobs.spark import (
+    CLASS_ARCHIVE_MAGIC,
+    CLASS_ARCHIVE_QUIET,
+    CONTRACT_JARS,
+    QUICK_COMPILER,
+    QUICK_COMPILER_RECORDS,
+    REQUIRED_JARS,
+    class_archive,
+    driver_conf,
+)
 
 
 def java_options(records: int | None, tmp_path: Path) -> list[str]:
@@ -23,3 +34,63 @@ def test_the_records_a_run_will_read_are_unknown_when_postgresql_does_not_answer
     # Nothing listens on port 1: the estimate gives up (the run itself then says what is wrong).
     settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_POSTGRES_PORT": "1"})
     assert unread_records(settings, "events") is None
+
+
+def archive_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> Settings:
+    """Settings whose jars and JVM are files under ``tmp_path`` (the digest reads only their size and
+    time; which JVM options a driver gets is all this decides)."""
+    jdk = tmp_path / "jdk"
+    for name in ("bin/java", "lib/server/libjvm.so"):
+        (jdk / name).parent.mkdir(parents=True, exist_ok=True)
+        (jdk / name).write_text("jvm 1")
+    monkeypatch.setenv("JAVA_HOME", str(jdk))
+    for folder, prefixes in (("spark", REQUIRED_JARS), ("contract", CONTRACT_JARS)):
+        (tmp_path / "jars" / folder).mkdir(parents=True, exist_ok=True)
+        for prefix in prefixes:
+            (tmp_path / "jars" / folder / f"{prefix}1.0.jar").write_text("classes")
+    return Settings.from_env(
+        {"TIDEMARK_HOME": str(tmp_path / "home"), "TIDEMARK_JARS_DIR": str(tmp_path / "jars"), **env}
+    )
+
+
+def archive_options(settings: Settings, master: str = "local[2]") -> list[str]:
+    options = driver_conf(settings, master)["spark.driver.extraJavaOptions"].split()
+    return [o for o in options if o.startswith(("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=", "-Xlog:cds"))]
+
+
+def test_a_submitted_driver_writes_the_class_archive_and_every_later_driver_maps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = archive_settings(tmp_path, monkeypatch)
+    archive = class_archive(settings)
+    assert archive is not None and archive.parent == settings.home / "class-archive"
+    quiet = list(CLASS_ARCHIVE_QUIET)
+    # None yet: the JVM writes it when it exits.
+    assert archive_options(settings) == [f"-XX:ArchiveClassesAtExit={archive}", *quiet]
+    # Half written (the JVM writes the header last): as if there were none.
+    archive.write_bytes(bytes(4096))
+    assert archive_options(settings) == [f"-XX:ArchiveClassesAtExit={archive}", *quiet]
+    archive.write_bytes(CLASS_ARCHIVE_MAGIC + bytes(4096))
+    assert archive_options(settings) == [f"-XX:SharedArchiveFile={archive}", *quiet]
+    # A driver elsewhere (a cluster) has no such file; and the setting turns it off.
+    assert archive_options(settings, master="spark://spark-master:7077") == []
+    assert archive_options(archive_settings(tmp_path, monkeypatch, TIDEMARK_CLASS_ARCHIVE="false")) == []
+
+
+def test_new_jars_or_a_new_jvm_get_a_new_class_archive_and_the_old_one_is_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = archive_settings(tmp_path, monkeypatch)
+    first = class_archive(settings)
+    assert first is not None
+    first.parent.mkdir(parents=True)
+    first.write_bytes(CLASS_ARCHIVE_MAGIC)
+    (tmp_path / "jars" / "spark" / f"{REQUIRED_JARS[0]}1.0.jar").write_text("classes of a rebuilt jar")
+    second = class_archive(settings)
+    assert second not in (None, first)
+    assert archive_options(settings) == [f"-XX:ArchiveClassesAtExit={second}", *CLASS_ARCHIVE_QUIET]
+    assert not first.exists()  # no JVM maps it again
+    (tmp_path / "jdk" / "lib/server/libjvm.so").write_text("jvm 1.1, updated in place")
+    assert class_archive(settings) not in (first, second)
+    # A driver with more on its own class path (s3a's jars, run from Python) has an archive of its own.
+    assert class_archive(settings, [tmp_path / "jdk" / "bin/java"]) != class_archive(settings)
