@@ -22,7 +22,8 @@ against a baseline taken in the same run (DESIGN.md, "Performance"; issue 5). St
 * **E0 / E1 / E2** each a spark-submit of its own (a cold JVM, as a DAG's run is): a trivial job that
   starts a SparkSession and stops, a scheduled run with no new data, and a scheduled run of 2,000
   new events into a lake that holds earlier ones (E2 - E0: what a small scheduled run costs beyond
-  Spark's own start);
+  Spark's own start); **E0A** the trivial job with tidemark's class archive (E2 - E0A: the batch's
+  own cold cost);
 * **H1 / H2 / HS** ``sessionize`` alone on events generated in Spark: one entity never idle for
   30 minutes over 48 h with n/2 and n events (``--hotkey-events``), against n events of 5,000
   entities; time must grow linearly (H2/H1 <= 2.3) and stay within 3x of the spread events;

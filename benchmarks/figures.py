@@ -253,27 +253,13 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
                 Target("<=", 1.5),
             )
         )
-    if "E2" in m and "E0" in m:
-        e2, e0 = seconds("E2"), seconds("E0")
-        checks.append(
-            Check(
-                "E2-E0",
-                "E2",
-                "cold scheduled run of 2,000 new events minus a trivial spark-submit, s",
-                None if e2 is None or e0 is None else e2 - e0,
-                Target("<=", 6.0),
-            )
-        )
-    if "E2" in m and "E0A" in m:
-        e2, e0a = seconds("E2"), seconds("E0A")
-        checks.append(
-            Check(
-                "E2-E0A",
-                "E2",
-                "the same, minus a trivial spark-submit with tidemark's class archive, s",
-                None if e2 is None or e0a is None else e2 - e0a,
-            )
-        )
+    for baseline, description, target in (
+        ("E0", "cold scheduled run of 2,000 new events minus a trivial spark-submit, s", Target("<=", 6.0)),
+        ("E0A", "the same, minus a trivial spark-submit with tidemark's class archive, s", None),
+    ):
+        e2, e0 = seconds("E2"), seconds(baseline)
+        if e2 is not None and e0 is not None:
+            checks.append(Check(f"E2-{baseline}", "E2", description, e2 - e0, target))
     if "H1" in m and "H2" in m:
         checks.append(
             Check(
