@@ -41,6 +41,7 @@ QUICK_COMPILER_RECORDS = 500_000
 # own version and class path and ignores one that does not match; the archive's name is a digest
 # of both, so new jars or a new JDK get a new one.
 CLASS_ARCHIVE_DIR = "class-archive"
+MAP_CLASSES, WRITE_CLASSES = "-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit="  # each followed by the archive
 # The JVM writes an archive's header, which starts with this magic, after everything else: a file
 # without it is one a JVM is still writing, or one whose writer was killed.
 CLASS_ARCHIVE_MAGIC = bytes.fromhex("a8ab0bf0")  # 0xf00baba8, a dynamic archive, little-endian
@@ -176,7 +177,7 @@ def start_jvm(options: dict[str, str]) -> None:
 
     threading.Thread(target=pass_on, name="spark-stderr", daemon=True).start()
     SparkContext._ensure_initialized(gateway=gateway)
-    if "-XX:ArchiveClassesAtExit=" in options.get("spark.driver.extraJavaOptions", ""):
+    if WRITE_CLASSES in options.get("spark.driver.extraJavaOptions", ""):
         atexit.register(_exit_jvm, gateway.proc)
 
 
@@ -230,7 +231,7 @@ def class_sharing(settings: Settings, class_path: Sequence[Path] = ()) -> list[s
     if archive is None:
         return []
     if archive_complete(archive):
-        return [f"-XX:SharedArchiveFile={archive}", *CLASS_ARCHIVE_QUIET]
+        return [f"{MAP_CLASSES}{archive}", *CLASS_ARCHIVE_QUIET]
     try:
         archive.parent.mkdir(parents=True, exist_ok=True)
         for old in archive.parent.glob("*.jsa"):  # an earlier JDK's or jars' archive: no JVM maps it again
@@ -238,7 +239,7 @@ def class_sharing(settings: Settings, class_path: Sequence[Path] = ()) -> list[s
                 old.unlink(missing_ok=True)
     except OSError:
         return []
-    return [f"-XX:ArchiveClassesAtExit={archive}", *CLASS_ARCHIVE_QUIET]
+    return [f"{WRITE_CLASSES}{archive}", *CLASS_ARCHIVE_QUIET]
 
 
 def class_archive(settings: Settings, class_path: Sequence[Path] = ()) -> Path | None:

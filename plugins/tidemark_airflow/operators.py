@@ -72,7 +72,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
         from spark_jobs.errors import ERROR_FILE
         from spark_jobs.runs import STARTED_BY
-        from spark_jobs.spark import QUICK_COMPILER, driver_conf, spark_jars
+        from spark_jobs.spark import MAP_CLASSES, QUICK_COMPILER, WRITE_CLASSES, driver_conf, spark_jars
 
         settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
@@ -88,11 +88,11 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         for option in conf["spark.driver.extraJavaOptions"].split():
             if option == QUICK_COMPILER:
                 self.log.info("about %s records to read: the driver JVM compiles with %s", f"{records:,}", option)
-            elif option.startswith("-XX:SharedArchiveFile="):
-                self.log.info("the driver JVM maps its classes from %s", option.partition("=")[2])
-            elif option.startswith("-XX:ArchiveClassesAtExit="):
+            elif option.startswith(MAP_CLASSES):
+                self.log.info("the driver JVM maps its classes from %s", option.removeprefix(MAP_CLASSES))
+            elif option.startswith(WRITE_CLASSES):
                 self.log.info("the driver JVM writes the classes it loads to %s when it exits (later runs map them "
-                              "from there)", option.partition("=")[2])  # fmt: skip
+                              "from there)", option.removeprefix(WRITE_CLASSES))  # fmt: skip
         self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
         started = datetime.now(UTC)
         with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:
