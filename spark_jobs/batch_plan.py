@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import dedupe, ledger, moves, producers, quarantine, session_changes
-from spark_jobs.contract import COORDINATES, TABLE_SCHEMAS, SessionRules
+from spark_jobs.contract import COORDINATES, RECORD_TABLES, TABLE_SCHEMAS, SessionRules
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
@@ -54,6 +54,7 @@ class SessionChanges:
     inserted: int  # new session IDs
     entities_in_many_partitions: int = 0  # a producer check, counted with the anchors
     earliest_us: int | None = None  # the earliest anchor: no session before it is compared or written
+    written_ids: list[str] | None = None  # the IDs of ``compared``'s rows that are not ``same`` (observed)
 
 
 @dataclass(frozen=True)
@@ -136,15 +137,16 @@ class BatchPlanner:
         ``moved_before``: the rows earlier attempts of the batch set out to move (``moves``); those
         this plan does not move again and both tables hold are its ``unmoved``.
 
-        The Spark jobs, in order (a replay adds two: the held coordinates, and the fresh records' totals):
-        the records parsed and validated (materialised, the only read of Kafka); which ranges the
-        tables hold already (counts only, and only when PostgreSQL says a batch may have written
-        there: :meth:`held`); the batch's
+        The Spark jobs, in order: the records parsed and validated (materialised, the only read of
+        Kafka); the records the tables hold already (materialised and counted, and only when
+        PostgreSQL says a batch may have written there: :meth:`held`; the others' totals are then
+        observed as the ranking reads them); the batch's
         totals and producer checks (one aggregate); the ranking against stored events within the
         dedupe horizon (materialised) and its counts; the touched entities with their anchors
         (materialised) and their summary; the recomputed sessions compared with the stored ones
         (materialised) and their counts.
         """
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         clock = clock or Stopwatch()
@@ -165,16 +167,17 @@ class BatchPlanner:
             *producers.aggregates(),
             keep=parsed.columns,
         )
-        held = self.held(ranges)
+        held, held_in = self.held(ranges)
         # What the batch has of its ranges: read from Kafka, or held (an earlier attempt wrote it
         # before retention removed it from Kafka).
         had = parsed if held is None else parsed.select(*COORDINATES).unionByName(held.select(*COORDINATES)).distinct()
         read_spans = consecutive_offsets(had) if self.watch_losses else []
-        held_in = {} if held is None else held_counts(held)
-        totals = summary
+        fresh_totals = None  # with records held: the others' totals, observed as the ranking reads them
         if held_in:
-            parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti")
-            totals = parsed.agg(F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")).first()
+            fresh_totals = Observation()
+            parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti").observe(
+                fresh_totals, F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")
+            )
         clock.lap("parse")
 
         events = self._read("events")
@@ -191,6 +194,7 @@ class BatchPlanner:
             dedupe.rank(candidates, events, since, broadcast_ids), *dedupe.aggregates()
         )
         counts = dedupe.DedupeCounts(**observed)
+        totals = summary if fresh_totals is None else fresh_totals.get
         clock.lap("dedupe")
 
         # A takeover an earlier attempt of this batch committed moved the displaced row to
@@ -208,7 +212,7 @@ class BatchPlanner:
                 self.pipeline, batch_id, checks.describe(),
             )  # fmt: skip
         displaced_rows = dedupe.displaced(ranked) if counts.takeovers else None
-        moving = [] if displaced_rows is None else moved_rows(displaced_rows)
+        moving = sorted((r[0], r[1], r[2], r[3]) for r in counts.displaced)
         invalid = parsed.where("quarantine_reason IS NOT NULL").select(
             *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
         )
@@ -259,10 +263,11 @@ class BatchPlanner:
         clock.lap("sessions")
         return plan
 
-    def held(self, ranges: list[PartitionRange]) -> DataFrame | None:
+    def held(self, ranges: list[PartitionRange]) -> tuple[DataFrame | None, dict[str, int]]:
         """``(topic, partition, offset, table)`` of the records in ``ranges`` a record table holds
-        already, frozen (one snapshot: its counts and the records it excludes agree, even while a
-        writer that lost its lease still commits); None when none can be held.
+        already, one row per record (:func:`owners`), frozen (one snapshot: its counts and the
+        records it excludes agree, even while a writer that lost its lease still commits), and how
+        many each table holds, observed as it is frozen; (None, {}) when none can be held.
 
         For a scheduled batch Delta is searched only when PostgreSQL says a table may hold some: a
         range overlaps an attempt or ledger range, or starts below its topic's write floor. Records
@@ -273,7 +278,7 @@ class BatchPlanner:
         from pyspark.sql import functions as F
 
         if not any(r.end > r.start for r in ranges):
-            return None
+            return None, {}
         if self.scheduled:
             topic, lake = ranges[0].topic, self.settings.lake_root
 
@@ -285,12 +290,15 @@ class BatchPlanner:
                 return ledger.may_hold(cur, ranges, floor)
 
             if not self._may_hold(may_hold):
-                return None
+                return None, {}
         held = delta.held(self.spark, self.settings, ranges)
         if self.readmitting is not None:  # in quarantine, but what the batch brings back from there
             leaving = self.readmitting.select(*COORDINATES).withColumn("table", F.lit("quarantine"))
             held = held.join(leaving, [*COORDINATES, "table"], "left_anti")
-        return self.frozen.freeze(held)
+        frozen, counts = self.frozen.freeze_counted(
+            owners(held), *[F.count_if(F.col("table") == name).alias(name) for name in RECORD_TABLES]
+        )
+        return frozen, {name: n for name, n in counts.items() if n}
 
     def _session_changes(
         self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
@@ -314,29 +322,23 @@ class BatchPlanner:
         )
         compared, ops = self.frozen.freeze_counted(
             session_changes.compare(sessionize(events, self.rules, self.frozen), sessions, anchors, earliest),
-            *session_changes.op_counts(),
+            *session_changes.op_counts(with_ids=True),
         )
-        return SessionChanges(anchors, compared, ops["changed"], ops["inserted"], summary["many_partitions"], earliest)
+        return SessionChanges(
+            anchors, compared, ops["changed"], ops["inserted"], summary["many_partitions"], earliest, ops["written"]
+        )
 
 
-def held_counts(held: DataFrame) -> dict[str, int]:
-    """How many held offsets each record table accounts for (one small job). An offset both
-    ``events`` and ``duplicates`` hold is the row a takeover displaces, between an attempt that
-    committed its ``duplicates`` and the ``events`` write that removes it (written last): it counts
-    once, as the ``events`` row the batch ranks again."""
+def owners(held: DataFrame) -> DataFrame:
+    """``held`` with one row per record: the table that accounts for it. An offset both ``events``
+    and ``duplicates`` hold is the row a takeover displaces, between an attempt that committed its
+    ``duplicates`` and the ``events`` write that removes it (written last): it counts once, as the
+    ``events`` row the batch ranks again."""
     from pyspark.sql import functions as F
 
     tables = held.groupBy(*COORDINATES).agg(F.collect_set("table").alias("tables"))
     owner = F.when(F.array_contains("tables", "events"), F.lit("events")).otherwise(F.col("tables")[0])
-    return {r["table"]: r["count"] for r in tables.select(owner.alias("table")).groupBy("table").count().collect()}
-
-
-def moved_rows(displaced: DataFrame) -> list[moves.Moved]:
-    """The displaced rows with their arrivals (one small job, only for a batch with takeovers)."""
-    from pyspark.sql import functions as F
-
-    rows = displaced.select(*COORDINATES, F.unix_micros("arrival_time")).collect()
-    return [(r[0], r[1], r[2], r[3]) for r in rows]
+    return tables.select(*COORDINATES, owner.alias("table"))
 
 
 def moved_spans(rows: list[moves.Moved]) -> list[PartitionRange]:

@@ -27,9 +27,11 @@ STORED_COLUMNS = ("topic", "partition", "offset", "arrival_time", "event_id", "e
 # the string's offset and length, and the hash table's entry when broadcast.
 ID_ROW_BYTES = 64
 
+# The stored events rows a takeover displaces (to duplicates).
+DISPLACED = "loser AND NOT in_batch"
 # The rows whose entity's sessions a batch changes: batch records that are (or stay) events rows,
-# and stored rows a takeover displaces (the earlier copy may carry another entity_id).
-TOUCHES = "(in_batch AND NOT loser) OR (loser AND NOT in_batch)"
+# and the displaced rows (the earlier copy may carry another entity_id).
+TOUCHES = f"(in_batch AND NOT loser) OR ({DISPLACED})"
 
 # The columns :func:`rank` adds to the events' own (so no typed column of a contract takes their names).
 RANK_COLUMNS = ("in_batch", "rank", "has_stored", "stored_here", "new", "loser")
@@ -107,7 +109,7 @@ def _event_columns(ranked: DataFrame) -> list[str]:
 
 def displaced(ranked: DataFrame) -> DataFrame:
     """The coordinates and arrivals of the stored ``events`` rows that a takeover moves to ``duplicates``."""
-    return ranked.where("loser AND NOT in_batch").select(*COORDINATES, "arrival_time")
+    return ranked.where(DISPLACED).select(*COORDINATES, "arrival_time")
 
 
 def later_copies(ranked: DataFrame) -> DataFrame:
@@ -144,6 +146,7 @@ class DedupeCounts:
     losers_to: int | None
     takeovers_since_us: int | None  # earliest arrival of a takeover (its displaced rows arrived later)
     touched_since_us: int | None  # earliest arrival that changes an entity's events (sessions from there on)
+    displaced: list  # (topic, partition, offset, arrival micros) of each stored row a takeover displaces
 
 
 def aggregates() -> list[Column]:
@@ -164,6 +167,10 @@ def aggregates() -> list[Column]:
             "takeovers_since_us"
         ),
         F.unix_micros(F.min(F.when(F.expr(TOUCHES), F.col("arrival_time")))).alias("touched_since_us"),
+        # As few as the batch's takeovers (an earlier copy of a stored event is rare).
+        F.collect_list(F.when(F.expr(DISPLACED), F.struct(*COORDINATES, F.unix_micros("arrival_time")))).alias(
+            "displaced"
+        ),
     ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spark_jobs.contract import COORDINATES, SESSION_COLUMNS, SessionRules
-from spark_jobs.dedupe import TOUCHES
+from spark_jobs.dedupe import DISPLACED, TOUCHES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -124,9 +124,7 @@ def events_since_anchors(
         .select(*SESSIONIZE_COLUMNS)
     )
     if has_takeovers:
-        stored = stored.join(
-            ranked.where("loser AND NOT in_batch").select(*COORDINATES), list(COORDINATES), "left_anti"
-        )
+        stored = stored.join(ranked.where(DISPLACED).select(*COORDINATES), list(COORDINATES), "left_anti")
     return stored.select(*SESSIONIZE_COLUMNS).unionByName(ranked.where("new").select(*SESSIONIZE_COLUMNS))
 
 
@@ -157,14 +155,20 @@ def compare(
     )
 
 
-def op_counts() -> list[Column]:
-    """``changed`` (updates and deletes) and ``inserted``: aggregates over :func:`compare`'s rows."""
+def op_counts(with_ids: bool = False) -> list[Column]:
+    """``changed`` (updates and deletes) and ``inserted``: aggregates over :func:`compare`'s rows.
+    ``with_ids``: also ``written``, the IDs of every row that is not ``same`` (what an overwrite of
+    the named sessions names), so that the write needs no query of its own to learn them. Only for a
+    batch's comparison, whose rows are its touched entities' sessions; a full rebuild's are every one."""
     from pyspark.sql import functions as F
 
-    return [
+    counts = [
         F.count_if(F.col("op").isin("update", "delete")).alias("changed"),
         F.count_if(F.col("op") == "insert").alias("inserted"),
     ]
+    if with_ids:
+        counts.append(F.collect_list(F.when(F.col("op") != "same", F.col("session_id"))).alias("written"))
+    return counts
 
 
 def surviving(compared: DataFrame) -> DataFrame:

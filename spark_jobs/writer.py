@@ -339,9 +339,13 @@ class BatchWriter:
             after.append(self._guard("duplicates", fence, write_later))
         c = plan.sessions
         if c is not None and (c.changed or c.inserted):
-            write_sessions = lambda: delta.apply_session_changes(  # noqa: E731
-                spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, write_id("sessions")
-            )
+
+            def write_sessions() -> None:
+                delta.apply_session_changes(
+                    spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, write_id("sessions"),
+                    written_ids=c.written_ids,
+                )  # fmt: skip
+
             after.append(self._guard("sessions", fence, write_sessions))
         last: list[Callable[[], None]] = []
         if plan.first_arrivals is not None or plan.takeovers is not None:

@@ -260,6 +260,7 @@ def apply_session_changes(
     since_us: int | None = None,
     write_id: WriteId | None = None,
     replaced_at_most: int = REPLACED_AT_MOST,
+    written_ids: list[str] | None = None,
 ) -> None:
     """Write :func:`spark_jobs.session_changes.compare`'s answer in one commit.
 
@@ -269,10 +270,14 @@ def apply_session_changes(
     Either way, running it twice changes nothing. With inserts only, an append. ``write_id``: see
     :class:`WriteId`. ``since_us`` (epoch microseconds), at most the earliest anchor, lets Delta skip
     files of sessions that started before it: only sessions from an anchor on are compared.
+    ``written_ids``: the IDs of the answer's rows that are not ``same``, when the comparison observed
+    them (``session_changes.op_counts(with_ids=True)``); otherwise the overwrite collects them.
     """
     if changed and changed + inserted <= replaced_at_most:
         named = compared.where("op IN ('update', 'delete', 'insert')")
-        ids = ", ".join(f"'{row[0]}'" for row in named.select("session_id").collect())  # 32 hex digits each
+        if written_ids is None:
+            written_ids = [row[0] for row in named.select("session_id").collect()]
+        ids = ", ".join(f"'{i}'" for i in sorted(written_ids))  # 32 hex digits each
         bound = f"started_at >= timestamp_micros({int(since_us)}) AND " if since_us is not None else ""
         writer = (
             named.where("op <> 'delete'")

@@ -22,9 +22,9 @@ from tests.integration.spark_jobs.checks import send
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 # (SQL executions, jobs) a batch may run: today's, measured on Spark 4.2 / Delta 4.4.
-BUDGET_STEADY = (30, 41)
-BUDGET_TAKEOVER = (43, 60)
-BUDGET_REPLAY = (33, 48)
+BUDGET_STEADY = (29, 40)
+BUDGET_TAKEOVER = (41, 58)
+BUDGET_REPLAY = (31, 43)
 
 
 @dataclass(frozen=True)

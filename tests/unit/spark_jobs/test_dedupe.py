@@ -72,6 +72,10 @@ def test_an_earlier_copy_found_later_takes_over_the_stored_row(rank) -> None:
     assert losers(ranked) == [0], "the displaced stored row becomes a duplicate"
     assert offsets(dedupe.displaced_copies(ranked)) == [0] and offsets(dedupe.later_copies(ranked)) == []
     assert (counts.accepted, counts.duplicates, counts.first_arrivals, counts.takeovers) == (1, 0, 0, 1)
+    # The displaced row, as the batch writes it down before its first write (``moves``).
+    displaced = dedupe.displaced(ranked).selectExpr("topic", "partition", "offset", "unix_micros(arrival_time)")
+    assert [tuple(r) for r in counts.displaced] == [tuple(r) for r in displaced.collect()]
+    assert [r[2] for r in counts.displaced] == [0]
 
 
 def test_ties_in_arrival_time_are_broken_by_partition_then_offset(rank) -> None:

@@ -78,6 +78,12 @@ def test_compare_labels_inserted_updated_deleted_and_unchanged_sessions(spark_se
     c = session_id("c", int(at(0).timestamp() * 1000))
     d = session_id("d", int(at(0).timestamp() * 1000))
     assert ops == {(a_first, "update"), (a_second, "delete"), (c, "same"), (d, "insert")}
+    # What a batch observes as it freezes the comparison: the counts, and the IDs its write names.
+    [counted] = (
+        session_changes.compare(recomputed, stored, anchors).agg(*session_changes.op_counts(with_ids=True)).collect()
+    )
+    assert (counted["changed"], counted["inserted"]) == (2, 1)
+    assert sorted(counted["written"]) == sorted([a_first, a_second, d])
     surviving = session_changes.surviving(session_changes.compare(recomputed, stored, anchors)).collect()
     assert {r["session_id"]: r["event_count"] for r in surviving} == {a_first: 4, c: 1, d: 1}
 

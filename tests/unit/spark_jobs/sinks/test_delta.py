@@ -97,10 +97,17 @@ def session(sid: str, count: int) -> tuple:
     return (sid, "u1", T0, T0, T0, T0, count, 0.0)
 
 
-@pytest.mark.parametrize("replaced_at_most", [0, 10], ids=["merge", "replace"])
-def test_session_changes_are_one_commit_and_the_same_again_keeps_the_rows(spark_session, lake, replaced_at_most):
+@pytest.mark.parametrize(
+    ("replaced_at_most", "written_ids"),
+    [(0, None), (10, None), (10, ["s1", "s2", "s5"])],
+    ids=["merge", "replace", "replace-observed-ids"],
+)
+def test_session_changes_are_one_commit_and_the_same_again_keeps_the_rows(
+    spark_session, lake, replaced_at_most, written_ids
+):
     """Updates, deletes and inserts in one commit, by a MERGE (many changes) or by replacing the named
-    sessions (few); either way the unchanged sessions stay, and the same answer again keeps the rows."""
+    sessions (few; their IDs collected, or as the comparison observed them); either way the unchanged
+    sessions stay, and the same answer again keeps the rows."""
     delta.ensure_tables(spark_session, lake)
     path = lake.table_path("sessions")
     stored = [session("s1", 1), session("s2", 1), session("s3", 1), session("s4", 1)]
@@ -117,6 +124,8 @@ def test_session_changes_are_one_commit_and_the_same_again_keeps_the_rows(spark_
 
     for _ in range(2):
         before = delta.table(spark_session, path).history(1).first()["version"]
-        delta.apply_session_changes(spark_session, path, compared, 2, 1, replaced_at_most=replaced_at_most)
+        delta.apply_session_changes(
+            spark_session, path, compared, 2, 1, replaced_at_most=replaced_at_most, written_ids=written_ids
+        )
         assert table() == expected
         assert delta.table(spark_session, path).history(1).first()["version"] == before + 1
