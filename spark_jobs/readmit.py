@@ -202,11 +202,13 @@ def _write(
 
     from spark_jobs.writer import BatchWriter
 
-    coming = frozen.freeze(back.select(*COORDINATES, "arrival_time", "reason"))
+    coming, counted = frozen.freeze_counted(
+        back.select(*COORDINATES, "arrival_time", "reason"), F.count(F.lit(1)).alias("records")
+    )
     writer = BatchWriter(
         spark, settings, lease, pipeline, lambda _: spans, fault=fault, scope=readmit_id,
         topic_id=ledger.verify_topic(settings, settings.topic), rewrites=True,
-        readmitting=coming if not coming.isEmpty() else None,
+        readmitting=coming if counted["records"] else None,
     )  # fmt: skip
     writer.write(back.select(*COORDINATES, F.col("arrival_time").alias("timestamp"), "key", "value"), batch_id)
     result = writer.results[-1]
