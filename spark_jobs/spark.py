@@ -47,6 +47,9 @@ MAP_CLASSES, WRITE_CLASSES = "-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit
 CLASS_ARCHIVE_MAGIC = bytes.fromhex("a8ab0bf0")  # 0xf00baba8, a dynamic archive, little-endian
 # The JVM logs each class it cannot archive (hundreds) on stdout, where a job's output goes.
 CLASS_ARCHIVE_QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
+# Spark's launcher puts these folders on a driver's class path (the configuration folder is
+# SPARK_CONF_DIR, else SPARK_HOME's conf). A JVM cannot archive classes with a non-empty folder there:
+# told to write an archive it does not start ("Cannot have non-empty directory in paths").
 CLASS_PATH_FOLDERS = ("SPARK_CONF_DIR", "HADOOP_CONF_DIR", "YARN_CONF_DIR")
 
 
@@ -225,10 +228,11 @@ def class_sharing(settings: Settings, class_path: Sequence[Path] = ()) -> list[s
     """The JVM options that let a local driver map its classes from the class archive when one is
     complete, and otherwise write it when the JVM exits (spark-submit returns after that; a JVM
     started for this Python process is waited for when it exits, :func:`start_jvm`). Nothing when
-    ``TIDEMARK_CLASS_ARCHIVE`` is false, Java is not found, or the archive's folder cannot be written.
+    ``TIDEMARK_CLASS_ARCHIVE`` is false, Java is not found, a non-empty folder is on the driver's class
+    path (:func:`folder_on_class_path`), or the archive's folder cannot be written.
     """
     archive = class_archive(settings, class_path) if settings.class_archive else None
-    if archive is None:
+    if archive is None or folder_on_class_path() is not None:
         return []
     if archive_complete(archive):
         return [f"{MAP_CLASSES}{archive}", *CLASS_ARCHIVE_QUIET]
@@ -240,6 +244,20 @@ def class_sharing(settings: Settings, class_path: Sequence[Path] = ()) -> list[s
     except OSError:
         return []
     return [f"{WRITE_CLASSES}{archive}", *CLASS_ARCHIVE_QUIET]
+
+
+def folder_on_class_path() -> Path | None:
+    """The first non-empty folder Spark's launcher puts on a driver's class path (:data:`CLASS_PATH_FOLDERS`),
+    if there is one: then the driver gets no class archive."""
+    import pyspark
+
+    spark_home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)  # as find-spark-home finds it
+    defaults = {"SPARK_CONF_DIR": str(Path(spark_home, "conf"))}
+    for name in CLASS_PATH_FOLDERS:
+        folder = os.environ.get(name) or defaults.get(name)
+        if folder and Path(folder).is_dir() and any(Path(folder).iterdir()):
+            return Path(folder)
+    return None
 
 
 def class_archive(settings: Settings, class_path: Sequence[Path] = ()) -> Path | None:

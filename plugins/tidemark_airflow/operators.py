@@ -72,7 +72,14 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
         from spark_jobs.errors import ERROR_FILE
         from spark_jobs.runs import STARTED_BY
-        from spark_jobs.spark import MAP_CLASSES, QUICK_COMPILER, WRITE_CLASSES, driver_conf, spark_jars
+        from spark_jobs.spark import (
+            MAP_CLASSES,
+            QUICK_COMPILER,
+            WRITE_CLASSES,
+            driver_conf,
+            folder_on_class_path,
+            spark_jars,
+        )
 
         settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
@@ -85,6 +92,9 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         master = BaseHook.get_connection(self._conn_id).host or ""  # local[2], spark://…, k8s://…, yarn
         records = self._records(settings)
         conf = driver_conf(settings, master, records)
+        if master.startswith("local") and settings.class_archive and (folder := folder_on_class_path()):
+            self.log.info("the driver JVM loads its classes from their jars: %s, a folder Spark puts on its class "
+                          "path, is not empty (a JVM archives no classes then)", folder)  # fmt: skip
         for option in conf["spark.driver.extraJavaOptions"].split():
             if option == QUICK_COMPILER:
                 self.log.info("about %s records to read: the driver JVM compiles with %s", f"{records:,}", option)

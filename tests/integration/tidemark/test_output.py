@@ -57,6 +57,46 @@ def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: 
     assert " WARN ResolveWriteToStream: " in verbose.stderr, verbose.stderr[-3000:]
 
 
+def test_a_driver_with_a_spark_configuration_folder_on_its_class_path_runs_without_the_class_archive(
+    stack: Settings, tmp_path: Path, monkeypatch
+) -> None:
+    """Spark's launcher puts its configuration folder (SPARK_CONF_DIR, else SPARK_HOME's conf: every
+    Spark install has one) on the driver's class path, and a JVM cannot archive its classes with a
+    non-empty folder there: told to, it does not start ("Cannot have non-empty directory in paths")."""
+    from benchmarks.workloads import spark_submit
+    from spark_jobs import ingest
+
+    topic = f"conf-{uuid.uuid4().hex[:10]}"
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 2\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    env = {
+        **stack.to_env(),
+        "TIDEMARK_TOPIC": topic,
+        "TIDEMARK_LAKE_ROOT": str(tmp_path / "lake"),
+        "TIDEMARK_CHECKPOINT_ROOT": str(tmp_path / "cp"),
+        "TIDEMARK_HOME": str(tmp_path / "home"),
+        "SPARK_CONF_DIR": str(conf),
+    }
+    settings = Settings.from_env(environment(env, tmp_path))
+    archives = settings.home / "class-archive"
+
+    # As a DAG's task runs it: spark-submit with the driver options the operator gives.
+    produce(stack, ProduceSpec(count=5, entities=1, seed=1), topic=topic, partitions=1)
+    out = spark_submit(settings, Path(ingest.__file__), ["scheduled"], records=5)
+    assert f"ingest:{topic} batch 0: read 5 = accepted 5" in out, out
+    # From the command line: the JVM tidemark starts for itself.
+    produce(stack, ProduceSpec(count=5, entities=1, seed=2), topic=topic, partitions=1)
+    done, commands, mapped = tidemark_watched(["ingest", "--topic", topic], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"ingest:{topic} batch 1: read 5 = accepted 5"), done.stdout
+    options = driver_jvm_options(commands)
+    assert not [o for o in options if o.startswith(("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit="))], options
+    assert not [m for m in mapped if m.startswith(str(archives))], mapped  # the JDK's own only
+    assert not (archives.exists() and list(archives.iterdir()))
+
+
 def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with_sessions_cut_by_arrival(
     database: Settings, tmp_path: Path
 ) -> None:

@@ -44,6 +44,8 @@ def archive_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str
         (jdk / name).parent.mkdir(parents=True, exist_ok=True)
         (jdk / name).write_text("jvm 1")
     monkeypatch.setenv("JAVA_HOME", str(jdk))
+    for name in ("SPARK_CONF_DIR", "SPARK_HOME", "HADOOP_CONF_DIR", "YARN_CONF_DIR"):  # folders on the class path
+        monkeypatch.delenv(name, raising=False)
     for folder, prefixes in (("spark", REQUIRED_JARS), ("contract", CONTRACT_JARS)):
         (tmp_path / "jars" / folder).mkdir(parents=True, exist_ok=True)
         for prefix in prefixes:
@@ -94,3 +96,24 @@ def test_new_jars_or_a_new_jvm_get_a_new_class_archive_and_the_old_one_is_remove
     assert class_archive(settings) not in (first, second)
     # A driver with more on its own class path (s3a's jars, run from Python) has an archive of its own.
     assert class_archive(settings, [tmp_path / "jdk" / "bin/java"]) != class_archive(settings)
+
+
+def test_a_driver_with_a_non_empty_folder_on_its_class_path_gets_no_class_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A JVM told to write or map an archive with a non-empty folder on its class path does not start.
+    settings = archive_settings(tmp_path, monkeypatch)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    assert archive_options(settings) != []  # an empty folder is no obstacle
+    (conf / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions 2\n")
+    assert archive_options(settings) == []
+    # Without SPARK_CONF_DIR, Spark's launcher takes SPARK_HOME's conf, as a Spark install ships it.
+    monkeypatch.delenv("SPARK_CONF_DIR")
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    assert archive_options(settings) == []
+    monkeypatch.delenv("SPARK_HOME")
+    assert archive_options(settings) != []
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
+    assert archive_options(settings) == []
