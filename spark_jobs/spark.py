@@ -251,12 +251,17 @@ def folder_on_class_path() -> Path | None:
     if there is one: then the driver gets no class archive."""
     import pyspark
 
-    spark_home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).parent)  # as find-spark-home finds it
-    defaults = {"SPARK_CONF_DIR": str(Path(spark_home, "conf"))}
-    for name in CLASS_PATH_FOLDERS:
-        folder = os.environ.get(name) or defaults.get(name)
-        if folder and Path(folder).is_dir() and any(Path(folder).iterdir()):
-            return Path(folder)
+    # Without SPARK_HOME, spark-submit finds its home from where it is: pyspark's folder for the one
+    # pip installs, the install's for a Spark distribution's on PATH.
+    submit = shutil.which("spark-submit")
+    homes = [os.environ["SPARK_HOME"]] if os.environ.get("SPARK_HOME") else [Path(pyspark.__file__).parent]
+    if not os.environ.get("SPARK_HOME") and submit:
+        homes.append(Path(submit).resolve().parent.parent)
+    candidates = {name: [os.environ[name]] for name in CLASS_PATH_FOLDERS if os.environ.get(name)}
+    candidates.setdefault("SPARK_CONF_DIR", [Path(home, "conf") for home in homes])
+    for folder in (Path(f) for folders in candidates.values() for f in folders):
+        if folder.is_dir() and any(folder.iterdir()):
+            return folder
     return None
 
 

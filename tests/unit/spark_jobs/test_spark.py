@@ -1,3 +1,4 @@
+import os
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,14 @@ def test_a_driver_with_a_non_empty_folder_on_its_class_path_gets_no_class_archiv
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
     assert archive_options(settings) == []
     monkeypatch.delenv("SPARK_HOME")
+    assert archive_options(settings) != []
+    # Nor SPARK_HOME: a Spark install's spark-submit first on PATH finds its home from where it is.
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "spark-submit").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "spark-submit").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    assert archive_options(settings) == []
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(":", 1)[1])
     assert archive_options(settings) != []
     monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
     assert archive_options(settings) == []
