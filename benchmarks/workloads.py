@@ -129,6 +129,7 @@ def spark_submit(
     submit = str(bin_dir / "spark-submit") if (bin_dir / "spark-submit").exists() else shutil.which("spark-submit")
     if submit is None:
         raise FileNotFoundError("spark-submit was not found next to this Python or on PATH; run `make venv`")
+    env = submit_env(settings)
     command = [
         submit,
         "--master",
@@ -141,13 +142,12 @@ def spark_submit(
         f"spark.pyspark.python={sys.executable}",
         *(
             arg
-            for key, value in driver_conf(settings, settings.spark_master, records).items()
+            for key, value in driver_conf(settings, settings.spark_master, records, environ=env).items()
             for arg in ("--conf", f"{key}={value}")
         ),
         str(app),
         *args,
     ]
-    env = submit_env(settings)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         tail = "\n".join(done.stderr.splitlines()[-25:])

@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -202,13 +202,15 @@ def driver_conf(
     master: str,
     records: int | None = None,
     class_path: Sequence[Path] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """What a tidemark driver sets however it starts (from Python, or spark-submitted by a DAG): the
     Spark UI only when ``TIDEMARK_SPARK_UI`` asks for it, Spark's log lines at
     ``TIDEMARK_SPARK_LOG_LEVEL``, a local driver on loopback only (nothing outside this machine
     needs to reach it) and with the class archive (:func:`class_sharing`), and for a run known to
     read at most :data:`QUICK_COMPILER_RECORDS` ``records``, HotSpot's quick compiler alone.
-    ``class_path``: jars on the driver's own class path beyond Spark's.
+    ``class_path``: jars on the driver's own class path beyond Spark's; ``environ``: the environment
+    spark-submit will run in (default: this process's).
     """
     # Spark's own log lines at TIDEMARK_SPARK_LOG_LEVEL from the driver's start (spark_jobs/log4j2.properties).
     java = [
@@ -220,19 +222,21 @@ def driver_conf(
     conf = {"spark.ui.enabled": str(settings.spark_ui).lower()}
     if master.startswith("local"):
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-        java += class_sharing(settings, class_path)
+        java += class_sharing(settings, class_path, environ)
     return conf | {"spark.driver.extraJavaOptions": " ".join(java)}
 
 
-def class_sharing(settings: Settings, class_path: Sequence[Path] = ()) -> list[str]:
+def class_sharing(
+    settings: Settings, class_path: Sequence[Path] = (), environ: Mapping[str, str] | None = None
+) -> list[str]:
     """The JVM options that let a local driver map its classes from the class archive when one is
     complete, and otherwise write it when the JVM exits (spark-submit returns after that; a JVM
     started for this Python process is waited for when it exits, :func:`start_jvm`). Nothing when
     ``TIDEMARK_CLASS_ARCHIVE`` is false, Java is not found, a non-empty folder is on the driver's class
     path (:func:`folder_on_class_path`), or the archive's folder cannot be written.
     """
-    archive = class_archive(settings, class_path) if settings.class_archive else None
-    if archive is None or folder_on_class_path() is not None:
+    archive = class_archive(settings, class_path, environ) if settings.class_archive else None
+    if archive is None or folder_on_class_path(environ) is not None:
         return []
     if archive_complete(archive):
         return [f"{MAP_CLASSES}{archive}", *CLASS_ARCHIVE_QUIET]
@@ -246,18 +250,20 @@ def class_sharing(settings: Settings, class_path: Sequence[Path] = ()) -> list[s
     return [f"{WRITE_CLASSES}{archive}", *CLASS_ARCHIVE_QUIET]
 
 
-def folder_on_class_path() -> Path | None:
-    """The first non-empty folder Spark's launcher puts on a driver's class path (:data:`CLASS_PATH_FOLDERS`),
-    if there is one: then the driver gets no class archive."""
+def folder_on_class_path(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The first non-empty folder Spark's launcher puts on a driver's class path (:data:`CLASS_PATH_FOLDERS`)
+    in ``environ`` (default: this process's environment), if there is one: then the driver gets no
+    class archive."""
     import pyspark
 
+    env = os.environ if environ is None else environ
     # Without SPARK_HOME, spark-submit finds its home from where it is: pyspark's folder for the one
     # pip installs, the install's for a Spark distribution's on PATH.
-    submit = shutil.which("spark-submit")
-    homes = [os.environ["SPARK_HOME"]] if os.environ.get("SPARK_HOME") else [Path(pyspark.__file__).parent]
-    if not os.environ.get("SPARK_HOME") and submit:
+    submit = shutil.which("spark-submit", path=env.get("PATH"))
+    homes = [env["SPARK_HOME"]] if env.get("SPARK_HOME") else [Path(pyspark.__file__).parent]
+    if not env.get("SPARK_HOME") and submit:
         homes.append(Path(submit).resolve().parent.parent)
-    candidates = {name: [os.environ[name]] for name in CLASS_PATH_FOLDERS if os.environ.get(name)}
+    candidates = {name: [env[name]] for name in CLASS_PATH_FOLDERS if env.get(name)}
     candidates.setdefault("SPARK_CONF_DIR", [Path(home, "conf") for home in homes])
     for folder in (Path(f) for folders in candidates.values() for f in folders):
         if folder.is_dir() and any(folder.iterdir()):
@@ -265,15 +271,18 @@ def folder_on_class_path() -> Path | None:
     return None
 
 
-def class_archive(settings: Settings, class_path: Sequence[Path] = ()) -> Path | None:
+def class_archive(
+    settings: Settings, class_path: Sequence[Path] = (), environ: Mapping[str, str] | None = None
+) -> Path | None:
     """Where the class archive of a driver of ``settings`` is kept: named by a digest of the JVM
     spark-submit runs (``JAVA_HOME``'s, else the ``java`` on PATH), Spark's jars, tidemark's jars
     and ``class_path``, each by path, size and modification time, and the configuration folders
     Spark's launcher adds to the class path. None when no Java is found."""
     import pyspark
 
-    home = os.environ.get("JAVA_HOME")
-    java = Path(home, "bin", "java") if home else shutil.which("java")
+    env = os.environ if environ is None else environ
+    home = env.get("JAVA_HOME")
+    java = Path(home, "bin", "java") if home else shutil.which("java", path=env.get("PATH"))
     if java is None or not Path(java).exists():
         return None
     java = Path(java).resolve()
@@ -283,7 +292,7 @@ def class_archive(settings: Settings, class_path: Sequence[Path] = ()) -> Path |
         parts = [java, server if server.exists() else java, *jars, *spark_jars(settings), *class_path]
         described = "\n".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in parts)
         # Spark's launcher puts these folders on the class path too.
-        described += "".join(f"\n{name}={os.environ.get(name, '')}" for name in CLASS_PATH_FOLDERS)
+        described += "".join(f"\n{name}={env.get(name, '')}" for name in CLASS_PATH_FOLDERS)
     except (OSError, ConfigError):  # a missing jar: the job itself says what to do
         return None
     digest = hashlib.sha256(described.encode()).hexdigest()[:16]

@@ -91,8 +91,9 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self.env_vars = env | dict(self.env_vars or {})  # what the task sets explicitly wins
         master = BaseHook.get_connection(self._conn_id).host or ""  # local[2], spark://…, k8s://…, yarn
         records = self._records(settings)
-        conf = driver_conf(settings, master, records)
-        if master.startswith("local") and settings.class_archive and (folder := folder_on_class_path()):
+        submitted = {**os.environ, **self.env_vars}  # spark-submit's environment (SparkSubmitHook's)
+        conf = driver_conf(settings, master, records, environ=submitted)
+        if master.startswith("local") and settings.class_archive and (folder := folder_on_class_path(submitted)):
             self.log.info("the driver JVM loads its classes from their jars: %s, a folder Spark puts on its class "
                           "path, is not empty (a JVM archives no classes then)", folder)  # fmt: skip
         for option in conf["spark.driver.extraJavaOptions"].split():

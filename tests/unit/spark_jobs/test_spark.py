@@ -56,8 +56,8 @@ def archive_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str
     )
 
 
-def archive_options(settings: Settings, master: str = "local[2]") -> list[str]:
-    options = driver_conf(settings, master)["spark.driver.extraJavaOptions"].split()
+def archive_options(settings: Settings, master: str = "local[2]", environ: dict[str, str] | None = None) -> list[str]:
+    options = driver_conf(settings, master, environ=environ)["spark.driver.extraJavaOptions"].split()
     return [o for o in options if o.startswith(("-XX:SharedArchiveFile=", "-XX:ArchiveClassesAtExit=", "-Xlog:cds"))]
 
 
@@ -126,3 +126,8 @@ def test_a_driver_with_a_non_empty_folder_on_its_class_path_gets_no_class_archiv
     assert archive_options(settings) != []
     monkeypatch.setenv("HADOOP_CONF_DIR", str(conf))
     assert archive_options(settings) == []
+    # What counts is the environment spark-submit runs in (an Airflow task's env_vars on top of the worker's).
+    monkeypatch.delenv("HADOOP_CONF_DIR")
+    submitted = {**os.environ, "YARN_CONF_DIR": str(conf)}
+    assert archive_options(settings, environ=submitted) == []
+    assert archive_options(settings) != []
