@@ -119,13 +119,27 @@ def record(cur, pipeline: str, batch_id: int, reasons: list[ReasonCount]) -> Non
         )
 
 
-def record_readmitted(cur, pipeline: str, batch_id: int, reasons: list[tuple[str, int]]) -> None:
-    """Write how many records of each reason a readmit's batch brought back (its ledger transaction)."""
-    for reason, records in reasons:
-        cur.execute(
-            "INSERT INTO readmitted_reasons (pipeline, batch_id, reason, records) VALUES (%s, %s, %s, %s)",
-            (pipeline, batch_id, reason, records),
-        )
+def record_readmitting(cur, pipeline: str, batch_id: int, reasons: list[tuple[str, int]]) -> None:
+    """With a readmit batch's attempt, before its first Delta write: how many records of each reason
+    it brings back (in place of what an earlier attempt of the batch recorded)."""
+    cur.execute("DELETE FROM readmit_attempts WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
+    cur.executemany(
+        "INSERT INTO readmit_attempts (pipeline, batch_id, reason, records) VALUES (%s, %s, %s, %s)",
+        [(pipeline, batch_id, reason, records) for reason, records in reasons],
+    )
+
+
+def record_readmitted(cur, pipeline: str, batch_id: int) -> None:
+    """In a readmit batch's ledger transaction: what its attempt recorded it brings back
+    (:func:`record_readmitting`) becomes what it brought back. An attempt that finds its records
+    gone from quarantine (an earlier one moved them, then crashed) records nothing, so the earlier
+    one's counts stay."""
+    cur.execute(
+        """WITH back AS (DELETE FROM readmit_attempts WHERE pipeline = %s AND batch_id = %s RETURNING *)
+           INSERT INTO readmitted_reasons (pipeline, batch_id, reason, records)
+           SELECT pipeline, batch_id, reason, records FROM back""",
+        (pipeline, batch_id),
+    )
 
 
 @dataclass(frozen=True)

@@ -104,9 +104,12 @@ class BatchWriter:
     baseline once it holds each offset once (the old baseline may predate a takeover whose mark a
     PostgreSQL restore lost).
 
-    ``readmitting``: a readmit's batches (:mod:`spark_jobs.readmit`): the coordinates, arrival time and
-    reason of the quarantined records the batch brings back. They are not held by ``quarantine`` for
-    the plan, are written as any new record would be, and leave ``quarantine`` in the batch's last write.
+    ``readmits``: a readmit's batches (:mod:`spark_jobs.readmit`); ``readmitting``: the coordinates,
+    arrival time and reason of the quarantined records the batch brings back (None: none are left in
+    quarantine). They are not held by ``quarantine`` for the plan, are written as any new record would
+    be, and leave ``quarantine`` in the batch's last write. How many of each reason come back is
+    recorded with the batch's attempt and counted in its ledger commit, also when an earlier attempt
+    moved them out of quarantine.
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class BatchWriter:
         topic_id: str | None = None,
         watch_losses: bool = False,
         rewrites: bool = False,
+        readmits: bool = False,
         readmitting: DataFrame | None = None,
     ) -> None:
         self.spark = spark
@@ -134,6 +138,7 @@ class BatchWriter:
         self.scope = scope
         self.topic_id = topic_id
         self.rewrites = rewrites
+        self.readmits = readmits
         self.results: list[BatchResult] = []
         self.failure: Exception | None = None  # what the last write raised
         self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
@@ -257,7 +262,8 @@ class BatchWriter:
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id,
                                 self.planner.contract.digest)  # fmt: skip
             quarantine.record(cur, self.pipeline, batch_id, plan.quarantine_reasons)
-            quarantine.record_readmitted(cur, self.pipeline, batch_id, plan.readmitted_reasons)
+            if self.readmits:
+                quarantine.record_readmitted(cur, self.pipeline, batch_id)
         clock.lap("postgres")
         if moved_before or plan.moving:
             moves.forget(self.spark, self.settings, batch)
@@ -271,6 +277,8 @@ class BatchWriter:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
         rows of (committed first, so no reconcile sees a move without its mark)."""
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
+        if plan.readmitted_reasons:
+            quarantine.record_readmitting(cur, self.pipeline, plan.batch_id, plan.readmitted_reasons)
         # A repair's batch marks the ranges it rewrites beside those its takeovers move rows of
         # (a displaced row may lie outside the batch's ranges).
         history.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)
