@@ -65,6 +65,7 @@ class BatchPlan:
     batch_id: int
     ranges: list[PartitionRange]
     counts: ledger.BatchCounts  # where the batch's records are after it
+    held: int  # records of its ranges a record table held already (an earlier attempt's, or a replay's)
     quarantine: DataFrame | None  # records no table held that are invalid
     quarantine_reasons: list[quarantine.ReasonCount]  # the quarantine's count and samples per reason
     duplicates: DataFrame | None  # later copies from the batch, appended after events
@@ -229,6 +230,7 @@ class BatchPlanner:
             pipeline=self.pipeline,
             batch_id=batch_id,
             ranges=ranges,
+            held=sum(held_in.values()),
             counts=ledger.BatchCounts(
                 read=totals["fresh"] + sum(held_in.values()),
                 accepted=counts.accepted,

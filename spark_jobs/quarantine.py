@@ -110,35 +110,44 @@ def summarize(quarantined: DataFrame) -> list[ReasonCount]:
     return list(counts.values())
 
 
-def record(cur, pipeline: str, batch_id: int, reasons: list[ReasonCount]) -> None:  # psycopg2 cursor
-    """Write a batch's :func:`summarize` (inside the transaction of its ledger row)."""
-    for r in reasons:
-        cur.execute(
-            "INSERT INTO quarantine_reasons (pipeline, batch_id, reason, records, samples) VALUES (%s, %s, %s, %s, %s)",
-            (pipeline, batch_id, r.reason, r.records, json.dumps([s.__dict__ for s in r.samples])),
+def record_attempt(
+    cur, pipeline: str, batch_id: int, reasons: list[ReasonCount], readmitted: list[tuple[str, int]]
+) -> None:  # psycopg2 cursor
+    """With a batch's attempt, before its first Delta write: what it quarantines per reason (its
+    :func:`summarize`) and, for a readmit, how many records of each reason it brings back. Each in
+    place of what an earlier attempt of the batch recorded, when this attempt has any: one that finds
+    none (an earlier attempt wrote its quarantine, or moved its records out of it, then crashed) leaves
+    the earlier attempt's, which :func:`record` then counts."""
+    if reasons:
+        cur.execute("DELETE FROM quarantine_attempts WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
+        cur.executemany(
+            """INSERT INTO quarantine_attempts (pipeline, batch_id, reason, records, samples)
+               VALUES (%s, %s, %s, %s, %s)""",
+            [(pipeline, batch_id, r.reason, r.records, json.dumps([s.__dict__ for s in r.samples])) for r in reasons],
+        )
+    if readmitted:
+        cur.execute("DELETE FROM readmit_attempts WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
+        cur.executemany(
+            "INSERT INTO readmit_attempts (pipeline, batch_id, reason, records) VALUES (%s, %s, %s, %s)",
+            [(pipeline, batch_id, reason, records) for reason, records in readmitted],
         )
 
 
-def record_readmitting(cur, pipeline: str, batch_id: int, reasons: list[tuple[str, int]]) -> None:
-    """With a readmit batch's attempt, before its first Delta write: how many records of each reason
-    it brings back (in place of what an earlier attempt of the batch recorded)."""
-    cur.execute("DELETE FROM readmit_attempts WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
-    cur.executemany(
-        "INSERT INTO readmit_attempts (pipeline, batch_id, reason, records) VALUES (%s, %s, %s, %s)",
-        [(pipeline, batch_id, reason, records) for reason, records in reasons],
-    )
-
-
-def record_readmitted(cur, pipeline: str, batch_id: int) -> None:
-    """In a readmit batch's ledger transaction: what its attempt recorded it brings back
-    (:func:`record_readmitting`) becomes what it brought back. An attempt that finds its records
-    gone from quarantine (an earlier one moved them, then crashed) records nothing, so the earlier
-    one's counts stay."""
+def record(cur, pipeline: str, batch_id: int) -> None:  # psycopg2 cursor
+    """In the batch's ledger transaction: what its attempts recorded (:func:`record_attempt`) becomes
+    what it quarantined and brought back (``quarantine_reasons``, ``readmitted_reasons``), in one statement."""
     cur.execute(
-        """WITH back AS (DELETE FROM readmit_attempts WHERE pipeline = %s AND batch_id = %s RETURNING *)
+        """WITH quarantined AS (
+                DELETE FROM quarantine_attempts WHERE pipeline = %(pipeline)s AND batch_id = %(batch_id)s RETURNING *
+           ), readmitted AS (
+                DELETE FROM readmit_attempts WHERE pipeline = %(pipeline)s AND batch_id = %(batch_id)s RETURNING *
+           ), kept AS (
+                INSERT INTO quarantine_reasons (pipeline, batch_id, reason, records, samples)
+                SELECT pipeline, batch_id, reason, records, samples FROM quarantined
+           )
            INSERT INTO readmitted_reasons (pipeline, batch_id, reason, records)
-           SELECT pipeline, batch_id, reason, records FROM back""",
-        (pipeline, batch_id),
+           SELECT pipeline, batch_id, reason, records FROM readmitted""",
+        {"pipeline": pipeline, "batch_id": batch_id},
     )
 
 

@@ -207,7 +207,7 @@ def _write(
     )
     writer = BatchWriter(
         spark, settings, lease, pipeline, lambda _: spans, fault=fault, scope=readmit_id,
-        topic_id=ledger.verify_topic(settings, settings.topic), rewrites=True, readmits=True,
+        topic_id=ledger.verify_topic(settings, settings.topic), rewrites=True,
         readmitting=coming if counted["records"] else None,
     )  # fmt: skip
     writer.write(back.select(*COORDINATES, F.col("arrival_time").alias("timestamp"), "key", "value"), batch_id)

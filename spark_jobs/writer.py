@@ -104,12 +104,13 @@ class BatchWriter:
     baseline once it holds each offset once (the old baseline may predate a takeover whose mark a
     PostgreSQL restore lost).
 
-    ``readmits``: a readmit's batches (:mod:`spark_jobs.readmit`); ``readmitting``: the coordinates,
-    arrival time and reason of the quarantined records the batch brings back (None: none are left in
-    quarantine). They are not held by ``quarantine`` for the plan, are written as any new record would
-    be, and leave ``quarantine`` in the batch's last write. How many of each reason come back is
-    recorded with the batch's attempt and counted in its ledger commit, also when an earlier attempt
-    moved them out of quarantine.
+    ``readmitting``: a readmit's batches (:mod:`spark_jobs.readmit`): the coordinates, arrival time and
+    reason of the quarantined records the batch brings back. They are not held by ``quarantine`` for
+    the plan, are written as any new record would be, and leave ``quarantine`` in the batch's last write.
+
+    What a batch quarantines and brings back per reason is recorded with its attempt and counted in
+    its ledger commit, also when an earlier attempt wrote the quarantine (or moved the records out of
+    it) and crashed: the next attempt finds those records held and could not count them again.
     """
 
     def __init__(
@@ -125,7 +126,6 @@ class BatchWriter:
         topic_id: str | None = None,
         watch_losses: bool = False,
         rewrites: bool = False,
-        readmits: bool = False,
         readmitting: DataFrame | None = None,
     ) -> None:
         self.spark = spark
@@ -138,7 +138,6 @@ class BatchWriter:
         self.scope = scope
         self.topic_id = topic_id
         self.rewrites = rewrites
-        self.readmits = readmits
         self.results: list[BatchResult] = []
         self.failure: Exception | None = None  # what the last write raised
         self._frozen = FrozenFrames(spark)  # the current batch's frames, released when it ends
@@ -261,9 +260,8 @@ class BatchWriter:
             retention.record_losses(cur, lost)
             ledger.record_batch(cur, self.pipeline, batch_id, ranges, plan.counts, self.rules, self.topic_id,
                                 self.planner.contract.digest)  # fmt: skip
-            quarantine.record(cur, self.pipeline, batch_id, plan.quarantine_reasons)
-            if self.readmits:
-                quarantine.record_readmitted(cur, self.pipeline, batch_id)
+            if plan.quarantine_reasons or plan.readmitted_reasons or plan.held:  # an earlier attempt's, or these
+                quarantine.record(cur, self.pipeline, batch_id)
         clock.lap("postgres")
         if moved_before or plan.moving:
             moves.forget(self.spark, self.settings, batch)
@@ -277,8 +275,7 @@ class BatchWriter:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
         rows of (committed first, so no reconcile sees a move without its mark)."""
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
-        if plan.readmitted_reasons:
-            quarantine.record_readmitting(cur, self.pipeline, plan.batch_id, plan.readmitted_reasons)
+        quarantine.record_attempt(cur, self.pipeline, plan.batch_id, plan.quarantine_reasons, plan.readmitted_reasons)
         # A repair's batch marks the ranges it rewrites beside those its takeovers move rows of
         # (a displaced row may lie outside the batch's ranges).
         history.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)

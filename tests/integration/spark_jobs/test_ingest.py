@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -172,6 +173,17 @@ def test_a_crashed_run_retried_ends_exact_and_keeps_its_frozen_range(spark, run,
     events = delta_rows(spark, settings, "events", "event_id")
     assert len(events) == len({r[0] for r in events}), "an event_id is accepted once"
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+    # What `tidemark quarantine` counts per reason is what the quarantine table holds: after a crash
+    # behind the quarantine's write, the retry finds those records held, and commits the count the
+    # crashed attempt recorded.
+    held = Counter(r[0] for r in delta_rows(spark, settings, "quarantine", "reason"))
+    with pg, pg.cursor() as cur:
+        cur.execute(
+            "SELECT reason, sum(records)::bigint FROM quarantine_reasons WHERE pipeline = %s GROUP BY 1",
+            (f"ingest:{settings.topic}",),
+        )
+        counted = dict(cur.fetchall())
+    assert held and counted == dict(held), (counted, held)
 
 
 def test_aborted_transactions_never_reach_a_sink(spark, run) -> None:

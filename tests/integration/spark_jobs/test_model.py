@@ -43,7 +43,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import ingest, maintenance, readmit, reconcile, repair
+from spark_jobs import ingest, maintenance, quarantine, readmit, reconcile, repair
 from spark_jobs.db import transaction
 from spark_jobs.errors import DataLossError, TopicRecreated
 from spark_jobs.offsets import ensure_topic, watermarks
@@ -116,6 +116,7 @@ class Trial:
     lost: set[tuple[int, int]] = field(default_factory=set)  # removed before any run read them: recorded losses
     fixed: bool = False  # the contract accepts the release's records
     admitted: set[tuple[int, int]] = field(default_factory=set)  # the release's records the contract accepted
+    restored: bool = False  # PostgreSQL was restored to an earlier dump (its quarantine counts with it)
 
     def note(self, text: str) -> None:
         self.done.append(f"[{self.settings.pipeline}] {text}")
@@ -265,6 +266,7 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
                 raise
         if crash.restore:
             restore_postgres(settings, dump)
+            trial.restored = True
         if crash.maintain:
             maintenance.maintain(spark, settings)
     run(None)
@@ -548,6 +550,24 @@ def _produce(settings, records: list[Record]) -> list[Record]:
     return [replace(r, offset=offsets[i]) for i, r in enumerate(records)]
 
 
+def _quarantine_counted(trial: Trial, reasons: list[str]) -> list[str]:
+    """What ``tidemark quarantine`` counts per reason is what ``quarantine`` holds (``reasons``: its
+    rows'), once every batch that wrote committed (those that did not are counted when they do) and
+    unless PostgreSQL went back to an earlier dump (its counts went with it; the sinks are repaired)."""
+    from collections import Counter
+
+    with transaction(trial.settings.pipeline_dsn) as cur:
+        cur.execute(
+            """SELECT count(*) FROM write_attempts AS a WHERE NOT EXISTS
+                   (SELECT FROM ledger_batches AS b WHERE (b.pipeline, b.batch_id) = (a.pipeline, a.batch_id))"""
+        )
+        if cur.fetchone()[0] or trial.restored:
+            return []
+        counted = {t.reason: t.records for t in quarantine.totals(cur)}
+    held = dict(Counter(reasons))
+    return [] if counted == held else [f"quarantine totals {counted}, but quarantine holds {held}"]
+
+
 def _check(trial: Trial) -> None:
     """Every processed record in the table the model says, once; Delta, PostgreSQL and the model's
     sessions the same rows; every record lost to retention recorded as lost."""
@@ -583,6 +603,7 @@ def _check(trial: Trial) -> None:
     unrecorded = trial.lost - recorded
     if unrecorded:
         problems.append(f"lost to retention but not recorded as lost: {sorted(unrecorded)}")
+    problems += _quarantine_counted(trial, [r[0] for r in rows("quarantine", "reason")])
     if problems:
         problems.append(f"(recorded as lost: {sorted(recorded)}; the model's lost: {sorted(trial.lost)})")
         trial.fail("differs from the model:\n" + "\n".join(problems))
