@@ -235,8 +235,10 @@ def class_sharing(
     ``TIDEMARK_CLASS_ARCHIVE`` is false, Java is not found, a non-empty folder is on the driver's class
     path (:func:`folder_on_class_path`), or the archive's folder cannot be written.
     """
-    archive = class_archive(settings, class_path, environ) if settings.class_archive else None
-    if archive is None or folder_on_class_path(environ) is not None:
+    if not settings.class_archive or folder_on_class_path(environ) is not None:
+        return []
+    archive = class_archive(settings, class_path, environ)
+    if archive is None:
         return []
     if archive_complete(archive):
         return [f"{MAP_CLASSES}{archive}", *CLASS_ARCHIVE_QUIET]

@@ -4,19 +4,7 @@
 -- readmitted_reasons. An attempt that crashed after its quarantine write (or, for a readmit, after its
 -- records left quarantine) and before that commit leaves them here: the next attempt finds those
 -- records held (or gone from quarantine) and cannot count them again, so it counts these.
-CREATE TABLE quarantine_attempts (
-    pipeline  text   NOT NULL,
-    batch_id  bigint NOT NULL,
-    reason    text   NOT NULL,
-    records   bigint NOT NULL CHECK (records > 0),
-    samples   jsonb  NOT NULL,
-    PRIMARY KEY (pipeline, batch_id, reason)
-);
-
-CREATE TABLE readmit_attempts (
-    pipeline  text   NOT NULL,
-    batch_id  bigint NOT NULL,
-    reason    text   NOT NULL,
-    records   bigint NOT NULL CHECK (records > 0),
-    PRIMARY KEY (pipeline, batch_id, reason)
-);
+-- The same columns, checks and keys as the tables they move to; no foreign key to the ledger, whose
+-- row comes after them (LIKE never copies one).
+CREATE TABLE quarantine_attempts (LIKE quarantine_reasons INCLUDING CONSTRAINTS INCLUDING INDEXES);
+CREATE TABLE readmit_attempts (LIKE readmitted_reasons INCLUDING CONSTRAINTS INCLUDING INDEXES);
