@@ -33,6 +33,12 @@ LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 # more (docs/design.md, "Performance: what is measured").
 QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
 QUICK_COMPILER_RECORDS = 500_000
+# With the quick compiler alone HotSpot also shrinks its code cache to a client JVM's 48 MB (240 MB
+# otherwise). A cold scheduled run of 2,000 records fills 38 MB of it with Spark's compiled code and
+# the queries' generated classes; a run of 400,000 records in nine batches filled it, and the JVM
+# stopped compiling ("CodeCache is full. Compiler has been disabled") or failed a batch ("Out of
+# space in CodeCache for method handle intrinsic"). The driver keeps the default room.
+QUICK_COMPILER_CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
 # Java's class-data sharing: a driver JVM loads and verifies about 18,000 classes (a trivial job;
 # more for a batch) of Spark, Scala, Delta and Kafka, most of them parsed from their jars, seconds
 # of every cold run on 2 cores. A JVM started with -XX:ArchiveClassesAtExit writes the classes it
@@ -218,7 +224,7 @@ def driver_conf(
         f"-Dtidemark.spark.log.level={settings.spark_log_level}",
     ]
     if records is not None and records <= QUICK_COMPILER_RECORDS:
-        java.append(QUICK_COMPILER)
+        java += [QUICK_COMPILER, QUICK_COMPILER_CODE_CACHE]
     conf = {"spark.ui.enabled": str(settings.spark_ui).lower()}
     if master.startswith("local"):
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}

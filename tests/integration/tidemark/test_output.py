@@ -132,3 +132,41 @@ def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with
     assert re.search(r"schema: enum at /event: .*: \d+ quarantined, 12 came back", out), out
     assert "   reconcile after the readmit: OK" in out, out
     assert spark_lines(done.stderr) == [], done.stderr[-3000:]
+
+
+CODE_CACHE_APP = """
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+jvm = spark.sparkContext._jvm
+bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+    jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+)
+for name in ("TieredStopAtLevel", "ReservedCodeCacheSize"):
+    print(name, bean.getVMOption(name).getValue())
+spark.stop()
+"""
+
+
+def test_a_driver_that_compiles_with_the_quick_compiler_alone_has_the_jvms_full_room_for_compiled_code(
+    stack: Settings, tmp_path: Path
+) -> None:
+    """HotSpot gives a JVM with its quick compiler alone a 48 MB code cache (its client default)
+    instead of 240 MB. A cold scheduled run of 2,000 records fills 38 MB of it; a run of 400,000 in
+    nine batches filled it, and the JVM stopped compiling ("CodeCache is full. Compiler has been
+    disabled") or failed a batch ("Out of space in CodeCache for method handle intrinsic")."""
+    import subprocess
+
+    from benchmarks.workloads import spark_submit
+
+    app = tmp_path / "code_cache.py"
+    app.write_text(CODE_CACHE_APP)
+    settings = Settings.from_env(environment({**stack.to_env(), "TIDEMARK_HOME": str(tmp_path / "home")}, tmp_path))
+    # As a DAG's task submits a scheduled run known to read few records.
+    out = spark_submit(settings, app, [], records=100)
+    options = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("Tiered", "Reserved")))
+    assert options.get("TieredStopAtLevel") == "1", out  # the quick compiler alone
+    flags = subprocess.run(["java", "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True)
+    default = re.search(r"\bReservedCodeCacheSize\s+=\s+(\d+)", flags.stdout)
+    assert default, flags.stdout[-2000:]
+    assert options.get("ReservedCodeCacheSize") == default.group(1), (options, default.group(1))

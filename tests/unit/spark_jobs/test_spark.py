@@ -10,6 +10,7 @@ from spark_jobs.spark import (
     CLASS_ARCHIVE_QUIET,
     CONTRACT_JARS,
     QUICK_COMPILER,
+    QUICK_COMPILER_CODE_CACHE,
     QUICK_COMPILER_RECORDS,
     REQUIRED_JARS,
     class_archive,
@@ -27,6 +28,9 @@ def test_a_driver_for_a_run_of_few_records_compiles_with_the_quick_compiler_alon
     assert QUICK_COMPILER in java_options(QUICK_COMPILER_RECORDS, tmp_path)
     assert QUICK_COMPILER not in java_options(QUICK_COMPILER_RECORDS + 1, tmp_path)
     assert QUICK_COMPILER not in java_options(None, tmp_path)  # unknown: the JVM's default
+    # With it, the JVM's default room for compiled code (the quick compiler alone would get 48 MB).
+    assert QUICK_COMPILER_CODE_CACHE in java_options(0, tmp_path)
+    assert QUICK_COMPILER_CODE_CACHE not in java_options(None, tmp_path)
     # Spark's log configuration is there either way.
     assert all(any(o.startswith("-Dlog4j2.configurationFile=") for o in java_options(n, tmp_path)) for n in (1, None))
 
