@@ -4,13 +4,14 @@
 ARG BASE=tidemark-base:bookworm
 
 # --- the virtualenv, from the wheelhouse only (every hash of requirements.lock checked) -------------
+# Compiled to bytecode here, as in docker/airflow/Dockerfile (the image sets PYTHONDONTWRITEBYTECODE).
 FROM ${BASE} AS venv
 COPY wheelhouse/ /wh/
 COPY src/requirements.lock /tmp/requirements.lock
 # Debian's python3.11 is EXTERNALLY-MANAGED (and has no pip): everything goes into /opt/venv.
 RUN python3 -m venv /opt/venv \
     && /opt/venv/bin/pip install -q --no-index --no-cache-dir /wh/uv-*.whl \
-    && /opt/venv/bin/uv pip sync --offline --no-index --no-cache --find-links /wh \
+    && /opt/venv/bin/uv pip sync --offline --no-index --no-cache --compile-bytecode --find-links /wh \
         --python /opt/venv/bin/python /tmp/requirements.lock
 
 # --- runtime -----------------------------------------------------------------------------------
@@ -37,7 +38,8 @@ COPY src/ ./
 # Editable on purpose, as in docker/airflow/Dockerfile: `tidemark db migrate` finds sql/ next to the
 # packages and spark-submit takes the entry points from /opt/tidemark/spark_jobs.
 RUN uv pip install -q --offline --no-index --no-cache --find-links /tmp/build-backend --no-deps -e . \
-    && rm -rf /tmp/build-backend
+    && rm -rf /tmp/build-backend \
+    && python -m compileall -q spark_jobs tidemark dags plugins
 RUN useradd --uid "${AIRFLOW_UID}" --gid 0 --create-home --home-dir /home/airflow airflow \
     && mkdir -p /opt/airflow/logs "${TIDEMARK_HOME}" /data/lake /data/checkpoints \
     && chown -R "${AIRFLOW_UID}:0" /opt/airflow /data \

@@ -454,7 +454,9 @@ def test_spark_cluster_runs_the_same_spark_and_python_as_the_driver(compose: dic
     assert pin(ROOT / "requirements.lock", "pyspark-client") == pyspark
     assert pom_dependency_version(ROOT / "jvm" / "spark" / "pom.xml", "spark-sql-kafka-0-10_2.13") == pyspark
     # Into a virtualenv, never the system Python (Debian's python3.11 refuses --system: EXTERNALLY-MANAGED).
-    sync = "uv pip sync --no-cache --python /opt/venv/bin/python requirements.lock"
+    # Compiled to bytecode once, in the image: its PYTHONDONTWRITEBYTECODE keeps every process from
+    # writing any, so each spark-submit and task would compile every module it imports again.
+    sync = "uv pip sync --no-cache --compile-bytecode --python /opt/venv/bin/python requirements.lock"
     assert ("RUN", sync) in dockerfile_instructions()
     assert not any("--system" in args for _, args in dockerfile_instructions())
 
