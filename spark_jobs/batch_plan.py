@@ -145,7 +145,8 @@ class BatchPlanner:
         totals and producer checks (one aggregate); the ranking against stored events within the
         dedupe horizon (materialised) and its counts; the touched entities with their anchors
         (materialised) and their summary; the recomputed sessions compared with the stored ones
-        (materialised) and their counts.
+        (materialised) and their counts; beside the sessions, in a thread of its own, the
+        quarantined records' count and samples per reason (one job, when the batch quarantines any).
         """
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
@@ -201,7 +202,17 @@ class BatchPlanner:
         # A takeover an earlier attempt of this batch committed moved the displaced row to
         # duplicates; its entity still needs its sessions in PostgreSQL.
         displaced = None if replayed is None else dedupe.copies_in(self._read("duplicates"), replayed)
-        changes = None if self.rules is None else self._session_changes(ranked, displaced, counts)
+        invalid = parsed.where("quarantine_reason IS NOT NULL").select(
+            *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
+        )
+        # The sessions' changes and the quarantine's summary read nothing of each other: side by side,
+        # each a chain of short Spark queries whose planning keeps a core of the driver busy.
+        changes, quarantine_reasons = delta.run_concurrently(
+            [
+                lambda: None if self.rules is None else self._session_changes(ranked, displaced, counts),
+                lambda: quarantine.summarize(invalid) if totals["invalid"] else [],
+            ]
+        )
         checks = producers.ProducerChecks(
             changes.entities_in_many_partitions if changes else 0,
             summary["not_log_append_time"],
@@ -214,9 +225,6 @@ class BatchPlanner:
             )  # fmt: skip
         displaced_rows = dedupe.displaced(ranked) if counts.takeovers else None
         moving = sorted((r[0], r[1], r[2], r[3]) for r in counts.displaced)
-        invalid = parsed.where("quarantine_reason IS NOT NULL").select(
-            *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
-        )
         unmoved = moves.unfinished(self.spark, self.settings, moved_before or [], set(moving))
         readmitted_since_us, readmitted_reasons = None, []
         if self.readmitting is not None:
@@ -239,7 +247,7 @@ class BatchPlanner:
                 producer=checks,
             ),
             quarantine=delta.in_files(invalid, totals["invalid"]) if totals["invalid"] else None,
-            quarantine_reasons=quarantine.summarize(invalid) if totals["invalid"] else [],
+            quarantine_reasons=quarantine_reasons,
             duplicates=delta.in_files(dedupe.later_copies(ranked), counts.later_copies)
             if counts.later_copies
             else None,

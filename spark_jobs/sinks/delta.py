@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.pipelines import Contract
+
+T = TypeVar("T")
 
 # One text form of a session row, the same as sinks.postgres.SESSION_ROW_TEXT (UTC, microseconds,
 # both stores' unit: a sub-millisecond difference between the sinks is a difference), and an
@@ -317,18 +319,16 @@ def range_filter(ranges: list[PartitionRange], alias: str = "") -> str:
     )
 
 
-def run_concurrently(steps: list[Callable[[], None]]) -> None:
-    """Run Spark/Delta steps in threads (one Spark job queue each); wait for all, raise the first failure."""
+def run_concurrently(steps: list[Callable[[], T]]) -> list[T]:
+    """Run Spark/Delta steps in threads (one Spark job queue each); wait for all, raise the first
+    failure; their results, in order."""
     if len(steps) <= 1:
-        for step in steps:
-            step()
-        return
+        return [step() for step in steps]
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="tidemark-delta") as pool:
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="tidemark-spark") as pool:
         futures = [pool.submit(step) for step in steps]
-    for future in futures:
-        future.result()
+    return [future.result() for future in futures]
 
 
 def table_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
