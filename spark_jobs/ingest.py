@@ -34,6 +34,7 @@ from spark_jobs.lock import WriterLease, check_writer_free, single_writer
 from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
 from spark_jobs.writer import BatchResult, BatchWriter, Fault, recompute_sessions
 
 if TYPE_CHECKING:
@@ -154,7 +155,8 @@ def run_scheduled(
     log = OffsetLog(spark, checkpoint)
     pipeline = pipeline_name(SCHEDULED, topic)
     recorded = runs.recorded(settings, pipeline, topic, measure_lag=True)
-    with recorded as run, single_writer(settings, pipeline, wait) as lease:
+    # The tables' state loads while the checks below wait on PostgreSQL and Kafka (states_loaded_ahead).
+    with recorded as run, single_writer(settings, pipeline, wait) as lease, delta.states_loaded_ahead(spark, settings):
         topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
         start = check_retention(settings, log, topic, allow_data_loss)
         ledger.verify_contract(settings)

@@ -79,6 +79,18 @@ def checkpoint_delta_log(spark: SparkSession, table_path: str) -> None:
     log.forTable(spark._jsparkSession, table_path).checkpoint()
 
 
+def load_table_state(spark: SparkSession, table_path: str) -> None:
+    """Load the latest snapshot of the Delta table at ``table_path`` and compute its state (the
+    table's files, its protocol and metadata, the writers' transaction versions), which Delta keeps
+    in this JVM for the next reader and writer of that version. Nothing for a path without a table."""
+    jvm = spark.sparkContext._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table_path)
+    none = jvm.scala.Option.apply(None)
+    snapshot = log.update(False, none, none)
+    if snapshot.version() >= 0:
+        snapshot.setTransactions()
+
+
 def broadcast_threshold(spark: SparkSession) -> int:
     """``spark.sql.autoBroadcastJoinThreshold`` in bytes, as Spark parsed it (-1: never)."""
     return int(spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold())

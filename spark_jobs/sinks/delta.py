@@ -6,6 +6,7 @@ absolute values. So a batch whose writes fail part way is completed by running i
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # One text form of a session row, the same as sinks.postgres.SESSION_ROW_TEXT (UTC, microseconds,
 # both stores' unit: a sub-millisecond difference between the sinks is a difference), and an
@@ -317,6 +319,39 @@ def range_filter(ranges: list[PartitionRange], alias: str = "") -> str:
         f"({t}topic = '{r.topic}' AND {t}partition = {r.partition} AND {t}offset >= {r.start} AND {t}offset < {r.end})"
         for r in ranges
     )
+
+
+# The tables every batch of a scheduled run reads (the dedupe's lookup, the touched sessions) and
+# writes when it accepts a record. Not for a backfill: a replay of a range the lake holds writes nothing.
+LOADED_AHEAD = ("events", "sessions")
+
+
+@contextmanager
+def states_loaded_ahead(
+    spark: SparkSession, settings: Settings, names: tuple[str, ...] = LOADED_AHEAD
+) -> Iterator[None]:
+    """Meanwhile, the latest state of the sink tables ``names`` loaded in a thread of its own
+    (:func:`jvm.load_table_state`), joined at the end.
+
+    A run's checks before its first batch wait on PostgreSQL and Kafka while a cold JVM idles; the
+    state its first batch would otherwise load on its critical path (each table's log replayed, and
+    the transaction versions an idempotent write looks up) is loaded then, on the other core.
+    Best effort: a table that cannot be loaded now is left to its first reader, which says why.
+    """
+
+    def load() -> None:
+        for name in names:
+            try:
+                jvm.load_table_state(spark, settings.table_path(name))
+            except Exception:
+                log.debug("the state of %s was not loaded ahead", name, exc_info=True)
+
+    thread = threading.Thread(target=load, name="tidemark-table-states", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
 
 
 def run_concurrently(steps: list[Callable[[], T]]) -> list[T]:

@@ -129,3 +129,33 @@ def test_session_changes_are_one_commit_and_the_same_again_keeps_the_rows(
         )
         assert table() == expected
         assert delta.table(spark_session, path).history(1).first()["version"] == before + 1
+
+
+def test_a_tables_state_loaded_ahead_is_what_its_next_reader_and_writer_use(spark_session, lake) -> None:
+    from pathlib import Path
+
+    from spark_jobs.jvm import load_table_state, newest_query_ids
+
+    def executions(work) -> int:
+        before, _ = newest_query_ids(spark_session)
+        work()
+        return newest_query_ids(spark_session)[0] - before
+
+    path = lake.table_path("events")
+    with delta.states_loaded_ahead(spark_session, lake, ("events",)):  # no table yet: nothing, and no error
+        pass
+    assert not Path(path).exists()
+    delta.ensure_tables(spark_session, lake)
+
+    def append(offset: int) -> None:
+        events(spark_session, [("t", 0, offset, f"e{offset}")]).write.format("delta").mode("append").save(path)
+
+    # A new version's state is computed by whoever asks first (an idempotent write asks for its
+    # transaction versions): one Spark execution at least.
+    append(1)
+    assert executions(lambda: load_table_state(spark_session, path)) >= 1
+    # Loaded ahead, the next reader and writer of that version find it computed.
+    append(2)
+    with delta.states_loaded_ahead(spark_session, lake, ("events",)):
+        pass
+    assert executions(lambda: load_table_state(spark_session, path)) == 0
