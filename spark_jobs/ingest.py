@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -155,8 +156,11 @@ def run_scheduled(
     log = OffsetLog(spark, checkpoint)
     pipeline = pipeline_name(SCHEDULED, topic)
     recorded = runs.recorded(settings, pipeline, topic, measure_lag=True)
-    # The tables' state loads while the checks below wait on PostgreSQL and Kafka (states_loaded_ahead).
-    with recorded as run, single_writer(settings, pipeline, wait) as lease, delta.states_loaded_ahead(spark, settings):
+    # While the checks below wait on PostgreSQL and Kafka, the state of the tables a batch reads loads
+    # on the other core (states_loaded_ahead); not for a run that finds nothing to read.
+    nothing_to_read = runs.unread_records(settings, topic) == 0
+    ahead = nullcontext() if nothing_to_read else delta.states_loaded_ahead(spark, settings)
+    with recorded as run, single_writer(settings, pipeline, wait) as lease, ahead:
         topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
         start = check_retention(settings, log, topic, allow_data_loss)
         ledger.verify_contract(settings)

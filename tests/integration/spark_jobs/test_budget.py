@@ -2,9 +2,10 @@
 
 Counts, not times (these machines are shared and noisy): Spark SQL executions, Spark jobs and Delta
 commits per table, for a steady-state batch (new records of a known entity into a lake that holds
-data), a takeover batch (an earlier copy arrives and moves a stored event to ``duplicates``) and a
-replay (a backfill of a range the ledger holds). The budgets are what the writer costs today;
-the writer's redesign lowers them (at most 12 executions; a commit only for a table a batch changes).
+data), a takeover batch (an earlier copy arrives and moves a stored event to ``duplicates``), a
+replay (a backfill of a range the ledger holds) and a scheduled run that finds nothing new. The
+budgets are what the writer costs today; the writer's redesign lowers them (at most 12 executions;
+a commit only for a table a batch changes).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
 BUDGET_STEADY = (29, 40)
 BUDGET_TAKEOVER = (41, 58)
 BUDGET_REPLAY = (31, 43)
+BUDGET_NOTHING_NEW = (0, 0)  # no table state loaded, no query
 
 
 @dataclass(frozen=True)
@@ -66,16 +68,20 @@ def test_a_steady_batch_a_takeover_and_a_replay_stay_within_their_budgets(spark,
     takeover = cost(spark, settings, lambda: ingest.run_scheduled(spark, settings))
     plan = plan_backfill(settings, settings.topic, offsets={0: (0, 5)})
     replay = cost(spark, settings, lambda: ingest.run_backfill(spark, settings, plan))
+    # A scheduled run that finds nothing new (a schedule's most common run) loads no table state.
+    nothing = cost(spark, settings, lambda: ingest.run_scheduled(spark, settings))
 
     # A commit for each table the batch changes, none for the others.
     assert steady.commits == {"events": 1, "duplicates": 0, "quarantine": 0, "sessions": 1}, steady
     assert takeover.commits == {"events": 1, "duplicates": 1, "quarantine": 0, "sessions": 1}, takeover
     assert replay.commits == {"events": 0, "duplicates": 0, "quarantine": 0, "sessions": 0}, replay
+    assert nothing.commits == {"events": 0, "duplicates": 0, "quarantine": 0, "sessions": 0}, nothing
     # Today's counts (the streaming query, the batch, the ledger's and the run's records included).
     for name, spent, (executions, jobs) in (
         ("steady", steady, BUDGET_STEADY),
         ("takeover", takeover, BUDGET_TAKEOVER),
         ("replay", replay, BUDGET_REPLAY),
+        ("no-record", nothing, BUDGET_NOTHING_NEW),
     ):
         assert spent.executions <= executions and spent.jobs <= jobs, (
             f"a {name} batch ran more than its budget: {spent}"
