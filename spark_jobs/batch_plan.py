@@ -205,14 +205,17 @@ class BatchPlanner:
         invalid = parsed.where("quarantine_reason IS NOT NULL").select(
             *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
         )
-        # The sessions' changes and the quarantine's summary read nothing of each other: side by side,
-        # each a chain of short Spark queries whose planning keeps a core of the driver busy.
-        changes, quarantine_reasons = delta.run_concurrently(
-            [
-                lambda: None if self.rules is None else self._session_changes(ranked, displaced, counts),
-                lambda: quarantine.summarize(invalid) if totals["invalid"] else [],
-            ]
-        )
+
+        def sessions() -> SessionChanges | None:
+            return None if self.rules is None else self._session_changes(ranked, displaced, counts)
+
+        # Neither the sessions' changes nor the quarantine's summary needs the other: when the batch
+        # quarantines records, the summary runs beside the sessions in a thread of its own (each is a
+        # chain of short Spark queries whose planning keeps a core of the driver busy).
+        if totals["invalid"]:
+            changes, quarantine_reasons = delta.run_concurrently([sessions, lambda: quarantine.summarize(invalid)])
+        else:
+            changes, quarantine_reasons = sessions(), []
         checks = producers.ProducerChecks(
             changes.entities_in_many_partitions if changes else 0,
             summary["not_log_append_time"],
