@@ -131,6 +131,7 @@ def run_scheduled(
     rebuild_sessions: bool = False,
     split_frozen_batch: bool = False,
     fault: Fault | None = None,
+    unread: int | None = None,
 ) -> list[BatchResult]:
     """Process everything that arrived since the last run (AvailableNow), batch by batch.
 
@@ -143,6 +144,7 @@ def run_scheduled(
     them (otherwise such a run fails before any work; see ``spark_jobs.retention``).
     ``rebuild_sessions`` first recomputes every stored session when the settings' session rules
     differ from the stored ones (otherwise such a run fails). ``fault`` is for tests (see writer).
+    ``unread``: the caller's :func:`runs.unread_records` of the topic, looked up here when not given.
     """
     from pyspark.errors import StreamingQueryException
 
@@ -158,8 +160,8 @@ def run_scheduled(
     recorded = runs.recorded(settings, pipeline, topic, measure_lag=True)
     # While the checks below wait on PostgreSQL and Kafka, the state of the tables a batch reads loads
     # on the other core (states_loaded_ahead); not for a run that finds nothing to read.
-    nothing_to_read = runs.unread_records(settings, topic) == 0
-    ahead = nullcontext() if nothing_to_read else delta.states_loaded_ahead(spark, settings)
+    unread = runs.unread_records(settings, topic) if unread is None else unread
+    ahead = nullcontext() if unread == 0 else delta.states_loaded_ahead(spark, settings)
     with recorded as run, single_writer(settings, pipeline, wait) as lease, ahead:
         topic_id = ledger.verify_topic(settings, topic)  # an unknown or re-created topic fails here, before any work
         start = check_retention(settings, log, topic, allow_data_loss)
@@ -438,8 +440,9 @@ def run_from_arguments(
                     losses = start_check(settings, cur, topic).losses
                 if losses:
                     raise retention.loss_error(losses)
+        unread = runs.unread_records(settings, topic)
         return run_scheduled(
-            spark_factory(runs.unread_records(settings, topic)),
+            spark_factory(unread),
             settings,
             topic,
             args.max_offsets_per_trigger,
@@ -447,6 +450,7 @@ def run_from_arguments(
             wait=args.wait,
             rebuild_sessions=args.rebuild_sessions,
             split_frozen_batch=args.split_frozen_batch,
+            unread=unread,
         )
     offsets = parse_offsets(args.offsets) if args.offsets else None
     partitions = parse_partitions(args.partitions) if args.partitions else None
