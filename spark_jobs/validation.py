@@ -31,12 +31,9 @@ _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
 )
 
 # The first problem of a record: the check's own (before the time), the time's, then the rest of
-# the check's (the properties' type, the schema, the key). Spark parses the properties the check
-# accepted from the same text with the same parser: should it ever refuse them, the record is
-# quarantined as the invalid JSON Spark finds it, rather than the batch failing on it.
+# the check's (the properties' type, the schema, the key).
 _REASON = f"""CASE
 WHEN checked.reason IS NOT NULL THEN checked.reason
-WHEN checked.properties IS NOT NULL AND properties_variant IS NULL THEN 'invalid_json'
 WHEN NOT regexp_like(checked.event_time, '{_ISO_WITH_OFFSET}') OR event_ts IS NULL
   THEN 'bad_event_time: not ISO-8601 with an offset'
 WHEN unix_micros(event_ts) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}
@@ -98,7 +95,6 @@ def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
     ).select(
         "*",
         F.expr("try_to_timestamp(checked.event_time)").alias("event_ts"),
-        F.expr("try_parse_json(checked.properties)").alias("properties_variant"),
         *[F.expr(_typed(i, c)).alias(c.name) for i, c in enumerate(contract.columns)],
     )
     checked = checked.withColumn("quarantine_reason", F.expr(_REASON.replace("{columns}", _column_reason(contract))))
@@ -114,8 +110,8 @@ def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
         F.when(valid, F.col("checked.entity_id")).alias("entity_id"),
         F.when(valid, F.col("checked.event_type")).alias("event_type"),
         F.when(valid, F.col("event_ts")).alias("event_time"),
-        # The producer's text, written back as Spark's Variant writes it (keys sorted, numbers canonical).
-        F.when(valid, F.expr("to_json(properties_variant)")).alias("properties"),
+        # The producer's text as Spark's Variant writes it back (keys sorted, numbers canonical), by the check.
+        F.when(valid, F.col("checked.properties")).alias("properties"),
         *[F.when(valid, F.col(c.name)).alias(c.name) for c in contract.columns],
         "quarantine_reason",
         *timestamp_type,

@@ -95,6 +95,113 @@ def test_properties_are_kept_as_the_variant_writes_them_back(spark_session) -> N
     assert row["properties"] == '{"a":100.0,"big":1.2345678901234568E41,"huge":"Infinity","z":2.5}'
 
 
+# Characters a string or key may hold: every control character, the JSON escapes' own, non-ASCII
+# (two- and three-byte UTF-8, a surrogate pair, the line separators JavaScript minds, U+FFFF).
+_CHARS = [chr(c) for c in range(0x20)] + list('"\\/ aZ~\x7f\u00e9\u4e8b\u2028\u2029\uffff') + ["\U0001d11e"]
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NUMBERS = (
+    "0",
+    "-0",
+    "7",
+    "-12",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "9223372036854775808",
+    "123456789012345678901234567890123456789",
+    "1234567890123456789012345678901234567890",
+    "0.0",
+    "-0.0",
+    "2.50",
+    "1.000",
+    "0.00000000000000000000000000000000000001",
+    "3.14159265358979323846264338327950288",
+    "1E2",
+    "1e-7",
+    "2.5e+3",
+    "-4.2E-1",
+    "1e400",
+    "-1e400",
+    "1e-400",
+    "6.02214076e23",
+    "0.1",
+    "100",
+)
+
+
+def _json_string(rng, text: str) -> str:
+    """``text`` as a JSON string literal, each character written raw, as a short escape or as \\uXXXX."""
+    out = []
+    for ch in text:
+        roll = rng.random()
+        if ord(ch) > 0xFFFF:  # a surrogate pair: raw, or both halves escaped
+            high, low = divmod(ord(ch) - 0x10000, 0x400)
+            out.append(ch if roll < 0.5 else f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04X}")
+        elif ch in _SHORT_ESCAPES and (roll < 0.6 or ch in '"\\' or ord(ch) < 0x20):
+            out.append(_SHORT_ESCAPES[ch] if roll < 0.8 else f"\\u{ord(ch):04x}")
+        elif ord(ch) < 0x20 or roll < 0.2:
+            out.append(f"\\u{ord(ch):04x}" if rng.random() < 0.5 else f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def _json_value(rng, depth: int) -> str:
+    """Random JSON text: objects (keys in any order, unicode and empty ones), arrays, every kind of
+    number, strings with every character class, spread with whitespace."""
+    space = lambda: rng.choice(("", "", " ", "\n\t "))  # noqa: E731
+    kind = rng.randrange(7 if depth < 4 else 5)
+    if kind == 0:
+        return rng.choice(("null", "true", "false"))
+    if kind in (1, 2):
+        return rng.choice(_NUMBERS)
+    if kind in (3, 4):
+        return _json_string(rng, "".join(rng.choice(_CHARS) for _ in range(rng.randrange(6))))
+    if kind == 5:
+        items = [_json_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+        return "[" + ",".join(space() + item + space() for item in items) + "]"
+    keys = {"".join(rng.choice(_CHARS[20:]) for _ in range(rng.randrange(4))) for _ in range(rng.randrange(6))}
+    fields = [f"{space()}{_json_string(rng, key)}{space()}:{space()}{_json_value(rng, depth + 1)}" for key in keys]
+    return "{" + ",".join(fields) + "}"
+
+
+def test_properties_are_exactly_what_sparks_variant_writes_back(spark_session) -> None:
+    """The check writes the properties itself (no Variant column on the way): over 3,000 random
+    documents, the text is ``to_json(try_parse_json(text))``'s to the character."""
+    import random
+
+    rng = random.Random(47)
+    documents = []
+    while len(documents) < 3000:
+        text = _json_value(rng, 1)
+        if text.startswith("{"):
+            documents.append(text)
+    event = '"event_id": "e{n}", "entity_id": "u1", "event_type": "click", "event_time": "2026-03-01T00:00:00Z"'
+    raw = kafka_rows(
+        spark_session,
+        {
+            n: (b"u1", ("{" + event.format(n=n) + ', "properties": ' + text + "}").encode())
+            for n, text in enumerate(documents)
+        },
+    )
+    written = {row["offset"]: row for row in parse_records(raw, EVENTS_CONTRACT).collect()}
+    texts = spark_session.createDataFrame(list(enumerate(documents)), "offset long, text string")
+    spark = {
+        row["offset"]: row["json"]
+        for row in texts.selectExpr("offset", "to_json(try_parse_json(text)) AS json").collect()
+    }
+
+    assert all(spark[n] is not None for n in spark), "every document is JSON Spark reads"
+    differ = [
+        (n, documents[n], spark[n], written[n]["properties"]) for n in spark if written[n]["properties"] != spark[n]
+    ]
+    assert not differ, f"{len(differ)} documents differ (offset, text, Spark's, the check's): {differ[:3]}"
+    assert all(written[n]["quarantine_reason"] is None for n in written)
+    # The sample reaches what the writer must get right: escapes, non-ASCII, doubles, decimals, nesting.
+    joined = "".join(spark.values())
+    for expected in ("\\u0000", "\\n", '\\"', "\\\\", "\u00e9", "\U0001d11e", "E", '"Infinity"', '"-Infinity"', "[{"):
+        assert expected in joined, expected
+
+
 def test_empty_identifying_fields_are_missing_fields(spark_session) -> None:
     """The contract's event_id, entity_id and event_type are non-empty strings."""
     event = {"event_id": "e1", "entity_id": "u1", "event_type": "click", "event_time": "2026-03-01T00:00:00+00:00"}

@@ -26,6 +26,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.api.java.UDF2;
+import org.apache.spark.sql.internal.SQLConf;
 import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.StructType;
 
@@ -44,9 +45,10 @@ import org.apache.spark.sql.types.StructType;
  *
  * <p>The value is parsed from its decoded text with Jackson's defaults, exactly as Spark's {@code
  * parse_json} does (which the pipeline's {@code properties} then go through): a document one of
- * them accepts, the other accepts too. {@code properties} is the JSON text of the value at the
- * properties pointer as the producer wrote it, so Spark writes it back in the Variant's canonical
- * form, exactly as before. {@code columns} are the JSON texts at the typed columns' pointers (null
+ * them accepts, the other accepts too. {@code properties} is the value at the properties pointer
+ * in the Variant's canonical form, exactly as Spark's {@code to_json(try_parse_json(text))} writes
+ * it ({@link VariantJson}); should Spark's Variant builder refuse the text the check accepted, the
+ * record is {@code invalid_json}, as Spark's check said. {@code columns} are the JSON texts at the typed columns' pointers (null
  * where the value has none), taken from the text the same way, so Spark reads a number exactly as
  * the producer wrote it.
  */
@@ -77,6 +79,9 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
   private final boolean keyIsEntityId;
   private final int maxValueBytes;
   private final int maxEntityIdBytes;
+  // The session's Variant settings when the check was made, as Spark's parse_json reads them.
+  private final boolean allowDuplicateKeys;
+  private final boolean validateUnicode;
   private transient Compiled compiled;
 
   public RecordCheck(
@@ -97,6 +102,9 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     this.keyIsEntityId = keyIsEntityId;
     this.maxValueBytes = maxValueBytes;
     this.maxEntityIdBytes = maxEntityIdBytes;
+    SQLConf conf = SQLConf.get();
+    this.allowDuplicateKeys = (Boolean) conf.getConf(SQLConf.VARIANT_ALLOW_DUPLICATE_KEYS());
+    this.validateUnicode = (Boolean) conf.getConf(SQLConf.VARIANT_VALIDATE_UNICODE_IN_JSON_PARSING());
     compiled(); // a schema that does not compile fails here, on the driver, before any task
   }
 
@@ -151,8 +159,13 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     if (late == null && keyIsEntityId && !Arrays.equals(key, entityBytes))
       late = "key_mismatch: key is not the entity_id";
     String[] spans = parsed.spans;
+    String properties = null;
+    if (spans[0] != null) {
+      properties = VariantJson.canonical(spans[0], allowDuplicateKeys, validateUnicode);
+      if (properties == null) return reject("invalid_json");
+    }
     String[] columnTexts = Arrays.copyOfRange(spans, 1, spans.length);
-    return RowFactory.create(null, late, texts[0], texts[1], texts[2], texts[3], spans[0], columnTexts);
+    return RowFactory.create(null, late, texts[0], texts[1], texts[2], texts[3], properties, columnTexts);
   }
 
   private static Row reject(String reason) {
