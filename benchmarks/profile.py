@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs.jvm import newest_query_ids
+from spark_jobs.jvm import classes_generated, newest_query_ids
 from spark_jobs.sinks.delta import table_versions
 
 if TYPE_CHECKING:
@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RunProfile:
     """A scheduled run into a new lake: its batches, and the Spark SQL executions, jobs and Delta
-    commits (per sink table, its creation left out) they ran."""
+    commits (per sink table, its creation left out) they ran, and the classes Spark generated and
+    compiled for them (none for a plan whose code was compiled before)."""
 
     batches: int
     executions: int
     jobs: int
     commits: dict[str, int]
+    classes: int = 0
 
     def per_batch(self, value: int) -> float:
         return value / self.batches if self.batches else 0.0
@@ -37,7 +39,8 @@ class RunProfile:
         commits = ", ".join(f"{name} {self.per_batch(n):.1f}" for name, n in self.commits.items())
         return (
             f"per batch ({self.batches}): {self.per_batch(self.executions):.1f} Spark SQL executions, "
-            f"{self.per_batch(self.jobs):.1f} jobs, Delta commits {commits}"
+            f"{self.per_batch(self.jobs):.1f} jobs, {self.per_batch(self.classes):.1f} classes generated, "
+            f"Delta commits {commits}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -45,16 +48,25 @@ class RunProfile:
             "batches": self.batches,
             "executions_per_batch": round(self.per_batch(self.executions), 1),
             "jobs_per_batch": round(self.per_batch(self.jobs), 1),
+            "classes_generated_per_batch": round(self.per_batch(self.classes), 1),
             "commits_per_batch": {name: round(self.per_batch(n), 2) for name, n in self.commits.items()},
         }
 
 
-def run_profile(spark: SparkSession, settings: Settings, before: tuple[int, int], batches: int) -> RunProfile:
+def run_profile(spark: SparkSession, settings: Settings, before: tuple[int, int, int], batches: int) -> RunProfile:
     """The profile of a run into ``settings``' new lake that started after ``before``
-    (:func:`spark_jobs.jvm.newest_query_ids` then) and ran ``batches`` batches. The lake's tables are
-    created at version 0, so each table's version is the commits the batches made."""
-    executions, jobs = newest_query_ids(spark)
-    return RunProfile(batches, executions - before[0], jobs - before[1], table_versions(spark, settings))
+    (:func:`counters` then) and ran ``batches`` batches. The lake's tables are created at version 0,
+    so each table's version is the commits the batches made."""
+    executions, jobs, classes = counters(spark)
+    return RunProfile(
+        batches, executions - before[0], jobs - before[1], table_versions(spark, settings), classes - before[2]
+    )
+
+
+def counters(spark: SparkSession) -> tuple[int, int, int]:
+    """The newest Spark SQL execution's and job's ids and the classes generated so far: two readings
+    bracket what the work between them ran."""
+    return (*newest_query_ids(spark), classes_generated(spark))
 
 
 def _get(spark: SparkSession, what: str) -> list[dict[str, Any]]:

@@ -31,7 +31,6 @@ from benchmarks.workloads import (
     spark_submit,
     steady_events,
 )
-from spark_jobs.jvm import newest_query_ids
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -189,7 +188,7 @@ def _ingest_once(ctx: BenchContext, m: Measurement, rep: int, source: MainTopic 
     per_trigger = batch_cap(ctx)
     sink = ctx.new_sink(f"{m.key.lower()}_{rep}", main.name)
     before = profile.last_job_id(ctx.spark)
-    queries = newest_query_ids(ctx.spark)
+    queries = profile.counters(ctx.spark)
     results = ctx.record.measure(
         m,
         lambda: ingest.run_scheduled(ctx.spark, sink.settings, max_offsets_per_trigger=per_trigger),

@@ -148,6 +148,14 @@ def newest_query_ids(spark: SparkSession) -> tuple[int, int]:
     )
 
 
+def classes_generated(spark: SparkSession) -> int:
+    """How many classes Spark's code generation has compiled in this JVM (Janino's compilations,
+    the tasks' too in local mode). A plan whose code is new is compiled, then warmed up by the JIT
+    compiler again; one that matches code compiled before reuses its class."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
 def register_contract_check(
     spark: SparkSession,
     name: str,
