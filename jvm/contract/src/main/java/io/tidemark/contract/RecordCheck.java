@@ -48,9 +48,9 @@ import org.apache.spark.sql.types.StructType;
  * them accepts, the other accepts too. {@code properties} is the value at the properties pointer
  * in the Variant's canonical form, exactly as Spark's {@code to_json(try_parse_json(text))} writes
  * it ({@link VariantJson}); should Spark's Variant builder refuse the text the check accepted, the
- * record is {@code invalid_json}, as Spark's check said. {@code columns} are the JSON texts at the typed columns' pointers (null
- * where the value has none), taken from the text the same way, so Spark reads a number exactly as
- * the producer wrote it.
+ * record is {@code invalid_json}, as Spark's check said. {@code columns} are the JSON texts at the
+ * typed columns' pointers (null where the value has none), taken from the text the same way, so
+ * Spark reads a number exactly as the producer wrote it.
  */
 public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializable {
   private static final long serialVersionUID = 1L;
@@ -111,7 +111,12 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
   private Compiled compiled() {
     if (compiled == null) {
       String key =
-          String.join("\u0000", schemaJson, Arrays.toString(roles), String.valueOf(properties), Arrays.toString(columns));
+          String.join(
+              "\u0000",
+              schemaJson,
+              Arrays.toString(roles),
+              String.valueOf(properties),
+              Arrays.toString(columns));
       compiled = COMPILED.computeIfAbsent(key, k -> new Compiled(schemaJson, roles, properties, columns));
     }
     return compiled;

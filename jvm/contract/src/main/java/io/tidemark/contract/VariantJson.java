@@ -91,7 +91,8 @@ final class VariantJson {
 
   /**
    * A string as Jackson's default generator writes it: quoted; {@code "} and {@code \} escaped;
-   * control characters as the short escapes (b t n f r) or as u00XX (upper-case hex), each after a backslash; nothing else.
+   * control characters as the short escapes (b t n f r) or as u00XX (upper-case hex), each after a
+   * backslash; nothing else.
    */
   private static void string(String s, StringBuilder out) {
     out.append('"');
