@@ -75,6 +75,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         from spark_jobs.spark import (
             MAP_CLASSES,
             QUICK_COMPILER,
+            THROUGHPUT_COLLECTOR,
             WRITE_CLASSES,
             driver_conf,
             folder_on_class_path,
@@ -97,8 +98,9 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("the driver JVM loads its classes from their jars: %s, a folder Spark puts on its class "
                           "path, is not empty (a JVM archives no classes then)", folder)  # fmt: skip
         for option in conf["spark.driver.extraJavaOptions"].split():
-            if option == QUICK_COMPILER:
-                self.log.info("about %s records to read: the driver JVM compiles with %s", f"{records:,}", option)
+            if option in (QUICK_COMPILER, THROUGHPUT_COLLECTOR):
+                does = "compiles" if option == QUICK_COMPILER else "collects garbage"
+                self.log.info("about %s records to read: the driver JVM %s with %s", f"{records:,}", does, option)
             elif option.startswith(MAP_CLASSES):
                 self.log.info("the driver JVM maps its classes from %s", option.removeprefix(MAP_CLASSES))
             elif option.startswith(WRITE_CLASSES):

@@ -13,6 +13,7 @@ from spark_jobs.spark import (
     QUICK_COMPILER_CODE_CACHE,
     QUICK_COMPILER_RECORDS,
     REQUIRED_JARS,
+    THROUGHPUT_COLLECTOR,
     class_archive,
     driver_conf,
 )
@@ -33,6 +34,18 @@ def test_a_driver_for_a_run_of_few_records_compiles_with_the_quick_compiler_alon
     assert QUICK_COMPILER_CODE_CACHE not in java_options(None, tmp_path)
     # Spark's log configuration is there either way.
     assert all(any(o.startswith("-Dlog4j2.configurationFile=") for o in java_options(n, tmp_path)) for n in (1, None))
+
+
+def test_a_local_driver_for_a_run_of_many_records_collects_garbage_with_the_throughput_collector(
+    tmp_path: Path,
+) -> None:
+    assert THROUGHPUT_COLLECTOR in java_options(QUICK_COMPILER_RECORDS + 1, tmp_path)
+    assert THROUGHPUT_COLLECTOR not in java_options(QUICK_COMPILER_RECORDS, tmp_path)
+    assert THROUGHPUT_COLLECTOR not in java_options(None, tmp_path)  # unknown: the JVM's default
+    # A driver on a cluster runs no tasks: it keeps the JVM's collector (measured only in local mode).
+    settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
+    cluster = driver_conf(settings, "spark://spark:7077", QUICK_COMPILER_RECORDS + 1)
+    assert THROUGHPUT_COLLECTOR not in cluster["spark.driver.extraJavaOptions"].split()
 
 
 def test_the_records_a_run_will_read_are_unknown_when_postgresql_does_not_answer(tmp_path: Path) -> None:
