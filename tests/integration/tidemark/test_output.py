@@ -158,24 +158,25 @@ def test_a_driver_that_compiles_with_the_quick_compiler_alone_has_the_jvms_full_
     disabled") or failed a batch ("Out of space in CodeCache for method handle intrinsic")."""
     import subprocess
 
-    from benchmarks.workloads import spark_submit
-
-    app = tmp_path / "jvm_options.py"
-    app.write_text(JVM_OPTIONS_APP)
-    settings = Settings.from_env(environment({**stack.to_env(), "TIDEMARK_HOME": str(tmp_path / "home")}, tmp_path))
     # As a DAG's task submits a scheduled run known to read few records.
-    out = spark_submit(settings, app, [], records=100)
-    options = jvm_options(out)
-    assert options.get("TieredStopAtLevel") == "1", out  # the quick compiler alone
-    assert options.get("UseParallelGC") == "false", out  # and the JVM's own collector
+    options = submitted_jvm_options(stack, tmp_path, records=100)
+    assert options.get("TieredStopAtLevel") == "1", options  # the quick compiler alone
+    assert options.get("UseParallelGC") == "false", options  # and the JVM's own collector
     flags = subprocess.run(["java", "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True)
     default = re.search(r"\bReservedCodeCacheSize\s+=\s+(\d+)", flags.stdout)
     assert default, flags.stdout[-2000:]
     assert options.get("ReservedCodeCacheSize") == default.group(1), (options, default.group(1))
 
 
-def jvm_options(out: str) -> dict[str, str]:
-    """The JVM options :data:`JVM_OPTIONS_APP` printed, once it ran a Spark job under them."""
+def submitted_jvm_options(stack: Settings, tmp_path: Path, records: int) -> dict[str, str]:
+    """The JVM options of a driver submitted as a DAG's task submits a run of about ``records``
+    records: those :data:`JVM_OPTIONS_APP` printed, once it ran a Spark job under them."""
+    from benchmarks.workloads import spark_submit
+
+    app = tmp_path / "jvm_options.py"
+    app.write_text(JVM_OPTIONS_APP)
+    settings = Settings.from_env(environment({**stack.to_env(), "TIDEMARK_HOME": str(tmp_path / "home")}, tmp_path))
+    out = spark_submit(settings, app, [], records=records)
     assert "rows 499500" in out.splitlines(), out
     return dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(("Tiered", "Reserved", "Use")))
 
@@ -185,12 +186,7 @@ def test_a_local_driver_for_a_run_of_many_records_collects_garbage_with_the_thro
 ) -> None:
     """On 2 cores the JVM picks G1; a local driver that runs a large run's tasks spent about 10% less
     time and CPU with the throughput collector (cold runs of 1,000,000 records)."""
-    from benchmarks.workloads import spark_submit
-
-    app = tmp_path / "jvm_options.py"
-    app.write_text(JVM_OPTIONS_APP)
-    settings = Settings.from_env(environment({**stack.to_env(), "TIDEMARK_HOME": str(tmp_path / "home")}, tmp_path))
     # As a DAG's task submits a scheduled run known to read more than the quick compiler's limit.
-    options = jvm_options(spark_submit(settings, app, [], records=QUICK_COMPILER_RECORDS + 1))
+    options = submitted_jvm_options(stack, tmp_path, records=QUICK_COMPILER_RECORDS + 1)
     assert options.get("UseParallelGC") == "true" and options.get("UseG1GC") == "false", options
     assert options.get("TieredStopAtLevel") == "4", options  # and every compiler tier
