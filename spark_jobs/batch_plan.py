@@ -95,7 +95,8 @@ class BatchPlanner:
     repair, which re-reads on purpose (and repairs what the ledger may have lost), always searches Delta.
     ``created_lake``: the writer created the record tables, so they hold nothing written before
     attempts were recorded (``ledger.write_floor``). ``on_ledger(work)`` runs ``work(cursor)`` in a
-    PostgreSQL transaction of its own.
+    PostgreSQL transaction of its own. ``rewrites``: a repair's batches, which write again records
+    a committed batch counted already (:meth:`uncounted`).
     """
 
     def __init__(
@@ -111,6 +112,7 @@ class BatchPlanner:
         created_lake: bool,
         watch_losses: bool = False,
         readmitting: DataFrame | None = None,
+        rewrites: bool = False,
     ) -> None:
         self.spark, self.settings, self.pipeline, self.rules = spark, settings, pipeline, rules
         self.readmitting = readmitting  # (coordinates, arrival_time, reason) of a readmit's records
@@ -118,6 +120,7 @@ class BatchPlanner:
         self.frozen = frozen
         self._may_hold = on_ledger
         self.scheduled, self.created_lake, self.watch_losses = scheduled, created_lake, watch_losses
+        self.rewrites = rewrites
 
     def _read(self, name: str) -> DataFrame:
         return delta.table(self.spark, self.settings.table_path(name)).toDF()
@@ -213,7 +216,8 @@ class BatchPlanner:
         # quarantines records, the summary runs beside the sessions in a thread of its own (each is a
         # chain of short Spark queries whose planning keeps a core of the driver busy).
         if totals["invalid"]:
-            changes, quarantine_reasons = delta.run_concurrently([sessions, lambda: quarantine.summarize(invalid)])
+            uncounted = self.uncounted(invalid, ranges)
+            changes, quarantine_reasons = delta.run_concurrently([sessions, lambda: quarantine.summarize(uncounted)])
         else:
             changes, quarantine_reasons = sessions(), []
         checks = producers.ProducerChecks(
@@ -312,6 +316,16 @@ class BatchPlanner:
             owners(held), *[F.count_if(F.col("table") == name).alias(name) for name in RECORD_TABLES]
         )
         return frozen, {name: n for name, n in counts.items() if n}
+
+    def uncounted(self, invalid: DataFrame, ranges: list[PartitionRange]) -> DataFrame:
+        """The batch's ``invalid`` records that its quarantine reasons count: all of them, but for a
+        repair's batch only those no committed batch counted already. A repair clears a changed
+        range and quarantines its invalid records again; the batch that first quarantined them still
+        counts them (``quarantine.totals``), so they must not count twice."""
+        if not self.rewrites:
+            return invalid
+        counted = self._may_hold(lambda cur: ledger.counted_ranges(cur, ranges))
+        return invalid.where(f"NOT ({delta.range_filter(counted)})") if counted else invalid
 
     def _session_changes(
         self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts

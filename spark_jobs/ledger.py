@@ -237,21 +237,41 @@ def set_write_floor(cur, lake_root: str, topic: str, below_offset: int) -> None:
 def may_hold(cur, ranges: list[PartitionRange], floor: int) -> bool:
     """Whether the record tables may hold a record in ``ranges``: some range starts below ``floor``
     (:func:`write_floor`), or overlaps a ledger range or an attempt's range of any pipeline."""
-    values = [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
+    values = _range_values(ranges)
     if not values or any(start < floor for _, _, start, _ in values):
         return bool(values)
-    overlapping = """SELECT 1 FROM {table} AS t
-                     JOIN (VALUES {rows}) AS r (topic, kafka_partition, start_offset, end_offset)
-                       ON t.topic = r.topic AND t.kafka_partition = r.kafka_partition
-                      AND t.start_offset < r.end_offset AND t.end_offset > r.start_offset"""
-    rows = ", ".join(["(%s, %s::integer, %s::bigint, %s::bigint)"] * len(values))
-    params = [v for value in values for v in value]
-    cur.execute(
-        f"SELECT EXISTS ({overlapping.format(table='ledger_ranges', rows=rows)}) "
-        f"OR EXISTS ({overlapping.format(table='write_attempts', rows=rows)})",
-        params + params,
-    )
+    ledger, ledger_params = _overlapping("ledger_ranges", "1", values)
+    attempts, attempt_params = _overlapping("write_attempts", "1", values)
+    cur.execute(f"SELECT EXISTS ({ledger}) OR EXISTS ({attempts})", ledger_params + attempt_params)
     return bool(cur.fetchone()[0])
+
+
+def counted_ranges(cur, ranges: list[PartitionRange]) -> list[PartitionRange]:
+    """The ranges of committed batches (any pipeline) that overlap ``ranges``: their records were
+    counted where the batch put them (its ledger counts, its quarantine reasons)."""
+    values = _range_values(ranges)
+    if not values:
+        return []
+    sql, params = _overlapping(
+        "ledger_ranges", "DISTINCT t.topic, t.kafka_partition, t.start_offset, t.end_offset", values
+    )
+    cur.execute(sql, params)
+    return sorted(PartitionRange(*row) for row in cur.fetchall())
+
+
+def _range_values(ranges: list[PartitionRange]) -> list[tuple[str, int, int, int]]:
+    return [(r.topic, r.partition, r.start, r.end) for r in ranges if r.end > r.start]
+
+
+def _overlapping(table: str, columns: str, values: list[tuple[str, int, int, int]]) -> tuple[str, list]:
+    """A query of ``columns`` of the rows of ``table`` (ledger_ranges, write_attempts) that overlap
+    one of ``values`` (topic, partition, start, end), and its parameters."""
+    rows = ", ".join(["(%s, %s::integer, %s::bigint, %s::bigint)"] * len(values))
+    sql = f"""SELECT {columns} FROM {table} AS t
+              JOIN (VALUES {rows}) AS r (topic, kafka_partition, start_offset, end_offset)
+                ON t.topic = r.topic AND t.kafka_partition = r.kafka_partition
+               AND t.start_offset < r.end_offset AND t.end_offset > r.start_offset"""
+    return sql, [v for value in values for v in value]
 
 
 @dataclass(frozen=True)

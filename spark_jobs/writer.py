@@ -151,7 +151,7 @@ class BatchWriter:
             delta.add_typed_columns(spark, settings, self.contract)
         self.planner = BatchPlanner(
             spark, settings, self.contract, pipeline, self.rules, self._frozen, self._on_ledger, scheduled,
-            created_lake, watch_losses, readmitting,
+            created_lake, watch_losses, readmitting, rewrites,
         )  # fmt: skip
 
     def _path(self, name: str) -> str:

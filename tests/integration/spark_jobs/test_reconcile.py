@@ -456,6 +456,35 @@ def test_a_repair_never_deletes_rows_it_cannot_read_again(spark, fresh) -> None:
     assert_sessions_follow_events(spark, settings)
 
 
+def test_a_repair_that_rewrites_quarantined_records_counts_them_once(spark, fresh) -> None:
+    """A changed range that holds a quarantined record: the repair clears the range and quarantines
+    the record again, and `tidemark quarantine` still counts it once (found by the model test, seed
+    8800: a repair counted the records it rewrote a second time)."""
+    settings = fresh
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    malformed = {"event_id": "m2", "entity_id": "one"}  # no event_type, no event_time
+    events = [one_entity(0), one_entity(1), malformed, one_entity(3), one_entity(4)]
+    send(settings, settings.topic, events, [T0 + timedelta(minutes=i) for i in range(5)])
+    ingest.run_scheduled(spark, settings)
+    assert reconciled(spark, settings, "verified").ok
+    before = tidemark(settings, "quarantine")
+    assert before.returncode == 0 and quarantined_per_reason(before.stdout) == {1}, before.stdout + before.stderr
+
+    delta.table(spark, settings.table_path("events")).update("offset = 4", {"event_type": "'tampered'"})
+    assert [c.outcome for c in reconciled(spark, settings, "tampered").mismatched] == ["changed"]
+    fixed = repair.repair(spark, settings, "tampered")
+    assert fixed.recheck.ok and any("cleared" in a for a in fixed.actions), fixed.describe()
+    assert [r["offset"] for r in delta_rows(spark, settings, "quarantine")] == [2]
+    after = tidemark(settings, "quarantine")
+    assert after.returncode == 0 and quarantined_per_reason(after.stdout) == {1}, after.stdout + after.stderr
+
+
+def quarantined_per_reason(listing: str) -> set[int]:
+    """The records column of `tidemark quarantine`'s table (one line per reason under its rule)."""
+    table = listing.split("\n\n")[0].splitlines()[2:]
+    return {int(line.split()[0].replace(",", "")) for line in table}
+
+
 def test_a_repair_rechecks_each_finding_and_leaves_one_that_no_longer_holds(spark, fresh) -> None:
     """A finding fixed since (here the tampering undone with Delta's RESTORE): the repair re-checks
     what it would touch, rewrites nothing, and says so; without a run id it finds the same run."""
