@@ -178,7 +178,9 @@ class BatchPlanner:
         had = parsed if held is None else parsed.select(*COORDINATES).unionByName(held.select(*COORDINATES)).distinct()
         read_spans = consecutive_offsets(had) if self.watch_losses else []
         fresh_totals = None  # with records held: the others' totals, observed as the ranking reads them
-        if held_in:
+        # A batch that read nothing (retention removed its records while the run read them) has no
+        # fresh record: Spark then runs no task of the observed join, so nothing would be observed.
+        if held_in and summary["fresh"]:
             fresh_totals = Observation()
             parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti").observe(
                 fresh_totals, F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")

@@ -89,7 +89,9 @@ SHIPPED_PIPELINES = Path(__file__).resolve().parents[3] / "pipelines.yaml"
 # Every fault but one in one scenario (about 100 s): two partitions, a restore, maintenance,
 # retention before and during runs, a takeover, a stale repair, a re-created topic, a 10 min 7.25 s
 # gap. The repair of damage not undone is the tamper drill's (test_reconcile.py).
-FIXED_SEEDS = (39849,)
+# 8805: a retried batch that read nothing from Kafka (retention took its records while the run
+# read them) and held what its crashed attempt wrote.
+FIXED_SEEDS = (39849, 8805)
 
 
 def _seeds() -> list[int]:
@@ -125,10 +127,11 @@ class Trial:
         return "\n".join(f"  {i}. {text}" for i, text in enumerate(self.done))
 
     def fail(self, problem: str) -> None:
+        seed = self.scenario.seed - (SECOND if self.settings.pipeline == "second" else 0)  # the test's seed
         pytest.fail(
-            f"seed {self.scenario.seed}, pipeline {self.settings.pipeline} ({self.scenario.partitions} partition(s), "
+            f"seed {seed}, pipeline {self.settings.pipeline} ({self.scenario.partitions} partition(s), "
             f"rules {self.scenario.rules}) after step {len(self.done) - 1}: {problem}\nsteps:\n{self.steps()}\n"
-            f"replay: make fuzz SEED={self.scenario.seed}",
+            f"replay: make fuzz SEED={seed}",
             pytrace=False,
         )
 
