@@ -118,7 +118,7 @@ class BatchPlanner:
         self.readmitting = readmitting  # (coordinates, arrival_time, reason) of a readmit's records
         self.contract = contract  # the pipeline's, from its file; read once a run
         self.frozen = frozen
-        self._may_hold = on_ledger
+        self._on_ledger = on_ledger
         self.scheduled, self.created_lake, self.watch_losses = scheduled, created_lake, watch_losses
         self.rewrites = rewrites
 
@@ -179,7 +179,9 @@ class BatchPlanner:
         read_spans = consecutive_offsets(had) if self.watch_losses else []
         fresh_totals = None  # with records held: the others' totals, observed as the ranking reads them
         # A batch that read nothing (retention removed its records while the run read them) has no
-        # fresh record: Spark then runs no task of the observed join, so nothing would be observed.
+        # fresh record, so there is nothing to observe; its totals are the read's own, both 0. Without
+        # this guard such a batch failed in Observation.get (model seed 8805), likely because Spark ran
+        # no task of the observed join when its side was empty (a one-partition example did not fail).
         if held_in and summary["fresh"]:
             fresh_totals = Observation()
             parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti").observe(
@@ -308,7 +310,7 @@ class BatchPlanner:
                     ledger.set_write_floor(cur, lake, topic, floor)
                 return ledger.may_hold(cur, ranges, floor)
 
-            if not self._may_hold(may_hold):
+            if not self._on_ledger(may_hold):
                 return None, {}
         held = delta.held(self.spark, self.settings, ranges)
         if self.readmitting is not None:  # in quarantine, but what the batch brings back from there
@@ -326,7 +328,7 @@ class BatchPlanner:
         counts them (``quarantine.totals``), so they must not count twice."""
         if not self.rewrites:
             return invalid
-        counted = self._may_hold(lambda cur: ledger.counted_ranges(cur, ranges))
+        counted = self._on_ledger(lambda cur: ledger.counted_ranges(cur, ranges))
         return invalid.where(f"NOT ({delta.range_filter(counted)})") if counted else invalid
 
     def _session_changes(

@@ -7,6 +7,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from spark_jobs import ingest, reconcile
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.maintenance import live_files, maintain, stored_files, vacuum
@@ -15,6 +17,7 @@ from tests.integration.spark_jobs.checks import query, stages_run
 from tidemark.producer import ProduceSpec, produce
 
 
+@pytest.mark.scenario
 def test_maintenance_compacts_and_vacuums_without_changing_a_row_and_prunes_old_history(spark, fresh) -> None:
     settings = fresh
     for seed in range(2):  # many small batches (six): many small files

@@ -24,7 +24,7 @@ After every step it checks that every processed record is in the table the model
 Delta sessions, PostgreSQL sessions and the model's sessions are the same rows, and that every
 record retention took before a run read it is recorded as lost.
 
-``make test`` runs the seeds in :data:`FIXED_SEEDS`; ``make fuzz SEEDS=N [FROM=F]`` runs N more from
+``make test-scenarios`` runs the seeds in :data:`FIXED_SEEDS`; ``make fuzz SEEDS=N [FROM=F]`` runs N more from
 seed F (``TIDEMARK_FUZZ_SEEDS``, ``TIDEMARK_FUZZ_FROM``, default 1000), ``make fuzz SEED=S`` replays
 one (``TIDEMARK_FUZZ_SEED``).
 """
@@ -112,6 +112,7 @@ class Trial:
     scenario: Scenario
     home: Path
     done: list[str]  # what both pipelines did so far, in order (shared)
+    seed: int  # the test's (both pipelines'): what `make fuzz SEED=` replays
     records: list[Record] = field(default_factory=list)
     processed: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) the sinks must hold
     deleted: set[tuple[int, int]] = field(default_factory=set)  # what retention removed from Kafka
@@ -127,15 +128,15 @@ class Trial:
         return "\n".join(f"  {i}. {text}" for i, text in enumerate(self.done))
 
     def fail(self, problem: str) -> None:
-        seed = self.scenario.seed - (SECOND if self.settings.pipeline == "second" else 0)  # the test's seed
         pytest.fail(
-            f"seed {seed}, pipeline {self.settings.pipeline} ({self.scenario.partitions} partition(s), "
+            f"seed {self.seed}, pipeline {self.settings.pipeline} ({self.scenario.partitions} partition(s), "
             f"rules {self.scenario.rules}) after step {len(self.done) - 1}: {problem}\nsteps:\n{self.steps()}\n"
-            f"replay: make fuzz SEED={seed}",
+            f"replay: make fuzz SEED={self.seed}",
             pytrace=False,
         )
 
 
+@pytest.mark.scenario
 @pytest.mark.parametrize("seed", _seeds())
 def test_two_pipelines_match_the_model_after_every_run(spark, database, seed) -> None:
     """The pipeline ``events`` (PostgreSQL's ``public``, the lake root's top level) and ``second`` (its own
@@ -167,7 +168,7 @@ def test_two_pipelines_match_the_model_after_every_run(spark, database, seed) ->
         scenario = scenarios[pipeline.name]
         settings = replace(lake.for_pipeline(pipeline), session_rules=scenario.rules)
         ensure_topic(settings, settings.topic, partitions=scenario.partitions, timestamp_type="CreateTime")
-        trials.append(Trial(spark, settings, scenario, home, done))
+        trials.append(Trial(spark, settings, scenario, home, done, seed))
     for trial, index, step in _interleaved(seed, trials):
         try:
             if _step(trial, index, step):

@@ -113,6 +113,7 @@ def test_a_clean_run_verifies_every_range_and_the_next_needs_no_spark(spark, fre
     assert sum(lag.behind_records for lag in third.lags) == 0
 
 
+@pytest.mark.scenario
 def test_the_tamper_drill_each_damage_is_named_repaired_and_rechecked(spark, fresh) -> None:
     settings = fresh
     ingest_some(spark, settings, seed=3)
@@ -245,6 +246,7 @@ def test_a_range_whose_start_retention_removed_before_verification_is_reported_e
     assert [c.outcome for c in damaged.mismatched] == ["missing"], damaged.summary()
 
 
+@pytest.mark.scenario
 def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fresh) -> None:
     """Three kinds of damage the checks missed: a session time a microsecond off in one sink (the
     checksums compared milliseconds), a session only PostgreSQL holds (the rebuild took its entities
@@ -468,7 +470,7 @@ def test_a_repair_that_rewrites_quarantined_records_counts_them_once(spark, fres
     ingest.run_scheduled(spark, settings)
     assert reconciled(spark, settings, "verified").ok
     before = tidemark(settings, "quarantine")
-    assert before.returncode == 0 and quarantined_per_reason(before.stdout) == {1}, before.stdout + before.stderr
+    assert before.returncode == 0 and quarantined_per_reason(before.stdout) == [1], before.stdout + before.stderr
 
     delta.table(spark, settings.table_path("events")).update("offset = 4", {"event_type": "'tampered'"})
     assert [c.outcome for c in reconciled(spark, settings, "tampered").mismatched] == ["changed"]
@@ -476,13 +478,13 @@ def test_a_repair_that_rewrites_quarantined_records_counts_them_once(spark, fres
     assert fixed.recheck.ok and any("cleared" in a for a in fixed.actions), fixed.describe()
     assert [r["offset"] for r in delta_rows(spark, settings, "quarantine")] == [2]
     after = tidemark(settings, "quarantine")
-    assert after.returncode == 0 and quarantined_per_reason(after.stdout) == {1}, after.stdout + after.stderr
+    assert after.returncode == 0 and quarantined_per_reason(after.stdout) == [1], after.stdout + after.stderr
 
 
-def quarantined_per_reason(listing: str) -> set[int]:
+def quarantined_per_reason(listing: str) -> list[int]:
     """The records column of `tidemark quarantine`'s table (one line per reason under its rule)."""
     table = listing.split("\n\n")[0].splitlines()[2:]
-    return {int(line.split()[0].replace(",", "")) for line in table}
+    return [int(line.split()[0].replace(",", "")) for line in table]
 
 
 def test_a_repair_rechecks_each_finding_and_leaves_one_that_no_longer_holds(spark, fresh) -> None:
@@ -521,6 +523,7 @@ def open_findings(settings) -> list[tuple]:
     return query(settings, "SELECT finding_id, finding_key FROM findings WHERE closed_at IS NULL ORDER BY 1")
 
 
+@pytest.mark.scenario
 def test_a_finding_stays_open_until_a_repairs_recheck_closes_it_and_a_run_that_checked_nothing_says_so(
     spark, fresh
 ) -> None:

@@ -9,6 +9,8 @@ import re
 import uuid
 from pathlib import Path
 
+import pytest
+
 from spark_jobs.settings import Settings
 from spark_jobs.spark import QUICK_COMPILER, QUICK_COMPILER_RECORDS, archive_complete, class_archive
 from tests.integration.spark_jobs.checks import driver_jvm_options
@@ -97,6 +99,7 @@ def test_a_driver_with_a_spark_configuration_folder_on_its_class_path_runs_witho
     assert not (archives.exists() and list(archives.iterdir()))
 
 
+@pytest.mark.scenario
 def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with_sessions_cut_by_arrival(
     database: Settings, tmp_path: Path
 ) -> None:

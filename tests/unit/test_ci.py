@@ -1,0 +1,62 @@
+"""CI runs the README's test suite, and that suite runs every test whatever its markers: a marker that
+moves tests out of one target (``scenario``, out of ``make test``) must move them into another."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import tomllib
+from pathlib import Path
+
+from _pytest.mark.expression import Expression
+
+ROOT = Path(__file__).resolve().parents[2]
+MAKEFILE = (ROOT / "Makefile").read_text()
+
+
+def make_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.startswith("make ")]
+
+
+def readme_suite() -> list[str]:
+    """The README's "whole test suite" block, which CI must run as it is."""
+    tests = (ROOT / "README.md").read_text().split("\n## Tests\n", 1)[1]
+    return make_lines(tests.split("```bash\n", 1)[1].split("```", 1)[0])
+
+
+def target(name: str) -> tuple[list[str], str]:
+    """A Makefile target's prerequisites and recipe."""
+    match = re.search(rf"^{re.escape(name)}:([^#\n]*).*\n((?:\t.*\n)*)", MAKEFILE, re.MULTILINE)
+    assert match, f"no target {name} in the Makefile"
+    return match.group(1).split(), match.group(2)
+
+
+def selections(name: str) -> list[str]:
+    """The ``pytest -m`` expressions a target runs, its prerequisites' included."""
+    prerequisites, recipe = target(name)
+    found = re.findall(r'pytest -m (?:"([^"]+)"|(\S+))', recipe)
+    own = [quoted or bare for quoted, bare in found]
+    return own + [e for p in prerequisites if p not in {"venv", "jars", "jars-s3"} for e in selections(p)]
+
+
+def test_ci_runs_the_readmes_test_suite() -> None:
+    suite = readme_suite()
+    assert suite[0] == "make test" and len(suite) >= 3, suite
+    assert make_lines((ROOT / ".ci" / "run").read_text()) == suite
+
+
+def test_every_test_runs_in_ci_whatever_its_markers() -> None:
+    """Each combination of the declared markers (but ``compose``: root and Docker, ``make
+    compose-test`` only) is selected by a target of CI's suite, so no test falls between them."""
+    declared = [
+        entry.split(":", 1)[0]
+        for entry in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
+    ]
+    assert "scenario" in declared and "compose" in declared
+    expressions = [Expression.compile(e) for name in readme_suite() for e in selections(name.split()[1])]
+    markers = [m for m in declared if m != "compose"]
+    for size in range(len(markers) + 1):
+        for carried in itertools.combinations(markers, size):
+            assert any(e.evaluate(lambda name, c=carried: name in c) for e in expressions), (
+                f"a test marked {carried or 'with no marker'} runs in no target of CI's suite"
+            )
