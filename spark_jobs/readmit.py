@@ -141,19 +141,35 @@ def readmit(
     readmit_id: str | None = None,
     fault: Callable[[str], None] | None = None,  # the writer's fault points, for the crash tests
 ) -> ReadmitOutcome:
-    """Readmit the records of ``selection`` the contract accepts now (``dry_run``: only count them).
+    """Readmit the records of ``selection`` the contract accepts now (``dry_run``: only count them)."""
+    from spark_jobs import reconcile
+
+    readmit_id = readmit_id or reconcile.new_run_id(READMIT)
+    with single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease:
+        ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
+        return readmit_holding(spark, settings, lease, selection, readmit_id, dry_run=dry_run, fault=fault)
+
+
+def readmit_holding(
+    spark: SparkSession,
+    settings: Settings,
+    lease,  # lock.WriterLease
+    selection: Selection,
+    readmit_id: str,
+    dry_run: bool = False,
+    fault: Callable[[str], None] | None = None,
+    within: list[PartitionRange] | None = None,
+) -> ReadmitOutcome:
+    """:func:`readmit`, for a caller that holds the writer lock (``lease``) and checked the contract;
+    ``within``: only the selected records in these ranges (a repair's, before it clears them).
 
     First, a readmit batch an earlier readmit began (its attempt recorded, its Delta writes perhaps
     done) and did not commit to the ledger is written again over its ranges: its records may have
     left ``quarantine`` already, and only this batch would bring their sessions to PostgreSQL."""
     from pyspark.sql import functions as F
 
-    from spark_jobs import reconcile
-
-    readmit_id = readmit_id or reconcile.new_run_id(READMIT)
     pipeline = f"{READMIT}:{settings.topic}"
-    with single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease, FrozenFrames(spark) as frozen:
-        ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
+    with FrozenFrames(spark) as frozen:
         finished = []
         if not dry_run:
             with db.transaction(settings.pipeline_dsn) as cur:
@@ -163,7 +179,10 @@ def readmit(
                 back = frozen.freeze(rows.where("back"))
                 line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, readmit_id, fault)
                 finished.append(f"finished the readmit that stopped before its ledger commit: {line}")
-        rows = frozen.freeze(checked_again(selected(spark, settings, selection), settings))
+        chosen = selected(spark, settings, selection)
+        if within is not None:
+            chosen = chosen.where(delta.range_filter(within))
+        rows = frozen.freeze(checked_again(chosen, settings))
         counts = rows.groupBy("reason").agg(F.count(F.lit(1)).alias("n"), F.count_if("back").alias("back"))
         in_order = counts.orderBy(F.desc("n"), "reason").collect()
         reasons = [ReasonOutcome(r["reason"], r["n"], r["back"]) for r in in_order]

@@ -15,7 +15,9 @@ finding that no longer holds is left alone, and said so. Per finding that holds:
 * **extra or changed rows:** the range's rows are deleted from ``events``, ``duplicates`` and
   ``quarantine`` and the range is processed again, so each committed record is back exactly once.
   Only offsets Kafka still holds are deleted: a row is never removed unless it can be written
-  again. Rows at offsets retention removed are kept as they are, and the repair says so.
+  again. Rows at offsets retention removed are kept as they are, and the repair says so. Before
+  the clear, the range's quarantined records that the contract accepts now (a fix since) are
+  readmitted, so the quarantine's counts stop holding them (:func:`readmit.readmit_holding`).
 * **sessions that differ** (Delta vs PostgreSQL, or vs a recompute from ``events``): the named
   entities' sessions are recomputed from ``events`` and written to both sinks.
 * **expired ranges:** nothing can be re-read; they are reported, not repaired.
@@ -28,10 +30,10 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, reconcile
+from spark_jobs import db, ledger, readmit, reconcile
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
@@ -236,6 +238,8 @@ def _reprocess(
     readable = [c for c in map(can_read, ranges) if c is not None]
     # Only what Kafka still holds is cleared: a row is never deleted unless it can be written again.
     clear = [c for c in map(can_read, clear) if c is not None]
+    if clear:
+        actions += _readmit_first(spark, replace(settings, topic=topic), lease, clear)
     before = _held(spark, settings, readable)
     if clear:
         with batch_commit(settings, lease):
@@ -256,6 +260,21 @@ def _reprocess(
     for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):
         actions.append(f"{r}: re-read from Kafka; the sinks held {n_before:,} rows of it, now {n_after:,}")
     return actions
+
+
+def _readmit_first(
+    spark: SparkSession, settings: Settings, lease: WriterLease, clear: list[PartitionRange]
+) -> list[str]:
+    """Readmit the quarantined records in ``clear`` that the contract accepts now (it was fixed since
+    they were quarantined). Cleared and read again, they would go to ``events`` while the quarantine
+    totals still counted them; readmitted, their batch records what left quarantine, crash-safe
+    (:mod:`spark_jobs.readmit`), and the re-read finds them accepted as the readmit left them."""
+    readmit_id = reconcile.new_run_id(readmit.READMIT)
+    came = readmit.readmit_holding(spark, settings, lease, readmit.Selection(), readmit_id, within=clear)
+    if not came.back and not came.batches:
+        return []
+    first = f"readmitted first the quarantined records in them that the contract accepts now: {came.back:,}"
+    return [first, *came.batches]
 
 
 def _held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange]) -> list[int]:

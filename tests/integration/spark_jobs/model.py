@@ -349,8 +349,9 @@ def _release(
     scenario: Scenario, rng: random.Random, entities: list[str], clock: int, sent: list[Record], prefix: str
 ) -> None:
     """Half the scenarios: some records are of a producer release the contract does not know (quarantined);
-    at the end the contract is fixed, maybe more records arrive and are processed, and a readmit
-    (crashing at a write first, sometimes) brings the quarantined ones back."""
+    at the end the contract is fixed, maybe more records arrive and are processed, an event is damaged
+    and repaired (sometimes: the repair readmits first the quarantined records of the range it clears),
+    and a readmit (crashing at a write first, sometimes) brings the other quarantined ones back."""
     if rng.random() >= 0.5:
         return
     for i, step in enumerate(scenario.steps):
@@ -369,7 +370,10 @@ def _release(
                                   clock - rng.randint(0, 600_000), pending=rng.random() < 0.5))  # fmt: skip
         scenario.steps += [Produce(records), Scheduled(None)]
     points = (rng.choice((*FAULT_WRITES, "write:quarantine:readmitted", "after_delta")),)
-    scenario.steps.append(Readmit(Crash(points, batch=0) if rng.random() < 0.6 else None))
+    readmit = Readmit(Crash(points, batch=0) if rng.random() < 0.6 else None)
+    if rng.random() < 0.5:  # a repair before the readmit re-reads quarantined records the fix accepts
+        scenario.steps.append(Tamper("change an event", undo=False))
+    scenario.steps.append(readmit)
 
 
 def _random_crash(rng: random.Random) -> Crash:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,9 +23,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import db, ingest, quarantine, readmit, reconcile
+from spark_jobs import db, ingest, quarantine, readmit, reconcile, repair
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
+from spark_jobs.sinks import delta
 from tests.integration.spark_jobs.checks import (
     InjectedCrash,
     assert_offset_coverage,
@@ -38,6 +40,25 @@ from tests.integration.spark_jobs.test_pipelines import WEB, redeclare, send_web
 from tidemark.migrations import migrate_pipelines
 
 ENUM = 'schema: enum at /event: does not have a value in the enumeration ["page", "track"]'
+
+
+def visits(prefix: str) -> Callable[..., dict]:
+    """``visit(i, event, user="a", message=None)``: web's record of message ``i`` (or ``message``), i minutes
+    after an hour ago."""
+    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+
+    def visit(i: int, event: str, user: str = "a", message: int | None = None) -> dict:
+        return {"messageId": f"{prefix}m{i if message is None else message}", "userId": f"{prefix}{user}",
+                "timestamp": (t + timedelta(minutes=i)).isoformat(), "event": event}  # fmt: skip
+
+    return visit
+
+
+def fix_identify(web: Settings) -> None:
+    """The fix: "identify" is an event type now (a compatible change of the contract)."""
+    schema = json.loads(json.dumps(web.contract().schema))
+    schema["properties"]["event"]["enum"].append("identify")
+    redeclare(web, schema=schema)
 
 
 @pytest.fixture
@@ -55,12 +76,7 @@ def test_readmit_after_a_contract_fix_brings_records_back_exactly_once_through_a
     spark, web: Settings, tmp_path: Path
 ) -> None:
     prefix = f"r{uuid.uuid4().hex[:6]}-"
-    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
-
-    def visit(i: int, event: str, user: str = "a", message: int | None = None) -> dict:
-        return {"messageId": f"{prefix}m{i if message is None else message}", "userId": f"{prefix}{user}",
-                "timestamp": (t + timedelta(minutes=i)).isoformat(), "event": event}  # fmt: skip
-
+    visit = visits(prefix)
     send_web(web, [
         visit(0, "page"), visit(1, "identify"), visit(2, "page"),  # the release's new "identify"
         visit(3, "identify", "b"),  # quarantined first copy of m3 ...
@@ -73,10 +89,7 @@ def test_readmit_after_a_contract_fix_brings_records_back_exactly_once_through_a
         ["invalid_json", ENUM[:60], ENUM[:60], ENUM[:60]]
     )
 
-    # The fix: "identify" is an event type now (a compatible change of the contract).
-    schema = json.loads(json.dumps(web.contract().schema))
-    schema["properties"]["event"]["enum"].append("identify")
-    redeclare(web, schema=schema)
+    fix_identify(web)
 
     everything = readmit.Selection()
     dry = readmit.readmit(spark, web, everything, dry_run=True)
@@ -120,3 +133,36 @@ def test_readmit_after_a_contract_fix_brings_records_back_exactly_once_through_a
     again = readmit.readmit(spark, web, everything)
     assert again.back == 0 and query(web, "SELECT count(*) FROM ledger_batches") == batches
     assert_offset_coverage(spark, web, 7)
+
+
+def test_a_repair_first_readmits_the_quarantined_records_of_its_ranges_a_fixed_contract_accepts(
+    spark, web: Settings
+) -> None:
+    """The contract is fixed, and before any readmit reconcile finds a range changed that holds a
+    quarantined record the fix accepts. The repair reads the range again with the fixed contract, so
+    the record goes to ``events``; it readmits it first, so the quarantine totals stop counting it."""
+    prefix = f"q{uuid.uuid4().hex[:6]}-"
+    visit = visits(prefix)
+    send_web(web, [visit(0, "page"), visit(1, "identify"), visit(2, "page"), "{not json"])
+    ingest.run_scheduled(spark, web)
+    assert sorted(r["reason"][:60] for r in delta_rows(spark, web, "quarantine")) == ["invalid_json", ENUM[:60]]
+    verified = reconcile.run(web, "verified", lambda: spark)  # what a later check compares against
+    assert verified is not None and verified.ok, verified
+    fix_identify(web)
+
+    delta.table(spark, web.table_path("events")).update(f"event_id = '{prefix}m2'", {"event_type": "'tampered'"})
+    report = reconcile.run(web, "tampered", lambda: spark)
+    assert report is not None and [c.outcome for c in report.mismatched] == ["changed"], report.findings()
+    fixed = repair.repair(spark, web, report.run_id)
+    assert fixed.recheck.ok, fixed.describe()
+    assert "readmitted first the quarantined records in them that the contract accepts now: 1" in fixed.actions
+
+    events = {r["event_id"]: r["event_type"] for r in delta_rows(spark, web, "events")}
+    assert events == {f"{prefix}m0": "page", f"{prefix}m1": "identify", f"{prefix}m2": "page"}
+    assert [r["reason"] for r in delta_rows(spark, web, "quarantine")] == ["invalid_json"]
+    with db.transaction(web.pipeline_dsn) as cur:
+        left = {q.reason[:60]: q.records for q in quarantine.totals(cur)}
+    assert left == {"invalid_json": 1}, fixed.describe()
+    assert_offset_coverage(spark, web, 4)
+    assert_sessions_follow_events(spark, web)
+    assert_settings_sinks_agree(spark, web, prefix)
