@@ -66,6 +66,7 @@ class BatchPlan:
     ranges: list[PartitionRange]
     counts: ledger.BatchCounts  # where the batch's records are after it
     held: int  # records of its ranges a record table held already (an earlier attempt's, or a replay's)
+    held_quarantined: int  # of those, how many ``quarantine`` held
     quarantine: DataFrame | None  # records no table held that are invalid
     quarantine_reasons: list[quarantine.ReasonCount]  # the quarantine's count and samples per reason
     duplicates: DataFrame | None  # later copies from the batch, appended after events
@@ -250,6 +251,7 @@ class BatchPlanner:
             batch_id=batch_id,
             ranges=ranges,
             held=sum(held_in.values()),
+            held_quarantined=held_in.get("quarantine", 0),
             counts=ledger.BatchCounts(
                 read=totals["fresh"] + sum(held_in.values()),
                 accepted=counts.accepted,

@@ -111,15 +111,26 @@ def summarize(quarantined: DataFrame) -> list[ReasonCount]:
 
 
 def record_attempt(
-    cur, pipeline: str, batch_id: int, reasons: list[ReasonCount], readmitted: list[tuple[str, int]]
-) -> None:  # psycopg2 cursor
+    cur,  # psycopg2 cursor
+    pipeline: str,
+    batch_id: int,
+    reasons: list[ReasonCount],
+    readmitted: list[tuple[str, int]],
+    held_quarantined: int,
+) -> None:
     """With a batch's attempt, before its first Delta write: what it quarantines per reason (its
     :func:`summarize`) and, for a readmit, how many records of each reason it brings back. Each in
     place of what an earlier attempt of the batch recorded, when this attempt has any: one that finds
     none (an earlier attempt wrote its quarantine, or moved its records out of it, then crashed) leaves
-    the earlier attempt's, which :func:`record` then counts."""
-    if reasons:
+    the earlier attempt's, which :func:`record` then counts.
+
+    ``held_quarantined``: how many of the batch's records ``quarantine`` holds already. An attempt
+    that quarantines nothing while ``quarantine`` holds none of its records forgets what an earlier
+    attempt recorded: that attempt crashed before its quarantine write, and retention has removed
+    its invalid records since (they are lost, not quarantined)."""
+    if reasons or not held_quarantined:
         cur.execute("DELETE FROM quarantine_attempts WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
+    if reasons:
         cur.executemany(
             """INSERT INTO quarantine_attempts (pipeline, batch_id, reason, records, samples)
                VALUES (%s, %s, %s, %s, %s)""",

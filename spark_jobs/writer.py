@@ -275,7 +275,9 @@ class BatchWriter:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
         rows of (committed first, so no reconcile sees a move without its mark)."""
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
-        quarantine.record_attempt(cur, self.pipeline, plan.batch_id, plan.quarantine_reasons, plan.readmitted_reasons)
+        quarantine.record_attempt(
+            cur, self.pipeline, plan.batch_id, plan.quarantine_reasons, plan.readmitted_reasons, plan.held_quarantined
+        )
         # A repair's batch marks the ranges it rewrites beside those its takeovers move rows of
         # (a displaced row may lie outside the batch's ranges).
         history.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)

@@ -485,3 +485,42 @@ def test_a_later_copy_is_never_left_in_duplicates_when_retention_took_its_earlie
     assert_sessions_follow_events(spark, settings)
     report = reconcile.run(settings, "after-the-retry", lambda: spark)
     assert report.ok, report.summary()
+
+
+def test_a_batch_that_crashed_before_its_quarantine_write_and_lost_those_records_counts_none_of_them(
+    spark, fresh
+) -> None:
+    """A batch records what it quarantines per reason with its attempt, then crashes before its
+    quarantine write; retention removes those records before the retry. The retry quarantines
+    nothing (they are lost, and no table holds them), so no reason may count them: the totals
+    ``tidemark quarantine`` and the tidemark page show are what the quarantine table holds (found by
+    the model test, seed 8827)."""
+    from spark_jobs import quarantine
+    from spark_jobs.db import transaction
+    from spark_jobs.offsets import ensure_topic
+    from tests.integration.spark_jobs.checks import crash_at, send
+
+    settings = fresh
+    ensure_topic(settings, settings.topic, partitions=1)
+    events = [
+        {"event_id": f"q{i}", "entity_id": "one", "event_type": "view", "event_time": "2026-03-01T12:00:00+00:00"}
+        for i in range(10)
+    ]
+    for i in (3, 7):  # no event_type: quarantined
+        del events[i]["event_type"]
+    send(settings, settings.topic, events)
+    with pytest.raises(Exception, match="injected crash"):
+        ingest.run_scheduled(spark, settings, fault=crash_at("write:quarantine"))
+    assert query(settings, "SELECT sum(records) FROM quarantine_attempts")[0][0] == 2  # recorded, never written
+    delete_records(settings, 0, 8)  # both invalid records are gone
+    with pytest.raises(DataLossError):
+        ingest.run_scheduled(spark, settings)
+    [batch] = ingest.run_scheduled(spark, settings, allow_data_loss=True)
+
+    tables, lost = held_and_lost(spark, settings)
+    assert tables["quarantine"] == [] and {3, 7} <= set(lost), (tables, lost)
+    assert batch.quarantined == 0
+    with transaction(settings.pipeline_dsn) as cur:
+        totals = quarantine.totals(cur)
+    assert totals == [], f"quarantine totals count records the quarantine table does not hold: {totals}"
+    assert query(settings, "SELECT count(*) FROM quarantine_attempts")[0][0] == 0
