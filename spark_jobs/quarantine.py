@@ -124,10 +124,10 @@ def record_attempt(
     none (an earlier attempt wrote its quarantine, or moved its records out of it, then crashed) leaves
     the earlier attempt's, which :func:`record` then counts.
 
-    ``held_quarantined``: how many of the batch's records ``quarantine`` holds already. An attempt
-    that quarantines nothing while ``quarantine`` holds none of its records forgets what an earlier
-    attempt recorded: that attempt crashed before its quarantine write, and retention has removed
-    its invalid records since (they are lost, not quarantined)."""
+    But an attempt that quarantines nothing while ``quarantine`` holds none of the batch's records
+    (``held_quarantined``, of the plan) forgets the earlier attempt's quarantine counts: that attempt
+    crashed before its quarantine write, and retention removed the invalid records since (they are
+    lost, not quarantined). A quarantine write is one append, so a retry finds all of them or none."""
     if reasons or not held_quarantined:
         cur.execute("DELETE FROM quarantine_attempts WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id))
     if reasons:
