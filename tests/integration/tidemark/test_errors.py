@@ -54,8 +54,10 @@ def tidemark_watched(args: list[str], env: dict[str, str], tmp_path: Path):
         with contextlib.suppress(psutil.Error):  # it ended meanwhile
             for child in psutil.Process(started.pid).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    if argv := tuple(child.cmdline()):  # a child that ended but is not yet reaped has none
-                        commands.add(argv)
+                    argv = tuple(child.cmdline())
+                    if not argv:  # a child that ended but is not yet reaped has none
+                        continue
+                    commands.add(argv)
                     if os.path.basename(argv[0]) == "java":
                         mapped |= {m.path for m in child.memory_maps() if m.path.endswith(".jsa")}
         time.sleep(0.2)
