@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-scenarios test-airflow test-deploy fuzz lint lock images compose-test clean
+.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-scenarios test-airflow test-deploy fuzz fuzz-found lint lock images compose-test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -97,13 +97,13 @@ test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL
 	TZ=Europe/Berlin $(BIN)/pytest -m "integration and not airflow and not deploy and not scenario" --durations=15 tests
 
 # The long end-to-end stories, a minute or more each on 2 cores: the model test's fixed seeds, the
-# demo, the tamper drills, maintenance. About 25 minutes; CI runs it after `make test`.
+# demo, the tamper drills, maintenance. About 20 minutes; CI runs it after `make test`.
 test-scenarios: venv jars  ## the long end-to-end scenarios (model seeds, demo, drills, maintenance), under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "scenario and not airflow and not deploy" --durations=10 tests
 
 # Airflow itself: the DAGs end to end with dag.test() (spark-submit through the operator, alerts,
 # the repair loop), and the UI in a headless Chromium (the trigger form, the tidemark page, Airflow's
-# own backfill). About 20 minutes; CI runs it after `make test`.
+# own backfill). About 15 minutes; CI runs it after `make test`.
 test-airflow: venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m airflow --durations=10 tests
 
@@ -115,6 +115,10 @@ test-deploy: venv jars jars-s3  ## integration tests of the distributed shape: s
 fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20) from seed FROM (default 1000), or SEED=S to replay one
 	TZ=Europe/Berlin TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_FROM=$(FROM) TIDEMARK_FUZZ_SEED=$(SEED) \
 		$(BIN)/pytest -m integration \
+		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
+
+fuzz-found: venv jars  ## the model test's seeds that found a fault an example test now covers (FOUND_SEEDS; about 5 minutes)
+	TZ=Europe/Berlin TIDEMARK_FUZZ_FOUND=1 $(BIN)/pytest -m integration \
 		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
 
 images: venv jars  ## build the compose stack's images offline: Debian base (mmdebstrap), wheelhouse, jars (root; about 6 min)
