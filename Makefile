@@ -97,7 +97,7 @@ test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL
 	TZ=Europe/Berlin $(BIN)/pytest -m "integration and not airflow and not deploy and not scenario" --durations=15 tests
 
 # The long end-to-end stories, a minute or more each on 2 cores: the model test's fixed seeds, the
-# demo, the tamper drills, maintenance. About 20 minutes; CI runs it after `make test`.
+# demo, the tamper drills, maintenance. About 15 minutes; CI runs it after `make test`.
 test-scenarios: venv jars  ## the long end-to-end scenarios (model seeds, demo, drills, maintenance), under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "scenario and not airflow and not deploy" --durations=10 tests
 
