@@ -260,6 +260,17 @@ def build_checks(measurements: dict[str, Measurement]) -> list[Check]:
         e2, e0 = seconds("E2"), seconds(baseline)
         if e2 is not None and e0 is not None:
             checks.append(Check(f"E2-{baseline}", "E2", description, e2 - e0, target))
+    if "DF" in m:
+        checks.append(
+            Check(
+                "DF",
+                "DF",
+                "Spark SQL executions a steady batch cannot go below on this Delta (issue 47's target: 12)",
+                m["DF"].count,
+                Target("<=", 12),
+                integer=True,
+            )
+        )
     if "H1" in m and "H2" in m:
         checks.append(
             Check(

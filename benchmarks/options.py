@@ -16,7 +16,9 @@ from pathlib import Path
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.options import fraction, non_negative, positive
 
-STAGES = ("b1", "b2", "b2l", "peer", "p1", "slope", "replay", "empty", "pg", "growth", "hotkey", "contract", "soak")
+STAGES = (
+    "b1", "b2", "b2l", "peer", "p1", "slope", "replay", "empty", "pg", "growth", "hotkey", "contract", "floor", "soak",
+)  # fmt: skip
 STAGE_HELP = {
     "b1": "confluent-kafka drain of the topic",
     "b2": "Spark AvailableNow raw append to Delta, the Spark baseline",
@@ -30,6 +32,7 @@ STAGE_HELP = {
     "growth": "10k new events against sinks with N and 10xN sessions, then a reconcile of each",
     "hotkey": "sessionize one entity that is never idle (n/2 and n events over 48 h) vs n events of 5,000 entities",
     "contract": "the contract check alone: the Java check vs the Variant SQL check it replaced, same records",
+    "floor": "Delta's own Spark SQL executions for the four operations each batch keeps: a batch's floor (counts)",
     "soak": "many small scheduled runs into one sink with maintenance between: are the last runs as fast as the first?",
 }
 # Stages `make bench` leaves out (they take long): `make bench-long` runs them.

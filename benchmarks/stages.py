@@ -63,6 +63,8 @@ def run_stages(ctx: BenchContext) -> None:
         stage_hotkey(ctx)
     if "contract" in stages:
         stage_contract(ctx)
+    if "floor" in stages:
+        stage_floor(ctx)
     if "soak" in stages:
         stage_soak(ctx)
 
@@ -537,6 +539,26 @@ def stage_contract(ctx: BenchContext) -> None:
     differ = joined.where(~functools.reduce(operator.and_, same)).count()
     ms["C1"].details = {"records_classified_differently": differ}
     ensure(differ == 0, f"contract: the Java check and the Variant check differ on {differ} of {n} records")
+
+
+def stage_floor(ctx: BenchContext) -> None:
+    """DF: what Delta runs by itself for the reads and writes every batch keeps
+    (:func:`benchmarks.floor.delta_floor`), counted; the row's count is the floor of a batch."""
+    from benchmarks.floor import delta_floor
+
+    root = ctx.work / "floor"
+    root.mkdir(parents=True, exist_ok=True)
+    counts = ctx.record.measure(
+        ctx.record.measurement("DF", "batch floor: Delta's executions + 2 (benchmarks/floor.py)", 0, unit="executions"),
+        lambda: delta_floor(ctx.spark, root),
+    )
+    m = ctx.record.measurements["DF"]
+    m.count = counts["floor"]
+    m.details = counts
+    for name, n in counts.items():
+        if name != "floor":
+            ctx.record.progress(f"floor: {name}: {n} Spark SQL executions")
+    ctx.record.progress(f"floor: a batch that keeps the first four runs at least {counts['floor']} (the target: 12)")
 
 
 # Soak runs are seconds apart, not 15 minutes: the session rules shrink with them, so sessions end

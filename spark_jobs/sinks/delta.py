@@ -69,7 +69,7 @@ _txn_conf_lock = threading.Lock()
 
 
 @contextmanager
-def _dml_write_id(spark: SparkSession, write_id: WriteId | None) -> Iterator[None]:
+def dml_write_id(spark: SparkSession, write_id: WriteId | None) -> Iterator[None]:
     if write_id is None:
         yield
         return
@@ -153,7 +153,7 @@ def insert_new(
     rows) that holds for all of ``rows``, lets Delta compare only the files that can match.
     """
     condition = f"({bound}) AND {SAME_RECORD}" if bound else SAME_RECORD
-    with _dml_write_id(spark, write_id):
+    with dml_write_id(spark, write_id):
         table(spark, path).alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
 
 
@@ -226,7 +226,7 @@ def take_over(
     source = winners.withColumn("op", F.lit("insert")).unionByName(
         displaced.withColumn("op", F.lit("delete")), allowMissingColumns=True
     )
-    with _dml_write_id(spark, write_id):
+    with dml_write_id(spark, write_id):
         (
             table(spark, path)
             .alias("t")
@@ -295,7 +295,7 @@ def apply_session_changes(
         writer.save(path)
     elif changed:
         bound = f"t.started_at >= timestamp_micros({int(since_us)}) AND " if since_us is not None else ""
-        with _dml_write_id(spark, write_id):
+        with dml_write_id(spark, write_id):
             (
                 table(spark, path)
                 .alias("t")

@@ -266,3 +266,10 @@ def test_the_contract_check_is_held_to_the_cpu_of_the_check_it_replaced_and_to_n
     assert checks["C differ"].value == 0 and checks["C differ"].result == "PASS"
     ms["C1"].details["records_classified_differently"] = 3
     assert {c.key: c for c in build_checks(ms)}["C differ"].result == "FAIL"
+
+
+def test_the_floor_of_a_batch_is_held_to_the_redesign_s_twelve_executions() -> None:
+    floor = {"DF": measured("DF", 21, 30.0, unit="executions")}
+    check = {c.key: c for c in build_checks(floor)}["DF"]
+    assert (check.value, check.result, check.formatted_value()) == (21, "FAIL", "DF 21")
+    assert {c.key: c for c in build_checks({"DF": measured("DF", 12, 30.0, unit="executions")})}["DF"].result == "PASS"
