@@ -548,11 +548,8 @@ def stage_floor(ctx: BenchContext) -> None:
 
     root = ctx.work / "floor"
     root.mkdir(parents=True, exist_ok=True)
-    counts = ctx.record.measure(
-        ctx.record.measurement("DF", "batch floor: Delta's executions + 2 (benchmarks/floor.py)", 0, unit="executions"),
-        lambda: delta_floor(ctx.spark, root),
-    )
-    m = ctx.record.measurements["DF"]
+    m = ctx.record.measurement("DF", "batch floor: Delta's executions + 2 (benchmarks/floor.py)", 0, unit="executions")
+    counts = ctx.record.measure(m, lambda: delta_floor(ctx.spark, root))
     m.count = counts["floor"]
     m.details = counts
     for name, n in counts.items():
