@@ -124,7 +124,6 @@ def start_check(settings: Settings, cur, topic: str) -> retention.StartCheck:  #
 def run_scheduled(
     spark: SparkSession,
     settings: Settings,
-    topic: str | None = None,
     max_offsets_per_trigger: int | None = None,
     allow_data_loss: bool = False,
     wait: bool = False,
@@ -148,13 +147,13 @@ def run_scheduled(
     """
     from pyspark.errors import StreamingQueryException
 
-    topic = topic or settings.topic
+    topic = settings.topic  # the pipeline's own (Settings.for_run)
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
         raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
     cap = max_offsets_per_trigger or settings.max_offsets_per_trigger or None
     if split_frozen_batch and cap is None:
         raise ConfigError("--split-frozen-batch needs a cap: set --max-offsets-per-trigger (records per batch)")
-    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{topic}"
+    checkpoint = settings.checkpoint(SCHEDULED)
     log = OffsetLog(spark, checkpoint)
     pipeline = pipeline_name(SCHEDULED, topic)
     recorded = runs.recorded(settings, pipeline, topic, measure_lag=True)
@@ -402,9 +401,10 @@ def add_backfill_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_for(settings: Settings, args: argparse.Namespace) -> Settings:
-    """``settings`` with the run's flags applied (topic, session rules: a flag turns sessions on for a
-    pipeline without them, the other rule's default beside it)."""
-    settings = replace(settings, topic=args.topic or settings.topic)
+    """``settings`` for the run's pipeline (:meth:`Settings.for_run`: ``--topic`` must be its topic) with the
+    run's flags applied (session rules: a flag turns sessions on for a pipeline without them, the other rule's
+    default beside it)."""
+    settings = settings.for_run(topic=args.topic)
     if args.gap_minutes is None and args.max_session_hours is None:
         return settings
     rules = settings.session_rules or SessionRules()
@@ -444,7 +444,6 @@ def run_from_arguments(
         return run_scheduled(
             spark_factory(unread),
             settings,
-            topic,
             args.max_offsets_per_trigger,
             allow_data_loss=args.allow_data_loss,
             wait=args.wait,

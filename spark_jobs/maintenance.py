@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     from spark_jobs.spark import build_session
 
     argparse.ArgumentParser(description="tidemark table maintenance").parse_args(argv)
-    settings = Settings.from_env()
+    settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
     print(maintain(build_session(settings, "tidemark-maintenance"), settings).describe())
 
 

@@ -33,7 +33,7 @@ MOVED_SCHEMA = "topic string, partition int, offset long, arrival_us long"
 
 def _path(settings: Settings, batch: str) -> str:
     digest = hashlib.sha256(batch.encode()).hexdigest()[:32]
-    return f"{settings.lake_root.rstrip('/')}/_tidemark/moves/{digest}.json"
+    return f"{settings.table_path('_tidemark')}/moves/{digest}.json"  # in the pipeline's folder of the lake
 
 
 def recorded(spark: SparkSession, settings: Settings, batch: str) -> list[Moved]:

@@ -365,6 +365,12 @@ class Declared:
 
     pipelines: list[Pipeline]
     problems: list[Problem]
+    # The pipelines that read each topic (by :func:`kafka_topic_key`), problems or not: one each, in a good file.
+    readers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def readers_of(self, topic: str) -> tuple[str, ...]:
+        """The pipelines whose entries read ``topic``, or a topic Kafka cannot tell from it."""
+        return self.readers.get(kafka_topic_key(topic), ())
 
     def lines(self) -> list[str]:
         return [problem.line for problem in self.problems]
@@ -407,7 +413,8 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
         raise PipelinesError([problem.line for problem in problems])
     found: list[tuple[Mapping[str, Any], str, Mapping[str, Any]]] = []  # entry, topic, schema
     names: set[str] = set()
-    topics: dict[str, str] = {}
+    topics: dict[str, tuple[str, str]] = {}  # Kafka's key of a topic: the pipeline that declared it first, the topic
+    readers: dict[str, tuple[str, ...]] = {}
     for index, entry in enumerate(document["pipelines"]):
         if index in broken:
             continue
@@ -424,12 +431,15 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
             continue
         topic = entry.get("topic") or (defaults.default_topic if name == defaults.default_pipeline else name)
         lines = []
-        if topic in topics:
+        claimed = topics.get(kafka_topic_key(topic))
+        if claimed:
+            same = "" if claimed[1] == topic else f" (as {claimed[1]!r}: Kafka treats '.' and '_' in a name as one)"
             lines.append(
-                f"topic: {topic!r} is pipeline {topics[topic]!r}'s topic already; a topic feeds one pipeline (its "
+                f"topic: {topic!r} is pipeline {claimed[0]!r}'s topic already{same}; a topic feeds one pipeline (its "
                 "offsets are that pipeline's proof of coverage)"
             )
-        topics.setdefault(topic, name)
+        topics.setdefault(kafka_topic_key(topic), (name, topic))
+        readers[kafka_topic_key(topic)] = (*readers.get(kafka_topic_key(topic), ()), name)
         # The contract's schema is read once (a file beside this one, or inline) and checked first.
         schema, problem = _contract_schema(entry["contract"]["schema"], path.parent)
         lines += [f"contract.schema: {problem}"] if problem else list(_entry_problems(entry, schema))
@@ -440,7 +450,13 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
     pipelines = [
         _pipeline(entry, topic, schema, defaults) for entry, topic, schema in found if entry["name"] not in failed
     ]
-    return Declared(pipelines, problems)
+    return Declared(pipelines, problems, readers)
+
+
+def kafka_topic_key(topic: str) -> str:
+    """What Kafka compares topic names by: it refuses a topic whose name differs from another's only in '.'
+    against '_' (their metric names would be one)."""
+    return topic.replace(".", "_")
 
 
 def _entry_name(document: Any, index: int) -> str | None:
@@ -469,11 +485,22 @@ def _read(path: Path) -> Any:
         raise PipelinesError([f"{path.name}: not valid YAML{at}: {getattr(exc, 'problem', exc)}"]) from None
 
 
+def _whole_pattern(validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[Any]:
+    """JSON Schema's ``pattern``, matched against the whole text. The standard keyword searches, and Python's
+    ``$`` also matches before a final newline: ``"web\\n"`` would pass ``^[a-z]+$`` beside ``web`` and name
+    the same PostgreSQL schema at run time."""
+    from jsonschema import ValidationError
+
+    if isinstance(instance, str) and not re.fullmatch(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
 def _shape_problems(document: Any, file_name: str) -> Iterator[tuple[list, str]]:
     """Where ``document`` breaks :data:`CONFIG_SCHEMA` and the line that says how, once per place and rule."""
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, validators
 
-    validator = Draft202012Validator(CONFIG_SCHEMA)
+    whole = validators.extend(Draft202012Validator, {"pattern": _whole_pattern})
+    validator = whole(CONFIG_SCHEMA)
     reported: set[tuple] = set()
     for error in sorted(validator.iter_errors(document), key=lambda e: [str(p) for p in e.absolute_path]):
         place = list(error.absolute_path)

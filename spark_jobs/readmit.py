@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     add_arguments(parser)
     parser.add_argument("--readmit-id", help="this readmit's id (Airflow passes its run_id)")
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
+    settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
     selection = selection_from(args)  # bad input fails before Spark starts
     outcome = readmit(build_session(settings, "tidemark-readmit"), settings, selection, args.dry_run, args.readmit_id)
     print(outcome.describe())

@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
     parser.add_argument("--repair-id", help="this repair's id (Airflow passes its run_id)")
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
+    settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
     load_plan(settings, args.run_id)  # bad input fails before Spark starts
     outcome = repair(build_session(settings, "tidemark-repair"), settings, args.run_id, args.repair_id)
     # Recorded in `repairs`; the verdict task reads the re-check and alerts when it still finds something.

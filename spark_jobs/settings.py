@@ -345,6 +345,45 @@ class Settings:
             "it declares"
         )
 
+    def for_run(self, name: str | None = None, topic: str | None = None) -> Settings:
+        """These settings for a run of the pipeline ``name`` (default: :attr:`pipeline`, ``TIDEMARK_PIPELINE``),
+        with its topic: the one place a run's pipeline and topic are chosen, before any work.
+
+        A topic feeds one pipeline. ``topic`` (a run's ``--topic``) and :attr:`topic` (``TIDEMARK_TOPIC``) are
+        the pipeline ``events``' topic, unless its entry names one; for another pipeline they may only name its
+        own. A topic another pipeline of the file reads is refused too. A :class:`ConfigError` says which.
+        """
+        from spark_jobs.pipelines import PipelinesError
+
+        name = name or self.pipeline
+        chosen = replace(self, pipeline=name, topic=topic or self.topic)
+        pipeline = chosen.declared(name)
+        if topic and topic != pipeline.topic:
+            raise ConfigError(
+                f"--topic {topic!r}: pipeline {name!r} reads {pipeline.topic!r} (a topic feeds one pipeline); leave "
+                "--topic out, or select the pipeline that reads it with --pipeline"
+            )
+        if self.topic not in (pipeline.topic, DEFAULT_TOPIC):
+            raise ConfigError(
+                f"TIDEMARK_TOPIC={self.topic!r}: pipeline {name!r} reads {pipeline.topic!r} (a topic feeds one "
+                "pipeline, and TIDEMARK_TOPIC is the pipeline events' topic); unset it for a run of another pipeline"
+            )
+        others = [other for other in chosen.declarations().readers_of(pipeline.topic) if other != name]
+        if others:
+            raise PipelinesError(
+                [f"{self.pipelines_file.name}: topic {pipeline.topic!r} of pipeline {name!r} is read by pipeline "
+                 f"{others[0]!r} too; a topic feeds one pipeline: give each its own topic"]
+            )  # fmt: skip
+        return chosen.for_pipeline(pipeline)
+
+    def checkpoint(self, kind: str) -> str:
+        """Where the pipeline's Spark query of ``kind`` (``ingest``) keeps its checkpoint: the pipeline's own
+        folder of the checkpoint root, named by the topic too (a pipeline given another topic starts afresh).
+        The default pipeline's is at the root's top level, where deployments made before pipelines have it."""
+        root = self.checkpoint_root.rstrip("/")
+        folder = root if self.pipeline == DEFAULT_PIPELINE else f"{root}/{self.pipeline}"
+        return f"{folder}/{kind}-{self.topic}"
+
     def contract(self) -> Contract:
         """The contract :attr:`pipelines_file` declares for :attr:`pipeline`."""
         return self.declared().contract
@@ -357,9 +396,9 @@ class Settings:
     @property
     def pipeline_dsn(self) -> str:
         """:attr:`postgres_dsn` with the pipeline's schema as the only one on the search path, so every
-        table a run names is the pipeline's own (and a pipeline not migrated yet says so)."""
-        if self.postgres_schema == "public":
-            return self.postgres_dsn
+        table a run names is the pipeline's own (and a pipeline not migrated yet says so). ``public`` too is
+        named: PostgreSQL's default path starts with ``"$user"``, the schema named like the login role, and
+        a pipeline may have that name."""
         from psycopg2.extensions import make_dsn, parse_dsn
 
         options = parse_dsn(self.postgres_dsn).get("options", "")

@@ -520,8 +520,8 @@ def main(argv: list[str] | None = None) -> int:
             # librdkafka's notices (a fresh broker still loading, a retry) only with --verbose; its errors always.
             logging.getLogger("tidemark.kafka").setLevel(logging.ERROR)
         secrets = settings.secrets()
-        if getattr(args, "pipeline", None):
-            settings = settings.for_pipeline(settings.declared(args.pipeline))
+        if args.command in PIPELINE_COMMANDS:  # the run's pipeline and its topic, chosen once, before any work
+            settings = settings.for_run(args.pipeline, getattr(args, "topic", None))
         handler = cmd_migrate if args.command == "db" else COMMANDS[args.command]
         return handler(settings, args)
     except TidemarkError as exc:

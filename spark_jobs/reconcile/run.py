@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repair-of", help="the run a repair re-checks")
     parser.add_argument("--wait", action="store_true", help="queue behind a reconcile run in progress")
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
+    settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
     report = run(
         settings, args.run_id, lambda: build_session(settings, "tidemark-reconcile"), args.repair_of, args.wait
     )

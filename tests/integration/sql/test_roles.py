@@ -232,7 +232,7 @@ def test_the_pipeline_role_ingests_and_reconciles_but_cannot_change_the_schema(
 
     # A real scheduled ingest as the pipeline role: advisory lock, LOCK TABLE, temporary staging
     # tables, COPY, upserts and deletes of sessions, ledger rows.
-    results = run_scheduled(spark, settings, topic)
+    results = run_scheduled(spark, settings)
     assert sum(r.read for r in results) == report.committed
     [(read, accepted, duplicates, quarantined)] = fetch(
         roles.pipeline_dsn,

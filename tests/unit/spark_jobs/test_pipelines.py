@@ -382,3 +382,37 @@ def test_sessions_off_in_the_settings_is_the_default_an_entry_can_override() -> 
     config["pipelines"][0]["sessions"] = {"gap_minutes": 5}
     own = pipelines.parse(config, Path("pipelines.yaml"), Defaults(sessions=None))
     assert own[0].sessions == SessionRules(timedelta(minutes=5), SessionRules().max_length)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "line"),
+    [
+        ("name", "web\n", "pipeline 'web\\n': name: must be lower-case letters"),
+        ("name", "Web", "pipeline 'Web': name: must be lower-case letters"),
+        ("name", "web ", "pipeline 'web ': name: must be lower-case letters"),
+        ("name", "wеb", "pipeline 'wеb': name: must be lower-case letters"),  # a Cyrillic е
+        ("topic", "web-clicks\n", "pipeline 'web': topic: must be a Kafka topic name"),
+        ("alerts", {"webhook": "web_team\n"}, "pipeline 'web': alerts.webhook: must be an Airflow connection id"),
+    ],
+)
+def test_a_name_matches_its_pattern_whole_so_no_two_names_become_one(
+    tmp_path: Path, field: str, value: object, line: str
+) -> None:
+    """A pattern searched, as JSON Schema does, lets Python's ``$`` match before a final newline: such a name
+    would pass beside the one it becomes in PostgreSQL's search path, a folder or a lock key."""
+    config = three_pipelines()
+    config["pipelines"][1][field] = value
+    assert [p for p in problems(tmp_path, config) if line in p], problems(tmp_path, config)
+
+
+def test_two_topics_kafka_cannot_tell_apart_are_one_topic_read_by_two_pipelines(tmp_path: Path) -> None:
+    config = three_pipelines()
+    config["pipelines"][1]["topic"] = "shop.orders"
+    config["pipelines"][2]["topic"] = "shop_orders"
+    assert problems(tmp_path, config) == [
+        "pipelines.yaml: pipeline 'orders': topic: 'shop_orders' is pipeline 'web''s topic already (as "
+        "'shop.orders': Kafka treats '.' and '_' in a name as one); a topic feeds one pipeline (its offsets are "
+        "that pipeline's proof of coverage)"
+    ]
+    declared = pipelines.load_each(write(tmp_path, config))
+    assert declared.readers_of("shop.orders") == declared.readers_of("shop_orders") == ("web", "orders")

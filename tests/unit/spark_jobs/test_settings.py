@@ -24,10 +24,13 @@ def test_a_pipeline_owns_its_tables_schema_locks_and_rules(tmp_path: Path) -> No
     events = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_POSTGRES_DSN": "host=db options='-c x=1'"})
     rules = SessionRules(timedelta(minutes=20), timedelta(hours=6))
     web = events.for_pipeline(Pipeline("web", "web-clicks", Contract({}, "/a", "/b", "/c"), rules, 0.0, 10, None))
-    # The default pipeline keeps what a deployment made before pipelines has.
-    assert (events.pipeline, events.postgres_schema, events.pipeline_dsn) == ("events", "public", events.postgres_dsn)
+    # The default pipeline keeps what a deployment made before pipelines has, and names its schema too (PostgreSQL's
+    # default search path starts with the schema named like the login role, which a pipeline may be named).
+    assert (events.pipeline, events.postgres_schema) == ("events", "public")
+    assert parse_dsn(events.pipeline_dsn) == {"host": "db", "options": "-c x=1 -c search_path=public"}
     assert events.table_path("events") == f"{tmp_path}/lake/events"
     assert events.lock_key("tidemark-writer") == "tidemark-writer"
+    assert events.checkpoint("ingest") == f"{tmp_path}/checkpoints/ingest-events"
     # Another has its own folder of the lake, schema (alone on the search path: the DSN's options kept) and locks.
     assert (web.topic, web.session_rules, web.dedupe_horizon_days, web.max_offsets_per_trigger) == (
         "web-clicks",
@@ -37,6 +40,7 @@ def test_a_pipeline_owns_its_tables_schema_locks_and_rules(tmp_path: Path) -> No
     )
     assert web.table_path("events") == f"{tmp_path}/lake/web/events"
     assert web.postgres_schema == "web" and web.lock_key("tidemark-writer") == "tidemark-writer:web"
+    assert web.checkpoint("ingest") == f"{tmp_path}/checkpoints/web/ingest-web-clicks"
     assert parse_dsn(web.pipeline_dsn) == {"host": "db", "options": "-c x=1 -c search_path=web"}
     assert Settings.from_env(web.to_env()) == web
 
@@ -258,3 +262,34 @@ def test_a_pipeline_runs_while_another_entry_of_the_file_is_broken(tmp_path: Pat
         str(raised.value)
         == "pipelines.yaml: pipeline 'web': contract.event_time: '/ts' is not a property the schema declares"
     )
+
+
+def test_a_run_chooses_its_pipeline_and_topic_together_and_refuses_another_pipelines_topic(tmp_path: Path) -> None:
+    """``TIDEMARK_PIPELINE`` or ``--pipeline`` selects a pipeline and so its topic; ``TIDEMARK_TOPIC`` and
+    ``--topic`` are the pipeline events' topic, and for another pipeline may only name its own."""
+    import yaml
+
+    from spark_jobs.errors import ConfigError
+    from spark_jobs.pipelines import PipelinesError
+    from spark_jobs.settings import PROJECT_ROOT
+
+    config = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())
+    web = {**config["pipelines"][0], "name": "web", "topic": "web.clicks"}
+    (tmp_path / "pipelines.yaml").write_text(yaml.safe_dump({"pipelines": [*config["pipelines"], web]}))
+    env = {"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_PIPELINES": str(tmp_path / "pipelines.yaml")}
+
+    assert Settings.from_env(env | {"TIDEMARK_PIPELINE": "web"}).for_run().topic == "web.clicks"
+    assert Settings.from_env(env).for_run("web").topic == "web.clicks"
+    assert Settings.from_env(env | {"TIDEMARK_TOPIC": "clicks"}).for_run().topic == "clicks"  # events' topic
+    assert Settings.from_env(env).for_run(topic="clicks").topic == "clicks"
+    web_run = Settings.from_env(env).for_run("web")
+    assert Settings.from_env(web_run.to_env()).for_run() == web_run  # what a Spark job or a task gets
+    with pytest.raises(ConfigError, match="^TIDEMARK_TOPIC='clicks': pipeline 'web' reads 'web.clicks'"):
+        Settings.from_env(env | {"TIDEMARK_PIPELINE": "web", "TIDEMARK_TOPIC": "clicks"}).for_run()
+    with pytest.raises(ConfigError, match="^--topic 'events': pipeline 'web' reads 'web.clicks'"):
+        Settings.from_env(env).for_run("web", "events")
+    # The pipeline events given web's topic by the setting: both would read it.
+    with pytest.raises(PipelinesError, match="topic 'web.clicks' of pipeline 'events' is read by pipeline 'web' too"):
+        Settings.from_env(env | {"TIDEMARK_TOPIC": "web.clicks"}).for_run()
+    with pytest.raises(PipelinesError, match="of pipeline 'events' is read by pipeline 'web' too"):
+        Settings.from_env(env).for_run(topic="web_clicks")  # Kafka's same topic
