@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, retention, runs
+from spark_jobs import db, jvm, ledger, retention, runs
 from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError, TidemarkError, run_job
@@ -154,6 +154,7 @@ def run_scheduled(
     if split_frozen_batch and cap is None:
         raise ConfigError("--split-frozen-batch needs a cap: set --max-offsets-per-trigger (records per batch)")
     checkpoint = settings.checkpoint(SCHEDULED)
+    _check_checkpoint_moved(spark, settings, checkpoint)
     log = OffsetLog(spark, checkpoint)
     pipeline = pipeline_name(SCHEDULED, topic)
     recorded = runs.recorded(settings, pipeline, topic, measure_lag=True)
@@ -208,6 +209,18 @@ def run_scheduled(
                 raise writer.failure from exc
             raise
     return writer.results
+
+
+def _check_checkpoint_moved(spark: SparkSession, settings: Settings, checkpoint: str) -> None:
+    """Refuse a run of a pipeline whose checkpoint is still where it was before it belonged to the pipeline
+    (``<root>/ingest-<topic>``, named by the topic alone): a new checkpoint there would plan batches the
+    ledger has with other ranges."""
+    legacy = f"{settings.checkpoint_root.rstrip('/')}/{SCHEDULED}-{settings.topic}"
+    if legacy != checkpoint and not jvm.exists(spark, checkpoint) and jvm.exists(spark, f"{legacy}/offsets"):
+        raise ConfigError(
+            f"the scheduled checkpoint of pipeline {settings.pipeline!r} is at {legacy}, named by its topic alone; "
+            f"move that folder to {checkpoint} (its pipeline's own), then run again"
+        )
 
 
 def backlog(settings: Settings, log: OffsetLog, topic: str, start: retention.StartCheck) -> tuple[int, int]:

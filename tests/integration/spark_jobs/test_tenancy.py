@@ -148,3 +148,22 @@ def test_the_variable_selects_the_pipeline_and_its_topic_and_the_run_keeps_to_it
     root = Path(web.checkpoint_root)
     assert (root / "web" / f"ingest-{web.topic}" / "offsets" / "0").exists()
     assert not (root / f"ingest-{web.topic}").exists()
+
+
+def test_a_checkpoint_named_by_the_topic_alone_is_moved_by_the_operator_before_a_run(
+    spark, web_beside_events: tuple[Settings, Settings]
+) -> None:
+    """Before a pipeline's checkpoint was its own it was ``<root>/ingest-<topic>``: a run that started a new
+    one would plan batches the ledger has with other ranges, so it says where the old one is to go."""
+    from spark_jobs.errors import ConfigError
+
+    events, web = web_beside_events
+    legacy = Path(web.checkpoint_root) / f"ingest-{web.topic}"
+    (legacy / "offsets").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=f"is at {legacy}, named by its topic alone; move that folder to "):
+        ingest.run_scheduled(spark, web)
+    assert query(web, "SELECT count(*) FROM ledger_batches") == [(0,)]
+    moved = Path(web.checkpoint(ingest.SCHEDULED))
+    moved.parent.mkdir(parents=True)
+    legacy.rename(moved)  # what the line says to do
+    assert [r.accepted for r in ingest.run_scheduled(spark, web)] == [4]
