@@ -8,7 +8,7 @@ pass the cursor down, so a batch's writes and its ledger rows share one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from spark_jobs.errors import NotMigrated, ServiceUnavailable
 
@@ -38,12 +38,22 @@ def check_reachable(dsn: str) -> None:
 def transaction(dsn: str, isolation_level: str | None = None, **options: object) -> Iterator:
     """A cursor inside one transaction: committed when the block ends, rolled back when it raises,
     the connection closed either way. ``isolation_level`` e.g. ``"REPEATABLE READ"``."""
+    import psycopg2
+
     conn = connect(dsn, **options)
     try:
         if isolation_level:
             conn.set_session(isolation_level=isolation_level)
-        with _migrated(dsn), conn, conn.cursor() as cur:
-            yield cur
+        with _migrated(dsn), conn.cursor() as cur:
+            try:
+                yield cur
+            except BaseException:
+                # A connection the server closed (a failover, pg_terminate_backend) cannot roll back, and the
+                # error of trying must not hide the block's own (WriterFenced says what happened and what to do).
+                with suppress(psycopg2.InterfaceError, psycopg2.OperationalError):
+                    conn.rollback()
+                raise
+        conn.commit()
     finally:
         conn.close()
 

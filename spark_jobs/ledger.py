@@ -310,6 +310,15 @@ def check_session_rules(cur, rules: SessionRules | None) -> None:
         raise rules_changed(recorded.rules, rules)
 
 
+def refuse_other_rules(cur, rules: SessionRules | None) -> None:
+    """Fail (:func:`rules_changed`) when the stored sessions were built under other ``rules``; record nothing.
+    A batch asks this before its first write: its commit would refuse the same rules (:func:`check_session_rules`)
+    after its Delta writes, and leave the two sinks apart."""
+    recorded = recorded_session_rules(cur)
+    if recorded is not None and recorded.rules != rules:
+        raise rules_changed(recorded.rules, rules)
+
+
 def rules_changed(stored: SessionRules | None, rules: SessionRules | None) -> SessionRulesChanged:
     """The error for a run whose session ``rules`` differ from the ``stored`` ones, saying what to do
     (None: the pipeline cuts no sessions, ``sessions: off``)."""

@@ -147,6 +147,8 @@ def readmit(
     readmit_id = readmit_id or reconcile.new_run_id(READMIT)
     with single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease:
         ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
+        with db.transaction(settings.pipeline_dsn) as cur:
+            ledger.refuse_other_rules(cur, settings.session_rules)  # the sessions' rules, before any work
         return readmit_holding(spark, settings, lease, selection, readmit_id, dry_run=dry_run, fault=fault)
 
 

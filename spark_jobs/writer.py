@@ -273,7 +273,10 @@ class BatchWriter:
 
     def _record_attempt(self, cur: Cursor, plan: BatchPlan) -> None:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
-        rows of (committed first, so no reconcile sees a move without its mark)."""
+        rows of (committed first, so no reconcile sees a move without its mark). What the batch's commit
+        would refuse (other session rules, an incompatible contract) is refused here, before any write."""
+        ledger.refuse_other_rules(cur, self.rules)
+        ledger.refuse_incompatible_contract(cur, self.planner.contract, self.settings.pipeline)
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
         quarantine.record_attempt(
             cur, self.pipeline, plan.batch_id, plan.quarantine_reasons, plan.readmitted_reasons, plan.held_quarantined

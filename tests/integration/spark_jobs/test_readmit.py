@@ -166,3 +166,29 @@ def test_a_repair_first_readmits_the_quarantined_records_of_its_ranges_a_fixed_c
     assert_offset_coverage(spark, web, 4)
     assert_sessions_follow_events(spark, web)
     assert_settings_sinks_agree(spark, web, prefix)
+
+
+def test_a_readmit_under_session_rules_the_stored_sessions_were_not_cut_with_is_refused_before_its_first_write(
+    spark, web: Settings
+) -> None:
+    """The session rules edited in the pipelines file after the sessions were cut: a batch of the readmit would
+    be refused at its PostgreSQL commit, so it is refused before its first Delta write and the sinks agree."""
+    from spark_jobs.errors import SessionRulesChanged
+
+    prefix = f"q{uuid.uuid4().hex[:6]}-"
+    visit = visits(prefix)
+    send_web(web, [visit(0, "page"), visit(1, "identify"), visit(9, "page")])
+    ingest.run_scheduled(spark, web)
+    fix_identify(web)
+    config = yaml.safe_load(web.pipelines_file.read_text())
+    config["pipelines"][0]["sessions"] = {"gap_minutes": 60, "max_hours": 1}  # was 5 minutes
+    web.pipelines_file.write_text(yaml.safe_dump(config))
+    edited = web.for_run()  # what the next run reads from the file
+
+    tables = ("events", "quarantine", "sessions")
+    before = {name: sorted(map(tuple, delta_rows(spark, web, name))) for name in tables}
+    with pytest.raises(SessionRulesChanged, match="the stored sessions were built with"):
+        readmit.readmit(spark, edited, readmit.Selection())
+    assert {name: sorted(map(tuple, delta_rows(spark, web, name))) for name in tables} == before
+    assert query(web, "SELECT count(*) FROM write_attempts WHERE left(pipeline, 8) = 'readmit:'") == [(0,)]
+    assert_settings_sinks_agree(spark, web, prefix)
