@@ -172,9 +172,11 @@ class Settings:
         "the embedded Kafka broker's controller port")
     postgres_port: int = setting("TIDEMARK_POSTGRES_PORT", PORT, 15432, "the embedded PostgreSQL's port")
     # A run works on one pipeline: its Delta tables, PostgreSQL schema, writer lock and contract.
-    pipeline: str = setting("TIDEMARK_PIPELINE", TEXT, DEFAULT_PIPELINE, "the pipeline a run works on (its tables, "
-        "PostgreSQL schema, writer lock and contract; README, \"Your own pipelines\")")
-    topic: str = setting("TIDEMARK_TOPIC", TEXT, DEFAULT_TOPIC, "the Kafka topic of user events")
+    pipeline: str = setting("TIDEMARK_PIPELINE", TEXT, DEFAULT_PIPELINE, "the pipeline a run works on, and so its "
+        "topic (its tables, PostgreSQL schema, writer lock and contract; README, \"Your own pipelines\"); "
+        "`--pipeline` wins")
+    topic: str = setting("TIDEMARK_TOPIC", TEXT, DEFAULT_TOPIC, "the pipeline `events`' Kafka topic, unless its entry "
+        "names one; a run of another pipeline refuses any topic but that pipeline's own")
     pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
         "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
     ingest_schedule: str = setting("TIDEMARK_INGEST_SCHEDULE", TEXT, DEFAULT_SCHEDULE, "the ingest DAGs' cron "

@@ -7,9 +7,10 @@ written with the Prometheus client library in its text format. Every series has 
 * ``tidemark_lag_records`` / ``tidemark_lag_seconds``: how far the sinks were behind Kafka at the
   latest sample, which each reconcile run and each scheduled ingest run takes (offsets not
   processed yet; seconds since the oldest arrived);
-* ``tidemark_records_total{run=ingest|backfill, outcome=read|accepted|duplicate|quarantined}`` and
-  ``tidemark_batches_total{run}``: what committed batches of scheduled runs and of backfills
-  processed (``increase()`` gives per run or per hour);
+* ``tidemark_records_total{run=ingest|backfill, outcome=read|accepted|duplicate|quarantined}``: the
+  records committed batches of scheduled runs and of backfills read (``increase()`` gives per run or
+  per hour); a readmit's or a repair's batch reads records a table holds already, and is counted in
+  ``tidemark_batches_total{run}`` only, beside every other batch;
 * ``tidemark_last_batch_timestamp_seconds``: when the pipeline last committed a batch;
 * ``tidemark_last_run_timestamp_seconds``: when an ingest or backfill run of the pipeline last
   finished, with or without new records (alert when it is too old: the pipeline stopped running);
@@ -27,6 +28,9 @@ from dataclasses import dataclass
 STATUSES = ("ok", "mismatch", "lagging")
 FINDING_KINDS = ("range", "gap", "sessions_sinks", "sessions_events")
 OUTCOMES = ("read", "accepted", "duplicate", "quarantined")
+# The runs whose batches read records from Kafka for the first time (a backfill of a processed range reads
+# them again, as the user asked); readmits and repairs read what the tables hold.
+LANDING_RUNS = ("ingest", "backfill")
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,8 @@ def read_state(cur, pipeline) -> State:  # psycopg2 cursor on the schema of the 
 
 
 def run_kind(ledger_pipeline: str) -> str:
-    """``ingest`` or ``backfill``: the kind of run a ledger pipeline (``ingest:<topic>``, ...) records."""
+    """``ingest``, ``backfill``, ``readmit`` or ``repair``: the kind of run a ledger pipeline (``ingest:<topic>``,
+    ...) records."""
     return ledger_pipeline.split(":", 1)[0]
 
 
@@ -73,7 +78,8 @@ class StateCollector:
 
         records = CounterMetricFamily(
             "tidemark_records",
-            "Records committed batches processed, by outcome",
+            "Records read by the committed batches of scheduled runs and backfills, by outcome (readmits and "
+            "repairs re-read stored records: see tidemark_batches_total)",
             labels=["pipeline", "topic", "run", "outcome"],
         )
         batches = CounterMetricFamily("tidemark_batches", "Committed batches", labels=["pipeline", "topic", "run"])
@@ -111,8 +117,9 @@ class StateCollector:
             name = s.pipeline
             for ledger_pipeline, topic, n, read, accepted, duplicates, quarantined, at in s.totals:
                 labels = [name, topic, run_kind(ledger_pipeline)]
-                for outcome, value in zip(OUTCOMES, (read, accepted, duplicates, quarantined), strict=True):
-                    records.add_metric([*labels, outcome], float(value))
+                if run_kind(ledger_pipeline) in LANDING_RUNS:
+                    for outcome, value in zip(OUTCOMES, (read, accepted, duplicates, quarantined), strict=True):
+                        records.add_metric([*labels, outcome], float(value))
                 batches.add_metric(labels, float(n))
                 last.add_metric(labels, at.timestamp())
             for ledger_pipeline, topic, at in s.last_runs:

@@ -224,3 +224,23 @@ def test_a_scraper_token_is_only_what_tidemark_metrics_token_says(monkeypatch) -
     monkeypatch.setenv("TIDEMARK_METRICS_TOKEN", "s3cret-scrape")
     assert scraper_token_matches("Bearer s3cret-scrape")
     assert not scraper_token_matches("Bearer s3cret-scrapex") and not scraper_token_matches("s3cret-scrape")
+
+
+def test_records_are_counted_by_the_runs_that_land_them_and_readmits_and_repairs_only_as_batches() -> None:
+    """A readmit's or a repair's batch reads records a record table holds already: counting them among
+    ``tidemark_records_total`` would count the same records twice."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tidemark_airflow.metrics import State, exposition
+
+    state = State(
+        totals=[("ingest:events", "events", 2, 50, 45, 0, 5, T0), ("readmit:events", "events", 1, 40, 5, 0, 35, T0),
+                ("repair:events", "events", 1, 30, 30, 0, 0, T0)],
+        lag=[], verdict=None, open_findings={}, lost={},
+    )  # fmt: skip
+    families = {f.name: f for f in text_string_to_metric_families(exposition([state]).decode())}
+    records = {(s.labels["run"], s.labels["outcome"]): s.value for s in families["tidemark_records"].samples}
+    assert {run for run, _ in records} == {"ingest"} and records[("ingest", "read")] == 50
+    assert "scheduled runs and backfills" in families["tidemark_records"].documentation
+    batches = {s.labels["run"]: s.value for s in families["tidemark_batches"].samples}
+    assert batches == {"ingest": 2, "readmit": 1, "repair": 1}
