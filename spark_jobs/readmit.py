@@ -236,7 +236,8 @@ def _write(
     return (
         f"ledger batch {pipeline} {batch_id} ({', '.join(map(str, spans))}): {result.read:,} records in its "
         f"ranges, {result.accepted:,} of them events, {result.duplicates:,} duplicates, "
-        f"{result.quarantined:,} quarantined"
+        f"{result.quarantined:,} quarantined; sessions written {result.sessions_written:,}, removed "
+        f"{result.sessions_deleted:,} (a session that now starts at an earlier arrival has a new ID)"
     )
 
 
