@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
+from spark_jobs.errors import ContractChanged
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 
@@ -113,12 +114,27 @@ def ensure_tables(spark: SparkSession, settings: Settings, contract: Contract | 
     return created
 
 
+# Spark SQL's names of the types a typed column may be declared with, where they differ.
+_TYPE_NAMES = {"long": "bigint", "integer": "int"}
+
+
 def add_typed_columns(spark: SparkSession, settings: Settings, contract: Contract) -> list[str]:
     """Add to the pipeline's ``events`` the typed columns ``contract`` declares and the table lacks
     (older rows hold null there); returns their names. One commit when there are some, none
-    otherwise, so a run that stopped after it adds nothing twice."""
+    otherwise, so a run that stopped after it adds nothing twice. A column the table holds with
+    another type than the contract's is a :class:`ContractChanged`, before any write: the contract
+    recorded by the last batch may not know the column yet (a run that read nothing added it)."""
     path = settings.table_path("events")
-    held = set(table(spark, path).toDF().columns)
+    held = {f.name: f.dataType.simpleString() for f in table(spark, path).toDF().schema.fields}
+    for column in contract.columns:
+        declared = _TYPE_NAMES.get(column.type, column.type)
+        if column.name in held and held[column.name] != declared:
+            raise ContractChanged(
+                f"pipeline {settings.pipeline!r}: contract.columns.{column.pointer[1:].replace('/', '.')}: events "
+                f"holds the column {column.name} as {held[column.name]}, the contract declares {column.type}; a typed "
+                f"column keeps its type. Declare it {held[column.name]} again, or declare the new type as a new "
+                "pipeline (another name and topic)"
+            )
     missing = [c for c in contract.columns if c.name not in held]
     if missing:
         columns = ", ".join(f"`{c.name}` {c.type}" for c in missing)

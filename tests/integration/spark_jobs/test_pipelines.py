@@ -384,3 +384,42 @@ def test_a_pipeline_with_sessions_off_cuts_none_and_stays_exact_until_they_are_t
     with pytest.raises(SessionRulesChanged, match="sessions: off would leave them"):
         ingest.run_scheduled(spark, orders)
     assert query(orders, "SELECT count(*) FROM ledger_batches") == [(2,)]
+
+
+def test_a_typed_column_the_table_holds_with_another_type_is_one_line_naming_it_before_any_write(spark, two) -> None:
+    """A run with nothing new adds a new typed column to ``events`` (no batch records the contract); a later
+    edit of its type is then compared with what the table holds, not only with the recorded contract."""
+    from spark_jobs.errors import ContractChanged
+
+    _, web = two
+    prefix = f"k{uuid.uuid4().hex[:6]}-"
+    t = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    ensure_topic(web, web.topic, partitions=1)
+
+    def visit(i: int, **more) -> dict:
+        return {"messageId": f"{prefix}m{i}", "userId": f"{prefix}v", "timestamp": t.isoformat(), "event": "page",
+                **more}  # fmt: skip
+
+    send_web(web, [visit(0)])
+    ingest.run_scheduled(spark, web)
+    schema = json.loads(json.dumps(web.contract().schema))
+    schema["properties"]["clicks"] = {"type": "integer"}
+    redeclare(web, schema=schema, columns={**WEB["contract"]["columns"], "clicks": "int"})
+    assert ingest.run_scheduled(spark, web) == []  # nothing new; events gets the column
+    redeclare(web, schema=schema, columns={**WEB["contract"]["columns"], "clicks": "bigint"})
+    send_web(web, [visit(1, clicks=5)])
+    with pytest.raises(ContractChanged) as refused:
+        ingest.run_scheduled(spark, web)
+    assert str(refused.value) == (
+        "pipeline 'web': contract.columns.clicks: events holds the column clicks as int, the contract declares "
+        "bigint; a typed column keeps its type. Declare it int again, or declare the new type as a new pipeline "
+        "(another name and topic)"
+    )
+    assert query(web, "SELECT count(*) FROM ledger_batches") == [(1,)]
+
+    redeclare(web, schema=schema, columns={**WEB["contract"]["columns"], "clicks": "int"})
+    [batch] = ingest.run_scheduled(spark, web)
+    assert batch.accepted == 1
+    assert {r["event_id"]: r["clicks"] for r in delta_rows(spark, web, "events")} == {
+        f"{prefix}m0": None, f"{prefix}m1": 5
+    }  # fmt: skip
