@@ -13,6 +13,7 @@ and the jars a Spark job requires), not from a list kept here.
 
 from __future__ import annotations
 
+import fnmatch
 import shlex
 import subprocess
 from pathlib import Path, PurePosixPath
@@ -27,6 +28,8 @@ from tidemark.migrations import SQL_DIR, discover
 ROOT = Path(__file__).resolve().parents[3]
 STAGE = ROOT / "docker" / "stage-context.sh"
 LOCAL_DOCKERFILE = ROOT / "docker" / "local" / "tidemark.Dockerfile"
+DOCKERFILE = ROOT / "docker" / "airflow" / "Dockerfile"
+IMAGE_FILES = ROOT / "docker" / "image-files"
 COMPOSE_FILE = ROOT / "docker-compose.yaml"
 
 
@@ -165,3 +168,53 @@ def test_the_check_catches_a_file_missing_from_the_context(
     subprocess.run(["rm", "-rf", str(target)], check=True)
     missing = missing_from_image(context, LOCAL_DOCKERFILE)
     assert any(line.startswith(expected) for line in missing), missing
+
+
+def listed() -> list[str]:
+    """The paths docker/image-files lists."""
+    lines = (line.strip() for line in IMAGE_FILES.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def dockerignored(path: str) -> bool:
+    """Whether .dockerignore keeps ``path`` (or a folder above it) out of the repository's build
+    context; its patterns are names or ``**/`` names, without exceptions (checked)."""
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    patterns = [p for p in patterns if p and not p.startswith("#")]
+    assert not any(p.startswith("!") for p in patterns), "an exception in .dockerignore: teach this check"
+    parts = PurePosixPath(path).parts
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(
+        fnmatch.fnmatchcase(prefix.rsplit("/", 1)[-1], p[3:]) if p.startswith("**/") else fnmatch.fnmatchcase(prefix, p)
+        for p in patterns
+        for prefix in prefixes
+    )
+
+
+def test_both_recipes_of_the_image_copy_the_one_list() -> None:
+    # The offline image: docker/build-images.sh stages the context with docker/stage-context.sh,
+    # which puts what docker/image-files lists under src/; the Dockerfile copies src/ to the checkout.
+    assert 'docker/stage-context.sh "$CONTEXT"' in (ROOT / "docker" / "build-images.sh").read_text()
+    checkout, copies = image_layout(LOCAL_DOCKERFILE)
+    assert (checkout, PurePosixPath("src"), True) in copies
+    # The registry-connected image: its `src` stage runs the same script on the same list, and the
+    # image copies that stage's output to the same checkout.
+    text = DOCKERFILE.read_text()
+    assert "FROM python:3.11-slim-bookworm AS src" in text
+    assert "RUN docker/stage-context.sh --src-only /src" in text
+    registry = instructions(DOCKERFILE)
+    workdirs = [args for op, args in registry[: registry.index(("COPY", "--from=src /src/ ./"))] if op == "WORKDIR"]
+    assert PurePosixPath(workdirs[-1]) == checkout
+    # The repository's build context (.dockerignore) keeps every listed path and the staging itself.
+    for path in [*listed(), "docker/stage-context.sh", "docker/image-files"]:
+        assert (ROOT / path).exists(), path
+        assert not dockerignored(path), f".dockerignore leaves {path} out of docker/airflow/Dockerfile's context"
+    # The jars the runtime requires come from its Maven stage into the same jars folder.
+    jars = airflow_env()["TIDEMARK_JARS_DIR"]
+    for folder in ("spark", "contract"):
+        assert ("COPY", f"--from=jars /jars/{folder} {jars}/{folder}") in registry, folder
+
+
+def test_the_dockerignore_check_catches_an_excluded_path() -> None:
+    assert dockerignored("tests/unit") and dockerignored("spark_jobs/__pycache__/x.pyc")
+    assert not dockerignored("pipelines.yaml")
