@@ -218,3 +218,21 @@ def test_both_recipes_of_the_image_copy_the_one_list() -> None:
 def test_the_dockerignore_check_catches_an_excluded_path() -> None:
     assert dockerignored("tests/unit") and dockerignored("spark_jobs/__pycache__/x.pyc")
     assert not dockerignored("pipelines.yaml")
+
+
+def test_compose_mounts_the_pipelines_file_over_the_images_default_in_every_tidemark_service() -> None:
+    checkout, _ = image_layout(LOCAL_DOCKERFILE)
+    default = checkout / Settings.from_env({}).pipelines_file.relative_to(PROJECT_ROOT).as_posix()
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    tidemark = [name for name, s in compose["services"].items() if s.get("image", "").startswith("tidemark:")]
+    assert len(tidemark) == 7, tidemark  # five Airflow services, the Spark master and worker
+    for name in tidemark:
+        mounts = [m for m in compose["services"][name]["volumes"] if isinstance(m, dict) and m["type"] == "bind"]
+        assert mounts == [
+            {
+                "type": "bind",
+                "source": "${TIDEMARK_PIPELINES_FILE:-./pipelines.yaml}",
+                "target": str(default),
+                "read_only": True,
+            }
+        ], name
