@@ -393,11 +393,16 @@ def test_the_pipeline_role_cannot_change_the_schema(stack: Stack) -> None:
         check=False,
     )
     assert insert.returncode != 0 and "permission denied for table schema_migrations" in insert.stderr
+    # The same in the second pipeline's schema (test_a_second_pipeline_...): each schema has its own
+    # schema_migrations, and the pipeline role only reads it.
+    create = psql("CREATE TABLE web.sneaky (id int)", "tidemark_pipeline", password, check=False)
+    assert create.returncode != 0 and "permission denied for schema web" in create.stderr
     grants = psql(
-        "SELECT string_agg(privilege_type, ',' ORDER BY privilege_type) FROM information_schema.table_privileges "
-        "WHERE grantee = 'tidemark_pipeline' AND table_name = 'schema_migrations'"
-    ).stdout.strip()
-    assert grants == "SELECT"
+        "SELECT table_schema, string_agg(privilege_type, ',' ORDER BY privilege_type) "
+        "FROM information_schema.table_privileges WHERE grantee = 'tidemark_pipeline' "
+        "AND table_name = 'schema_migrations' GROUP BY table_schema"
+    ).stdout.split()
+    assert dict(row.split("|") for row in grants) == {"public": "SELECT", "web": "SELECT"}
 
 
 def test_down_leaves_nothing_of_the_project(stack: Stack) -> None:
