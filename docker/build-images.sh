@@ -71,14 +71,11 @@ if [ ! -e "$WHEELS/.complete" ] || [ requirements.lock -nt "$WHEELS/.complete" ]
     touch "$WHEELS/.complete"
 fi
 
-# The build context: hard links where possible (same file system), so staging costs no space.
+# The build context (docker/stage-context.sh), and the wheelhouse in it: hard links where possible
+# (same file system), so staging it costs no space.
 echo "== build context $CONTEXT"
-rm -rf "$CONTEXT" && mkdir -p "$CONTEXT/src" "$CONTEXT/jars"
+docker/stage-context.sh "$CONTEXT"
 cp -al "$WHEELS" "$CONTEXT/wheelhouse" 2>/dev/null || cp -a "$WHEELS" "$CONTEXT/wheelhouse"
-cp -rL .tidemark/jars/spark .tidemark/jars/contract .tidemark/jars/kafka "$CONTEXT/jars/"
-cp -r requirements.lock pyproject.toml README.md spark_jobs tidemark sql dags plugins "$CONTEXT/src/"
-find "$CONTEXT/src" -name __pycache__ -prune -exec rm -rf {} +
-cp docker/local/kafka-run.sh docker/local/kafka-configs.sh docker/local/postgres-run.sh "$CONTEXT/"
 
 build() {  # IMAGE DOCKERFILE
     echo "== $1"

@@ -34,6 +34,7 @@ COPY jars/spark/ /opt/tidemark/jars/spark/
 COPY jars/contract/ /opt/tidemark/jars/contract/
 COPY wheelhouse/setuptools-*.whl wheelhouse/wheel-*.whl /tmp/build-backend/
 WORKDIR /opt/tidemark
+# docker/image-files: what the image carries (pipelines.yaml, sql/, dags/, plugins/, the packages).
 COPY src/ ./
 # Editable on purpose, as in docker/airflow/Dockerfile: `tidemark db migrate` finds sql/ next to the
 # packages and spark-submit takes the entry points from /opt/tidemark/spark_jobs.

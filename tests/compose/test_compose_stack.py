@@ -15,6 +15,8 @@ with ``tidemark produce`` inside the scheduler container, triggers ``tidemark_in
 * the reconcile run recorded ``ok``; the pipeline role can neither create a table nor write
   ``schema_migrations``; the Spark master's REST submission port is closed; every published port
   is bound to 127.0.0.1;
+* a second pipeline, declared only in the pipelines file the stack mounts over the image's
+  (``TIDEMARK_PIPELINES_FILE``), gets its schema from airflow-init and its DAGs in Airflow;
 * ``docker compose down -v`` leaves no container, volume or network of the project.
 """
 
@@ -36,6 +38,9 @@ from pathlib import Path
 from subprocess import CompletedProcess
 
 import pytest
+import yaml
+
+from spark_jobs.pipelines import DAG_KINDS, dag_id
 
 # pyproject's 900 s per test is too short for a shared 2-core machine: the stack's start counts
 # towards the first test, ingest and reconcile (two Spark applications) towards the second.
@@ -44,6 +49,7 @@ pytestmark = [pytest.mark.compose, pytest.mark.timeout(2700)]
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".tidemark" / "compose-test"
 ENV_FILE = WORK / "compose.env"
+PIPELINES_FILE = WORK / "pipelines.yaml"
 PROJECT = "tidemark-compose-test"
 FILES = ("-f", str(ROOT / "docker-compose.yaml"), "-f", str(ROOT / "docker-compose.local.yaml"))
 LONG_RUNNING = ("kafka", "postgres", "spark-master", "spark-worker", "airflow-apiserver", "airflow-scheduler",
@@ -51,6 +57,13 @@ LONG_RUNNING = ("kafka", "postgres", "spark-master", "spark-worker", "airflow-ap
 EVENTS = 3000
 ENTITIES = 40
 PREFIX = "ct-"
+# The second pipeline, in the mounted file only: paused, on a schedule that never comes in the test.
+SECOND = {"name": "web", "schedule": "0 0 1 1 *", "contract": {
+    "schema": {"type": "object", "required": ["messageId", "userId", "timestamp"], "properties": {
+        "messageId": {"type": "string"}, "userId": {"type": "string"},
+        "timestamp": {"type": "string", "format": "date-time"}}},
+    "event_id": "/messageId", "entity_id": "/userId", "event_time": "/timestamp",
+    "key_is_entity_id": False}}  # fmt: skip
 
 
 def free_port() -> int:
@@ -163,6 +176,8 @@ def generated_env() -> dict[str, str]:
     env |= {name: str(free_port()) for name in ("AIRFLOW_UI_HOST_PORT", "SPARK_UI_HOST_PORT", "KAFKA_HOST_PORT")}
     # Only the runs the test triggers: the first scheduled interval ends in 2027.
     env["TIDEMARK_INGEST_SCHEDULE"] = "0 0 1 1 *"
+    # A team's own pipelines file, mounted over the image's: the shipped pipeline and a second one.
+    env["TIDEMARK_PIPELINES_FILE"] = str(PIPELINES_FILE)
     return env
 
 
@@ -186,6 +201,8 @@ def stack():
     env = generated_env()
     ENV_FILE.write_text("".join(f"{name}='{value}'\n" for name, value in env.items()))
     ENV_FILE.chmod(0o600)
+    shipped = yaml.safe_load((ROOT / "pipelines.yaml").read_text())["pipelines"]
+    PIPELINES_FILE.write_text(yaml.safe_dump({"pipelines": [*shipped, SECOND]}, sort_keys=False))
     assert not any(leftovers().values()), f"a previous {PROJECT} is still there: {leftovers()}"
     try:
         up = compose("up", "-d", "--no-build", "--wait", "--wait-timeout", "900", check=False, timeout=1000)
@@ -218,6 +235,25 @@ def test_every_service_is_healthy_and_published_on_loopback_only(stack: Stack) -
     master = stack.spark_master()
     assert master["status"] == "ALIVE"
     assert [w["state"] for w in master["workers"]] == ["ALIVE"]
+
+
+def test_a_second_pipeline_from_the_mounted_file_gets_its_schema_and_dags(stack: Stack) -> None:
+    # airflow-init migrated its schema; the scheduler's tidemark reads the mounted file.
+    assert psql("SELECT schema_name FROM information_schema.schemata WHERE schema_name = 'web'").stdout.split() == [
+        "web"
+    ]
+    assert "web" in exec_in("airflow-scheduler", "tidemark", "pipelines").stdout
+    # The dag-processor made its DAGs, which the api-server lists.
+    expected = {dag_id(kind, "web") for kind in DAG_KINDS}
+
+    def listed() -> set[str] | None:
+        dags = {d["dag_id"] for d in stack.airflow("GET", "/dags?limit=100")["dags"]}
+        return dags if expected <= dags else None
+
+    dags = wait_for(listed, 300, f"the dag-processor to parse {sorted(expected)}")
+    assert {dag_id(kind, "events") for kind in DAG_KINDS} <= dags
+    errors = stack.airflow("GET", "/importErrors")["import_errors"]
+    assert errors == [], errors
 
 
 def inspect(service: str) -> dict:
@@ -357,11 +393,16 @@ def test_the_pipeline_role_cannot_change_the_schema(stack: Stack) -> None:
         check=False,
     )
     assert insert.returncode != 0 and "permission denied for table schema_migrations" in insert.stderr
+    # The same in the second pipeline's schema (test_a_second_pipeline_...): each schema has its own
+    # schema_migrations, and the pipeline role only reads it.
+    create = psql("CREATE TABLE web.sneaky (id int)", "tidemark_pipeline", password, check=False)
+    assert create.returncode != 0 and "permission denied for schema web" in create.stderr
     grants = psql(
-        "SELECT string_agg(privilege_type, ',' ORDER BY privilege_type) FROM information_schema.table_privileges "
-        "WHERE grantee = 'tidemark_pipeline' AND table_name = 'schema_migrations'"
-    ).stdout.strip()
-    assert grants == "SELECT"
+        "SELECT table_schema, string_agg(privilege_type, ',' ORDER BY privilege_type) "
+        "FROM information_schema.table_privileges WHERE grantee = 'tidemark_pipeline' "
+        "AND table_name = 'schema_migrations' GROUP BY table_schema"
+    ).stdout.split()
+    assert dict(row.split("|") for row in grants) == {"public": "SELECT", "web": "SELECT"}
 
 
 def test_down_leaves_nothing_of_the_project(stack: Stack) -> None:
