@@ -176,7 +176,7 @@ class Settings:
         "topic (its tables, PostgreSQL schema, writer lock and contract; README, \"Your own pipelines\"); "
         "`--pipeline` wins")
     topic: str = setting("TIDEMARK_TOPIC", TEXT, DEFAULT_TOPIC, "the pipeline `events`' Kafka topic, unless its entry "
-        "names one; a run of another pipeline refuses any topic but that pipeline's own")
+        "names one (a run of another pipeline reads that pipeline's own)")
     pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
         "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
     ingest_schedule: str = setting("TIDEMARK_INGEST_SCHEDULE", TEXT, DEFAULT_SCHEDULE, "the ingest DAGs' cron "
@@ -351,9 +351,10 @@ class Settings:
         """These settings for a run of the pipeline ``name`` (default: :attr:`pipeline`, ``TIDEMARK_PIPELINE``),
         with its topic: the one place a run's pipeline and topic are chosen, before any work.
 
-        A topic feeds one pipeline. ``topic`` (a run's ``--topic``) and :attr:`topic` (``TIDEMARK_TOPIC``) are
-        the pipeline ``events``' topic, unless its entry names one; for another pipeline they may only name its
-        own. A topic another pipeline of the file reads is refused too. A :class:`ConfigError` says which.
+        A topic feeds one pipeline. :attr:`topic` (``TIDEMARK_TOPIC``) is the pipeline ``events``' topic unless
+        its entry names one, and a run's ``topic`` (``--topic``) may set it; a run of another pipeline reads that
+        pipeline's own topic whatever ``TIDEMARK_TOPIC`` says, and refuses a ``--topic`` naming another. A topic
+        another pipeline of the file reads is refused too. A :class:`ConfigError` says which.
         """
         from spark_jobs.pipelines import PipelinesError
 
@@ -364,11 +365,6 @@ class Settings:
             raise ConfigError(
                 f"--topic {topic!r}: pipeline {name!r} reads {pipeline.topic!r} (a topic feeds one pipeline); leave "
                 "--topic out, or select the pipeline that reads it with --pipeline"
-            )
-        if self.topic not in (pipeline.topic, DEFAULT_TOPIC):
-            raise ConfigError(
-                f"TIDEMARK_TOPIC={self.topic!r}: pipeline {name!r} reads {pipeline.topic!r} (a topic feeds one "
-                "pipeline, and TIDEMARK_TOPIC is the pipeline events' topic); unset it for a run of another pipeline"
             )
         others = [other for other in chosen.declarations().readers_of(pipeline.topic) if other != name]
         if others:
