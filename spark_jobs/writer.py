@@ -391,19 +391,35 @@ class BatchWriter:
 
 
 def batch_key(pipeline: str, batch_id: int, ranges: list[PartitionRange], scope: str = "") -> str:
-    """What names one batch's writes: the pipeline, the batch, its ranges (a batch id planned again
-    over other ranges writes afresh) and the ``scope`` (a repair's id: every repair rewrites what it
-    cleared)."""
+    """What names one batch's notes (``moves``) and the writes of a readmit's or a repair's batch: the pipeline,
+    the batch, its ranges (a batch id planned again over other ranges writes afresh) and the ``scope`` (a
+    repair's id: every repair rewrites what it cleared)."""
+    return f"tidemark/{pipeline}/{batch_id}/{_ranges_digest(ranges)}{'/' + scope if scope else ''}"
+
+
+def _ranges_digest(ranges: list[PartitionRange]) -> str:
     spans = ",".join(f"{r.topic}/{r.partition}/{r.start}-{r.end}" for r in sorted(ranges))
-    digest = hashlib.sha256(spans.encode()).hexdigest()[:16]
-    return f"tidemark/{pipeline}/{batch_id}/{digest}{'/' + scope if scope else ''}"
+    return hashlib.sha256(spans.encode()).hexdigest()[:16]
+
+
+# The kinds of batch (the ledger pipeline's prefix: spark_jobs.ingest's SCHEDULED and BACKFILL) that land a
+# range's records from Kafka: a scheduled batch and a backfill of the same ranges write the same records.
+LANDING = ("ingest", "backfill")
 
 
 def batch_write_id(
     pipeline: str, batch_id: int, ranges: list[PartitionRange], write: str, scope: str = ""
 ) -> delta.WriteId:
-    """The Delta transaction identifier of one write of a batch (:func:`batch_key`): ``write`` is a
-    table (``events`` has two)."""
+    """The Delta transaction identifier of one write (``write``: a table; ``events`` has two) of a batch of the
+    ledger ``pipeline`` (``ingest:<topic>``, ...).
+
+    A batch that lands records follows from what it writes, not from the run that writes it: a scheduled
+    batch and a backfill over the same ranges share one identifier per table whatever their batch ids, so
+    whichever commits a table's write first, the other's is skipped, even a write already in flight when
+    its writer lost the lease (a failover, and the backfill took over). A readmit's or a repair's batch
+    keeps its own (:func:`batch_key`, with the readmit's or repair's id as ``scope``)."""
+    if pipeline.split(":", 1)[0] in LANDING and not scope:
+        return delta.WriteId(f"tidemark/land/{_ranges_digest(ranges)}/{write}", 0)
     return delta.WriteId(f"{batch_key(pipeline, batch_id, ranges, scope)}/{write}", batch_id)
 
 

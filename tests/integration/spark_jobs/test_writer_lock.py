@@ -8,6 +8,7 @@ the lake must end as if the two had run one after the other.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from dataclasses import replace
@@ -15,6 +16,7 @@ from dataclasses import replace
 import pytest
 
 from spark_jobs import ingest
+from spark_jobs.db import connect
 from spark_jobs.errors import WriterBusy, WriterFenced
 from spark_jobs.lock import WRITER_KEY, single_writer
 from spark_jobs.offsets import latest_ranges
@@ -193,14 +195,10 @@ def test_a_writer_that_lost_its_lease_inside_its_delta_writes_adds_nothing_the_n
     assert_settings_sinks_agree(spark, settings, prefix)
 
 
-# Open (issue 77, case 0): the fence is proved before each Delta write, not by the commit itself, so the
-# fenced writer's `events` append, already past its fence when the backfill took over, commits beside the
-# backfill's (another transaction identifier): events holds every offset twice. The fix is a fence Delta
-# enforces at commit (see the stop note of 2026-12-05); strict, so this turns red once it holds.
-@pytest.mark.xfail(strict=True, reason="issue 77 case 0: a fenced writer's Delta write in flight still commits")
 def test_a_fenced_writers_batch_that_a_backfill_took_over_is_in_the_tables_once_after_its_retry(spark, run, pg) -> None:
     """A failover inside a scheduled batch's ``events`` write; a backfill of the same offsets takes over and
-    commits; the fenced writer adds nothing, and the scheduled run's retry of the batch neither."""
+    commits; the fenced writer's write in flight adds nothing (the backfill committed the same identifier
+    first), and the scheduled run's retry of the batch neither."""
     settings, prefix = run
     report = produce(settings, ProduceSpec(count=20, entities=5, seed=5, id_prefix=prefix), topic=settings.topic,
                      partitions=1)  # fmt: skip
@@ -234,4 +232,5 @@ def test_a_fenced_writers_batch_that_a_backfill_took_over_is_in_the_tables_once_
     offsets = [r[0] for r in delta_rows(spark, settings, "events", "offset")]
     assert len(offsets) == len(set(offsets)), "an offset is in events twice"
     assert_sessions_follow_events(spark, settings)
-    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+    with contextlib.closing(connect(settings.pipeline_dsn)) as pg:  # the failover ended every connection before
+        assert_sinks_agree(snapshot(spark, settings, pg, prefix))
