@@ -329,13 +329,14 @@ class Settings:
             max_offsets_per_trigger=pipeline.max_offsets_per_trigger,
         )
 
-    def declared(self, name: str | None = None) -> Pipeline:
+    def declared(self, name: str | None = None, declared: Declared | None = None) -> Pipeline:
         """The pipeline :attr:`pipelines_file` declares as ``name`` (default: :attr:`pipeline`). Problems of
-        other entries do not stop it; its own do (a :class:`~spark_jobs.pipelines.PipelinesError`)."""
+        other entries do not stop it; its own do (a :class:`~spark_jobs.pipelines.PipelinesError`).
+        ``declared``: the file as :meth:`declarations` read it already."""
         from spark_jobs.pipelines import PipelinesError
 
         name = name or self.pipeline
-        declared = self.declarations()
+        declared = declared or self.declarations()
         if declared.problems_of(name):
             raise PipelinesError(declared.problems_of(name))
         for pipeline in declared.pipelines:
@@ -360,13 +361,14 @@ class Settings:
 
         name = name or self.pipeline
         chosen = replace(self, pipeline=name, topic=topic or self.topic)
-        pipeline = chosen.declared(name)
+        declared = chosen.declarations()  # the file, read once
+        pipeline = chosen.declared(name, declared)
         if topic and topic != pipeline.topic:
             raise ConfigError(
                 f"--topic {topic!r}: pipeline {name!r} reads {pipeline.topic!r} (a topic feeds one pipeline); leave "
                 "--topic out, or select the pipeline that reads it with --pipeline"
             )
-        others = [other for other in chosen.declarations().readers_of(pipeline.topic) if other != name]
+        others = [other for other in declared.readers_of(pipeline.topic) if other != name]
         if others:
             raise PipelinesError(
                 [f"{self.pipelines_file.name}: topic {pipeline.topic!r} of pipeline {name!r} is read by pipeline "
