@@ -149,7 +149,7 @@ def readmit(
         ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
         with db.transaction(settings.pipeline_dsn) as cur:
             ledger.refuse_other_rules(cur, settings.session_rules)  # the sessions' rules, before any work
-        return readmit_holding(spark, settings, lease, selection, readmit_id, dry_run=dry_run, fault=fault)
+        return readmit_holding(spark, settings, lease, selection, dry_run=dry_run, fault=fault)
 
 
 def readmit_holding(
@@ -157,7 +157,6 @@ def readmit_holding(
     settings: Settings,
     lease,  # lock.WriterLease
     selection: Selection,
-    readmit_id: str,
     dry_run: bool = False,
     fault: Callable[[str], None] | None = None,
     within: list[PartitionRange] | None = None,
@@ -179,7 +178,7 @@ def readmit_holding(
             for batch_id, spans in unfinished:
                 rows = checked_again(selected(spark, settings, Selection()).where(delta.range_filter(spans)), settings)
                 back = frozen.freeze(rows.where("back"))
-                line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, readmit_id, fault)
+                line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, fault)
                 finished.append(f"finished the readmit that stopped before its ledger commit: {line}")
         chosen = selected(spark, settings, selection)
         if within is not None:
@@ -200,7 +199,7 @@ def readmit_holding(
         ]  # fmt: skip
         with db.transaction(settings.pipeline_dsn) as cur:
             batch_id = ledger.next_batch_id(cur, pipeline)
-        line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, readmit_id, fault)
+        line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, fault)
         outcome.batches.append(line)
     return outcome
 
@@ -214,7 +213,6 @@ def _write(
     batch_id: int,
     spans: list[PartitionRange],
     back: DataFrame,
-    readmit_id: str,
     fault: Callable[[str], None] | None,
 ) -> str:
     """Write readmit batch ``batch_id`` over ``spans``: the quarantine rows ``back`` come back (none: the
@@ -224,10 +222,12 @@ def _write(
     from spark_jobs.writer import BatchWriter
 
     coming, counted = frozen.freeze_counted(
-        back.select(*COORDINATES, "arrival_time", "reason"), F.count(F.lit(1)).alias("records")
+        back.select(*COORDINATES, "arrival_time", "reason"),
+        F.count(F.lit(1)).alias("records"),
+        F.bit_xor(F.xxhash64(*COORDINATES)).alias("digest"),
     )
     writer = BatchWriter(
-        spark, settings, lease, pipeline, lambda _: spans, fault=fault, scope=readmit_id,
+        spark, settings, lease, pipeline, lambda _: spans, fault=fault, scope=records_scope(counted),
         topic_id=ledger.verify_topic(settings, settings.topic), rewrites=True,
         readmitting=coming if counted["records"] else None,
     )  # fmt: skip
@@ -239,6 +239,16 @@ def _write(
         f"{result.quarantined:,} quarantined; sessions written {result.sessions_written:,}, removed "
         f"{result.sessions_deleted:,} (a session that now starts at an earlier arrival has a new ID)"
     )
+
+
+def records_scope(counted: dict) -> str:
+    """What names a readmit batch's writes beside its pipeline, id and ranges: the records it brings back
+    (their count and a digest of their coordinates), not the readmit that writes it. A readmit that
+    finishes another's unfinished batch brings back the same records under the same names, so whichever
+    writes a table first, the other's write is skipped, even one in flight when its writer lost the
+    lock (a failover)."""
+    digest = counted["digest"]
+    return f"records-{counted['records']}" + ("" if digest is None else f"-{digest & (2**64 - 1):016x}")
 
 
 def selection_from(args: argparse.Namespace) -> Selection:

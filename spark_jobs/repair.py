@@ -269,8 +269,7 @@ def _readmit_first(
     they were quarantined). Cleared and read again, they would go to ``events`` while the quarantine
     totals still counted them; readmitted, their batch records what left quarantine, crash-safe
     (:mod:`spark_jobs.readmit`), and the re-read finds them accepted as the readmit left them."""
-    readmit_id = reconcile.new_run_id(readmit.READMIT)
-    came = readmit.readmit_holding(spark, settings, lease, readmit.Selection(), readmit_id, within=clear)
+    came = readmit.readmit_holding(spark, settings, lease, readmit.Selection(), within=clear)
     if not came.back and not came.batches:
         return []
     first = f"readmitted first the quarantined records in them that the contract accepts now: {came.back:,}"

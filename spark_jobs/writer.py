@@ -392,8 +392,8 @@ class BatchWriter:
 
 def batch_key(pipeline: str, batch_id: int, ranges: list[PartitionRange], scope: str = "") -> str:
     """What names one batch's notes (``moves``) and the writes of a readmit's or a repair's batch: the pipeline,
-    the batch, its ranges (a batch id planned again over other ranges writes afresh) and the ``scope`` (a
-    repair's id: every repair rewrites what it cleared)."""
+    the batch, its ranges (a batch id planned again over other ranges writes afresh) and the ``scope`` (the
+    records a readmit brings back; a repair's id: every repair rewrites what it cleared)."""
     return f"tidemark/{pipeline}/{batch_id}/{_ranges_digest(ranges)}{'/' + scope if scope else ''}"
 
 
@@ -416,8 +416,10 @@ def batch_write_id(
     A batch that lands records follows from what it writes, not from the run that writes it: a scheduled
     batch and a backfill over the same ranges share one identifier per table whatever their batch ids, so
     whichever commits a table's write first, the other's is skipped, even a write already in flight when
-    its writer lost the lease (a failover, and the backfill took over). A readmit's or a repair's batch
-    keeps its own (:func:`batch_key`, with the readmit's or repair's id as ``scope``)."""
+    its writer lost the lease (a failover, and the backfill took over). A readmit's batch is named by
+    :func:`batch_key` with the records it brings back as ``scope`` (:func:`spark_jobs.readmit.records_scope`),
+    so a readmit that finishes another's batch shares its names too; a repair's, with the repair's id
+    (each repair rewrites what it cleared)."""
     if pipeline.split(":", 1)[0] in LANDING and not scope:
         return delta.WriteId(f"tidemark/land/{_ranges_digest(ranges)}/{write}", 0)
     return delta.WriteId(f"{batch_key(pipeline, batch_id, ranges, scope)}/{write}", batch_id)

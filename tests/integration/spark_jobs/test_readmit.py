@@ -192,3 +192,48 @@ def test_a_readmit_under_session_rules_the_stored_sessions_were_not_cut_with_is_
     assert {name: sorted(map(tuple, delta_rows(spark, web, name))) for name in tables} == before
     assert query(web, "SELECT count(*) FROM write_attempts WHERE left(pipeline, 8) = 'readmit:'") == [(0,)]
     assert_settings_sinks_agree(spark, web, prefix)
+
+
+def test_a_fenced_readmits_write_that_another_readmit_finished_is_in_the_tables_once(spark, web: Settings) -> None:
+    """A failover inside a readmit's ``events`` write; a second readmit takes over and finishes the first
+    one's batch (the same records, over the same ranges); the fenced readmit's write in flight then adds
+    nothing: the batch's writes are named by what they write, not by the readmit that writes them."""
+    import threading
+
+    from spark_jobs.errors import WriterFenced
+    from tests.integration.spark_jobs.checks import fail_over, until, waiting_for_the_lock
+
+    prefix = f"f{uuid.uuid4().hex[:6]}-"
+    visit = visits(prefix)
+    send_web(web, [visit(0, "page"), visit(1, "identify"), visit(2, "identify", "b"), visit(3, "page", "b")])
+    ingest.run_scheduled(spark, web)
+    fix_identify(web)
+    finished: list[object] = []
+
+    def take_over() -> None:
+        try:
+            finished.append(readmit.readmit(spark, web, readmit.Selection()))
+        except BaseException as exc:  # reported by the assertions below
+            finished.append(exc)
+
+    thread = threading.Thread(target=take_over)
+
+    def fail_over_inside_the_events_write(point: str) -> None:
+        if point != "write:events" or thread.is_alive() or finished:
+            return
+        thread.start()
+        until(lambda: waiting_for_the_lock(web), "the second readmit waits for the lock")
+        fail_over(web)
+        thread.join(timeout=600)
+
+    with pytest.raises(WriterFenced):
+        readmit.readmit(spark, web, readmit.Selection(), fault=fail_over_inside_the_events_write)
+    assert not isinstance(finished[0], BaseException), f"the second readmit failed: {finished[0]!r}"
+    assert "finished the readmit that stopped before its ledger commit" in finished[0].describe()
+
+    offsets = [(r["partition"], r["offset"]) for r in delta_rows(spark, web, "events")]
+    assert len(offsets) == len(set(offsets)) == 4, f"a record is in events twice: {sorted(offsets)}"
+    assert delta_rows(spark, web, "quarantine") == []
+    assert_offset_coverage(spark, web, 4)
+    assert_sessions_follow_events(spark, web)
+    assert_settings_sinks_agree(spark, web, prefix)
