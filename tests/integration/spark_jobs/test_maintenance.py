@@ -16,8 +16,9 @@ from spark_jobs.sinks.delta import fingerprint, table
 from tests.integration.spark_jobs.checks import query, stages_run
 from tidemark.producer import ProduceSpec, produce
 
+pytestmark = pytest.mark.operations  # make test-operations
 
-@pytest.mark.scenario
+
 def test_maintenance_compacts_and_vacuums_without_changing_a_row_and_prunes_old_history(spark, fresh) -> None:
     settings = fresh
     for seed in range(2):  # many small batches (six): many small files

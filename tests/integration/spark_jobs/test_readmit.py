@@ -39,6 +39,8 @@ from tests.integration.spark_jobs.checks import (
 from tests.integration.spark_jobs.test_pipelines import WEB, redeclare, send_web
 from tidemark.migrations import migrate_pipelines
 
+pytestmark = pytest.mark.operations  # make test-operations
+
 ENUM = 'schema: enum at /event: does not have a value in the enumeration ["page", "track"]'
 
 

@@ -30,6 +30,8 @@ from tests.integration.spark_jobs.checks import (
 )
 from tidemark.producer import ProduceSpec, produce
 
+pytestmark = pytest.mark.operations  # make test-operations
+
 
 def reconciled(spark, settings, name: str):
     report = reconcile.run(settings, name, lambda: spark)
@@ -113,7 +115,6 @@ def test_a_clean_run_verifies_every_range_and_the_next_needs_no_spark(spark, fre
     assert sum(lag.behind_records for lag in third.lags) == 0
 
 
-@pytest.mark.scenario
 def test_the_tamper_drill_each_damage_is_named_repaired_and_rechecked(spark, fresh) -> None:
     settings = fresh
     ingest_some(spark, settings, seed=3)
@@ -246,7 +247,6 @@ def test_a_range_whose_start_retention_removed_before_verification_is_reported_e
     assert [c.outcome for c in damaged.mismatched] == ["missing"], damaged.summary()
 
 
-@pytest.mark.scenario
 def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fresh) -> None:
     """Three kinds of damage the checks missed: a session time a microsecond off in one sink (the
     checksums compared milliseconds), a session only PostgreSQL holds (the rebuild took its entities
@@ -523,7 +523,6 @@ def open_findings(settings) -> list[tuple]:
     return query(settings, "SELECT finding_id, finding_key FROM findings WHERE closed_at IS NULL ORDER BY 1")
 
 
-@pytest.mark.scenario
 def test_a_finding_stays_open_until_a_repairs_recheck_closes_it_and_a_run_that_checked_nothing_says_so(
     spark, fresh
 ) -> None:

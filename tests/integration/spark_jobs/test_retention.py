@@ -22,6 +22,8 @@ from spark_jobs.planning import plan_backfill
 from tests.integration.spark_jobs.checks import InjectedCrash, delete_records, delta_rows, query, recreate_topic
 from tidemark.producer import ProduceSpec, produce
 
+pytestmark = pytest.mark.operations  # make test-operations
+
 
 def test_records_removed_before_the_first_run_fail_it_until_acknowledged_then_reconcile_reports_them(
     spark, fresh

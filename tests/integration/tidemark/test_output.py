@@ -17,6 +17,8 @@ from tests.integration.spark_jobs.checks import driver_jvm_options
 from tests.integration.tidemark.test_errors import environment, tidemark, tidemark_watched
 from tidemark.producer import ProduceSpec, produce
 
+pytestmark = pytest.mark.operations  # make test-operations
+
 
 def spark_lines(stderr: str) -> list[str]:
     return stderr.splitlines()
