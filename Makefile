@@ -103,13 +103,13 @@ test-operations: venv jars  ## the operations stories (retention, readmit, maint
 	TZ=Europe/Berlin $(BIN)/pytest -m "operations and not airflow and not deploy and not scenario" --durations=15 tests
 
 # The long end-to-end stories, several minutes each on 2 cores: the model test's fixed seeds and the
-# demo. About 13 minutes; CI runs it after `make test`.
+# demo. About 13 minutes; not in CI: every issue runs it before it is resolved (README, Tests).
 test-scenarios: venv jars  ## the long end-to-end scenarios (the model's fixed seeds, the demo), under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "scenario and not airflow and not deploy" --durations=10 tests
 
 # Airflow itself: the DAGs end to end with dag.test() (spark-submit through the operator, alerts,
 # the repair loop), and the UI in a headless Chromium (the trigger form, the tidemark page, Airflow's
-# own backfill). About 15 minutes; CI runs it after `make test`.
+# own backfill). About 20 minutes; CI runs it after `make test`.
 test-airflow: venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m airflow --durations=10 tests
 

@@ -64,7 +64,7 @@ def test_every_test_runs_in_ci_or_before_an_issue_is_resolved_whatever_its_marke
         for entry in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
     ]
     assert "scenario" in declared and "compose" in declared
-    assert before_resolving() == ["make test-operations"], before_resolving()
+    assert before_resolving() == ["make test-operations", "make test-scenarios"], before_resolving()
     suites = readme_suite() + before_resolving()
     expressions = [Expression.compile(e) for name in suites for e in selections(name.split()[1])]
     markers = [m for m in declared if m != "compose"]
