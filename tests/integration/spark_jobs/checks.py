@@ -52,6 +52,34 @@ def fail_over(settings: Settings) -> None:
     )
 
 
+def take_over_inside(settings: Settings, point: str, take_over: Callable[[], object]):
+    """A writer's fault hook that fails PostgreSQL over when the writer reaches ``point`` (a Delta
+    write it already proved its lease for), while ``take_over`` (another run, in a thread) waits for
+    the writer lock, and lets the writer go on once that run ended; and the list that gets that run's
+    result, or what it raised."""
+    import threading
+
+    taken: list[object] = []
+
+    def run() -> None:
+        try:
+            taken.append(take_over())
+        except BaseException as exc:  # the caller's assertions report it
+            taken.append(exc)
+
+    thread = threading.Thread(target=run)
+
+    def fault(reached: str) -> None:
+        if reached != point or thread.is_alive() or taken:
+            return
+        thread.start()
+        until(lambda: waiting_for_the_lock(settings), "the run that takes over waits for the lock")
+        fail_over(settings)
+        thread.join(timeout=600)
+
+    return fault, taken
+
+
 def dump_postgres(settings: Settings, path) -> None:
     """A ``pg_dump`` of the pipeline's schema in the settings' tidemark database to ``path`` (plain SQL that
     drops what it creates): a backup of the pipeline's state, which a restore puts back alone."""

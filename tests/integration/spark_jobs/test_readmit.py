@@ -200,36 +200,19 @@ def test_a_fenced_readmits_write_that_another_readmit_finished_is_in_the_tables_
     """A failover inside a readmit's ``events`` write; a second readmit takes over and finishes the first
     one's batch (the same records, over the same ranges); the fenced readmit's write in flight then adds
     nothing: the batch's writes are named by what they write, not by the readmit that writes them."""
-    import threading
-
     from spark_jobs.errors import WriterFenced
-    from tests.integration.spark_jobs.checks import fail_over, until, waiting_for_the_lock
+    from tests.integration.spark_jobs.checks import take_over_inside
 
     prefix = f"f{uuid.uuid4().hex[:6]}-"
     visit = visits(prefix)
     send_web(web, [visit(0, "page"), visit(1, "identify"), visit(2, "identify", "b"), visit(3, "page", "b")])
     ingest.run_scheduled(spark, web)
     fix_identify(web)
-    finished: list[object] = []
-
-    def take_over() -> None:
-        try:
-            finished.append(readmit.readmit(spark, web, readmit.Selection()))
-        except BaseException as exc:  # reported by the assertions below
-            finished.append(exc)
-
-    thread = threading.Thread(target=take_over)
-
-    def fail_over_inside_the_events_write(point: str) -> None:
-        if point != "write:events" or thread.is_alive() or finished:
-            return
-        thread.start()
-        until(lambda: waiting_for_the_lock(web), "the second readmit waits for the lock")
-        fail_over(web)
-        thread.join(timeout=600)
+    second = lambda: readmit.readmit(spark, web, readmit.Selection())  # noqa: E731
+    fault, finished = take_over_inside(web, "write:events", second)
 
     with pytest.raises(WriterFenced):
-        readmit.readmit(spark, web, readmit.Selection(), fault=fail_over_inside_the_events_write)
+        readmit.readmit(spark, web, readmit.Selection(), fault=fault)
     assert not isinstance(finished[0], BaseException), f"the second readmit failed: {finished[0]!r}"
     assert "finished the readmit that stopped before its ledger commit" in finished[0].describe()
 

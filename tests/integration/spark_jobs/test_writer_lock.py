@@ -30,6 +30,7 @@ from tests.integration.spark_jobs.checks import (
     fail_over,
     query,
     snapshot,
+    take_over_inside,
     until,
     waiting_for_the_lock,
 )
@@ -203,26 +204,11 @@ def test_a_fenced_writers_batch_that_a_backfill_took_over_is_in_the_tables_once_
     report = produce(settings, ProduceSpec(count=20, entities=5, seed=5, id_prefix=prefix), topic=settings.topic,
                      partitions=1)  # fmt: skip
     plan = plan_backfill(settings, settings.topic, offsets={0: (0, 20)})
-    taken: list[object] = []
-
-    def backfill() -> None:
-        try:
-            taken.append(ingest.run_backfill(spark, settings, plan, wait=True))
-        except BaseException as exc:  # reported by the assertions below
-            taken.append(exc)
-
-    thread = threading.Thread(target=backfill)
-
-    def fail_over_inside_the_events_write(point: str) -> None:
-        if point != "write:events" or thread.is_alive() or taken:
-            return
-        thread.start()
-        until(lambda: waiting_for_the_lock(settings), "the backfill waits for the lock")
-        fail_over(settings)
-        thread.join(timeout=600)
+    backfill = lambda: ingest.run_backfill(spark, settings, plan, wait=True)  # noqa: E731
+    fault, taken = take_over_inside(settings, "write:events", backfill)
 
     with pytest.raises(WriterFenced):
-        ingest.run_scheduled(spark, settings, fault=fail_over_inside_the_events_write)
+        ingest.run_scheduled(spark, settings, fault=fault)
     assert not isinstance(taken[0], BaseException), f"the backfill failed: {taken[0]!r}"
     assert (taken[0].read, taken[0].accepted) == (20, 20)
 
