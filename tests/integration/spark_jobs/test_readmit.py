@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from spark_jobs import db, ingest, quarantine, readmit, reconcile, repair
+from spark_jobs.errors import WriterFenced
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
@@ -35,6 +36,7 @@ from tests.integration.spark_jobs.checks import (
     crash_at,
     delta_rows,
     query,
+    take_over_inside,
 )
 from tests.integration.spark_jobs.test_pipelines import WEB, redeclare, send_web
 from tidemark.migrations import migrate_pipelines
@@ -200,9 +202,6 @@ def test_a_fenced_readmits_write_that_another_readmit_finished_is_in_the_tables_
     """A failover inside a readmit's ``events`` write; a second readmit takes over and finishes the first
     one's batch (the same records, over the same ranges); the fenced readmit's write in flight then adds
     nothing: the batch's writes are named by what they write, not by the readmit that writes them."""
-    from spark_jobs.errors import WriterFenced
-    from tests.integration.spark_jobs.checks import take_over_inside
-
     prefix = f"f{uuid.uuid4().hex[:6]}-"
     visit = visits(prefix)
     send_web(web, [visit(0, "page"), visit(1, "identify"), visit(2, "identify", "b"), visit(3, "page", "b")])
