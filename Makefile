@@ -9,10 +9,16 @@ TIDEMARK := $(BIN)/tidemark
 MVN := mvn -B -q -s jvm/settings.xml
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-operations test-scenarios test-airflow test-deploy fuzz fuzz-found lint lock images compose-test clean
+.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-operations test-scenarios test-airflow test-deploy test-fresh fuzz fuzz-found lint lock images compose-test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
+
+# What each target needs from the system (Python's venv, a JDK, Maven, the PostgreSQL server, Chromium,
+# Docker) is known in one place, tools/system-packages.sh: each target's first prerequisite
+# system-<target> installs what is missing (root or password-less sudo, apt-get) or stops with the command.
+system-%:
+	@tools/system-packages.sh $*
 
 $(VENV)/.installed: requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else "tidemark needs Python 3.11 (set PYTHON=python3.11)")'
@@ -25,10 +31,9 @@ $(VENV)/.installed: requirements.lock pyproject.toml
 	$(BIN)/python -m compileall -q spark_jobs tidemark dags plugins benchmarks
 	touch $@
 
-venv: $(VENV)/.installed  ## create .venv from requirements.lock (uv, about a minute)
+venv: system-venv $(VENV)/.installed  ## create .venv from requirements.lock (uv, about a minute)
 
 $(STATE)/jars/.fetched: jvm/settings.xml jvm/spark/pom.xml jvm/kafka/pom.xml
-	@command -v mvn >/dev/null || { echo "Maven is needed to fetch the jars (Debian: apt-get install maven)"; exit 1; }
 	rm -rf $(STATE)/jars/spark $(STATE)/jars/kafka
 	$(MVN) -f jvm/spark/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(STATE))/jars/spark
 	$(MVN) -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(STATE))/jars/kafka
@@ -37,110 +42,114 @@ $(STATE)/jars/.fetched: jvm/settings.xml jvm/spark/pom.xml jvm/kafka/pom.xml
 # The contract check, compiled from jvm/contract (javac through Maven), with its runtime dependencies.
 CONTRACT_SOURCES := jvm/contract/pom.xml $(wildcard jvm/contract/src/main/java/io/tidemark/contract/*.java)
 $(STATE)/jars/contract/.built: jvm/settings.xml $(CONTRACT_SOURCES)
-	@command -v mvn >/dev/null || { echo "Maven is needed to build the jars (Debian: apt-get install maven)"; exit 1; }
-	@command -v javac >/dev/null || { echo "A JDK is needed to build the contract check (Debian: apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	rm -rf $(STATE)/jars/contract
 	$(MVN) -f jvm/contract/pom.xml package dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(abspath $(STATE))/jars/contract
 	cp $(STATE)/build/contract/tidemark-contract-*.jar $(STATE)/jars/contract/
 	touch $@
 
-jars: $(STATE)/jars/.fetched $(STATE)/jars/contract/.built  ## fetch the pinned Kafka connector, Delta and Kafka broker jars, and build the contract check (Maven)
+jars: system-jars $(STATE)/jars/.fetched $(STATE)/jars/contract/.built  ## fetch the pinned Kafka connector, Delta and Kafka broker jars, and build the contract check (Maven)
 
 $(STATE)/jars/s3/.fetched: jvm/settings.xml jvm/s3/pom.xml
-	@command -v mvn >/dev/null || { echo "Maven is needed to fetch the jars (Debian: apt-get install maven)"; exit 1; }
 	rm -rf $(STATE)/jars/s3
 	$(MVN) -f jvm/s3/pom.xml dependency:copy-dependencies -DoutputDirectory=$(abspath $(STATE))/jars/s3
 	touch $@
 
-jars-s3: $(STATE)/jars/s3/.fetched  ## fetch hadoop-aws and the AWS SDK bundle (about 690 MB): Delta and checkpoints on S3
+jars-s3: system-jars-s3 $(STATE)/jars/s3/.fetched  ## fetch hadoop-aws and the AWS SDK bundle (about 690 MB): Delta and checkpoints on S3
 
-up: venv jars  ## start Kafka and PostgreSQL under .tidemark/
+up: system-up venv jars  ## start Kafka and PostgreSQL under .tidemark/
 	$(TIDEMARK) up
 
 down:  ## stop Kafka and PostgreSQL
 	@if [ -x $(TIDEMARK) ]; then $(TIDEMARK) down; else echo "nothing to stop (no .venv)"; fi
 
-status: venv  ## show whether the services run
+status: system-status venv  ## show whether the services run
 	$(TIDEMARK) status
 
-doctor: venv  ## check Java, jars, ports and services
+doctor: system-doctor venv  ## check Java, jars, ports and services
 	$(TIDEMARK) doctor
 
-migrate: up  ## apply sql/ migrations
+migrate: system-migrate up  ## apply sql/ migrations
 	$(TIDEMARK) db migrate
 
-demo: migrate  ## set up everything, produce events, run the Spark job, print a summary
+demo: system-demo migrate  ## set up everything, produce events, run the Spark job, print a summary
 	$(TIDEMARK) demo
 
-airflow: migrate  ## run Airflow with the tidemark DAGs on http://127.0.0.1:8080 until Ctrl-C
+airflow: system-airflow migrate  ## run Airflow with the tidemark DAGs on http://127.0.0.1:8080 until Ctrl-C
 	$(TIDEMARK) airflow
 
-bench: venv jars  ## benchmarks against same-run baselines (own Kafka/PostgreSQL on 39092/35432); BENCH_ARGS="--events 1000000 --stages b2,p1"
+bench: system-bench venv jars  ## benchmarks against same-run baselines (own Kafka/PostgreSQL on 39092/35432); BENCH_ARGS="--events 1000000 --stages b2,p1"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
-bench-long: venv jars  ## the long benchmarks: 1M events (B2, PEER, P1), P1 at 100k for the CPU slope, and the soak (500 runs of 2,000 events, maintenance every 100), about an hour and a half
+bench-long: system-bench-long venv jars  ## the long benchmarks: 1M events (B2, PEER, P1), P1 at 100k for the CPU slope, and the soak (500 runs of 2,000 events, maintenance every 100), about an hour and a half
 	$(BIN)/python -m benchmarks --events 1000000 --stages b2,peer,p1,slope,soak $(BENCH_ARGS)
 
-test: lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
+test: system-test lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
 
-lint: venv  ## ruff: the rules of pyproject.toml, and the formatting
+lint: system-lint venv  ## ruff: the rules of pyproject.toml, and the formatting
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test-unit: venv jars  ## unit tests (no services; the DataFrame tests start a local Spark)
+test-unit: system-test-unit venv jars  ## unit tests (no services; the DataFrame tests start a local Spark)
 	$(BIN)/pytest -m "not integration and not compose" tests
 
 # The integration tests run under a time zone with a daylight-saving change: the driver's (and
 # PostgreSQL's and Airflow's) local time must never leak into a timestamp, and under UTC a leak
 # cannot show. Europe/Berlin's clock went back on 2026-10-25, inside the model test's scenarios.
-test-integration: venv jars  ## integration tests against real Kafka, PostgreSQL, Spark, Delta and Airflow, under TZ=Europe/Berlin
+test-integration: system-test-integration venv jars  ## integration tests against real Kafka, PostgreSQL, Spark, Delta and Airflow, under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "integration and not operations and not airflow and not deploy and not scenario" --durations=15 tests
 
 # What an operator does after the pipeline runs (marker `operations`): retention and its losses,
 # readmit, maintenance, reconcile and its repairs, the CLI's output. About 35 minutes on 2 cores: not in
 # CI (its 90 minutes hold the other suites); every issue runs it before it is resolved (README, Tests).
-test-operations: venv jars  ## the operations stories (retention, readmit, maintenance, reconcile and repairs, the CLI), under TZ=Europe/Berlin
+test-operations: system-test-operations venv jars  ## the operations stories (retention, readmit, maintenance, reconcile and repairs, the CLI), under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "operations and not airflow and not deploy and not scenario" --durations=15 tests
 
 # The long end-to-end stories, several minutes each on 2 cores: the model test's fixed seeds and the
 # demo. About 13 minutes; not in CI: every issue runs it before it is resolved (README, Tests).
-test-scenarios: venv jars  ## the long end-to-end scenarios (the model's fixed seeds, the demo), under TZ=Europe/Berlin
+test-scenarios: system-test-scenarios venv jars  ## the long end-to-end scenarios (the model's fixed seeds, the demo), under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "scenario and not airflow and not deploy" --durations=10 tests
 
 # Airflow itself: the DAGs end to end with dag.test() (spark-submit through the operator, alerts,
 # the repair loop), and the UI in a headless Chromium (the trigger form, the tidemark page, Airflow's
 # own backfill). About 20 minutes; CI runs it after `make test`.
-test-airflow: venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
+test-airflow: system-test-airflow venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m airflow --durations=10 tests
 
 # The distributed shape, on this machine: the ingest DAG on a Spark standalone cluster, the lake and
 # checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it after `make test`.
-test-deploy: venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
+test-deploy: system-test-deploy venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
 	TZ=Europe/Berlin $(BIN)/pytest -m deploy --durations=5 tests
 
-fuzz: venv jars  ## model-based test: SEEDS=N random scenarios (default 20) from seed FROM (default 1000), or SEED=S to replay one
+fuzz: system-fuzz venv jars  ## model-based test: SEEDS=N random scenarios (default 20) from seed FROM (default 1000), or SEED=S to replay one
 	TZ=Europe/Berlin TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_FROM=$(FROM) TIDEMARK_FUZZ_SEED=$(SEED) \
 		$(BIN)/pytest -m integration \
 		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
 
-fuzz-found: venv jars  ## the model test's seeds that found a fault an example test now covers (FOUND_SEEDS; about 5 minutes)
+fuzz-found: system-fuzz-found venv jars  ## the model test's seeds that found a fault an example test now covers (FOUND_SEEDS; about 5 minutes)
 	TZ=Europe/Berlin TIDEMARK_FUZZ_FOUND=1 $(BIN)/pytest -m integration \
 		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
 
-images: venv jars  ## build the compose stack's images offline: Debian base (mmdebstrap), wheelhouse, jars (root; about 6 min)
+images: system-images venv jars  ## build the compose stack's images offline: Debian base (mmdebstrap), wheelhouse, jars (root; about 6 min)
 	docker/engine.sh start
 	PY=$(abspath $(BIN))/python docker/build-images.sh
 
 # Not part of `make test` nor of CI: it needs root (or a running Docker engine) and takes about 8 minutes
 # on built images, 25 from a fresh machine. Every issue touching deployment, configuration or the
 # image runs it before it is resolved (README, Tests).
-compose-test: venv jars  ## the compose stack end to end on the local images (tests/compose); stops a dockerd it started
+compose-test: system-compose-test venv jars  ## the compose stack end to end on the local images (tests/compose); stops a dockerd it started
 	docker/engine.sh start && \
 	PY=$(abspath $(BIN))/python docker/build-images.sh \
 		&& COMPOSE_BAKE=false $(BIN)/pytest -m compose -p no:cacheprovider --durations=10 tests/compose; \
 	status=$$?; docker/engine.sh stop; exit $$status
 
-lock:  ## re-resolve requirements.lock from requirements.in
+# `make demo` then `make test` on a machine with nothing but Debian 12's minimal system and make: a
+# container of a root filesystem mmdebstrap makes, on the host's network (docker/fresh-machine.sh). It
+# shows that the two commands install what they need. Root; about 45 minutes; not in CI.
+test-fresh: system-test-fresh  ## `make demo` and `make test` in a fresh Debian 12 container, as a new machine runs them (root; about 45 min)
+	docker/engine.sh start && docker/fresh-machine.sh; \
+	status=$$?; docker/engine.sh stop; exit $$status
+
+lock: system-lock  ## re-resolve requirements.lock from requirements.in
 	$(BIN)/uv pip compile -q --generate-hashes --python-version 3.11 requirements.in -o requirements.lock
 
 clean: down  ## stop services and delete .venv and .tidemark (data included)

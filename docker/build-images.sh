@@ -25,27 +25,10 @@ REBUILD_BASE=${1:-}
 # The classic builder: BuildKit would need the buildx plugin with a recent CLI, and nothing here needs it.
 export DOCKER_BUILDKIT=0
 
-mirrors=("deb http://deb.debian.org/debian $SUITE main"
-         "deb http://deb.debian.org/debian $SUITE-updates main"
-         "deb http://deb.debian.org/debian-security $SUITE-security main")
-# Man pages, docs and locales are left out; openjdk's post-install needs the man1 directory anyway.
-slim=(--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
-      --dpkgopt='path-include=/usr/share/locale/locale.alias' --dpkgopt='path-exclude=/usr/share/doc/*'
-      --dpkgopt='path-include=/usr/share/doc/*/copyright' --essential-hook='mkdir -p "$1/usr/share/man/man1"')
-
-# A Debian root filesystem from Debian's packages, streamed into `docker import` (no registry).
-import_rootfs() {  # IMAGE PACKAGES [extra mmdebstrap options...]
-    local image=$1 packages=$2; shift 2
-    if [ -z "$REBUILD_BASE" ] && docker image inspect "$image" >/dev/null 2>&1; then
-        echo "== $image exists (docker/build-images.sh --rebuild-base to rebuild it)"; return
-    fi
-    echo "== $image: mmdebstrap $SUITE minbase + $packages"
-    nice -n 10 mmdebstrap --mode=root --variant=minbase --format=tar --include="$packages" \
-        "${slim[@]}" "$@" "$SUITE" - "${mirrors[@]}" \
-    | docker import -c 'ENV LANG=C.UTF-8' -c 'ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64' \
-        -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' -c 'CMD ["/bin/bash"]' \
-        -m "mmdebstrap $SUITE minbase + $packages" - "$image"
-}
+# import_rootfs: a Debian root filesystem from Debian's packages, as a local image (docker/rootfs.sh).
+# shellcheck source=docker/rootfs.sh
+. docker/rootfs.sh
+ROOTFS_ENV=(LANG=C.UTF-8 JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64)
 
 import_rootfs "$BASE_IMAGE" openjdk-17-jre-headless,python3,python3-venv,ca-certificates,curl,procps,passwd
 # postgresql-common's post-install creates a cluster `main`; the entrypoint makes its own in the volume.

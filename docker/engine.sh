@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The Docker engine `make images` and `make compose-test` need, installed from registries this
-# machine reaches when it is missing (run as root):
-#   * dockerd, containerd, runc: Debian 12's docker.io (engine 20.10, API 1.41); mmdebstrap builds
-#     the Debian root filesystems of the local images.
+# The Docker engine `make images`, `make compose-test` and `make test-fresh` need (run as root):
+#   * dockerd, containerd, runc (Debian 12's docker.io, engine 20.10, API 1.41) and mmdebstrap, which
+#     builds the Debian root filesystems of the local images: those make targets install them first
+#     (tools/system-packages.sh, their system-<target> step).
 #   * the Compose v2 CLI plugin, pinned to COMPOSE_VERSION: built from its Go module (the Go module
 #     proxy) with the host's Go, or with the Go toolchain module golang.org/toolchain when there is
 #     no Go 1.24+ on the machine.
@@ -18,17 +18,6 @@ WORK=$(pwd)/.tidemark/docker
 PLUGIN=/usr/local/lib/docker/cli-plugins/docker-compose
 PID_FILE=$WORK/dockerd.pid
 mkdir -p "$WORK"
-
-install_packages() {
-    local need=()
-    command -v dockerd >/dev/null || need+=(docker.io)
-    command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
-    [ ${#need[@]} -eq 0 ] && return
-    echo "engine.sh: apt-get install ${need[*]}"
-    apt-get update -qq
-    # Without --no-install-recommends apt also brings apparmor, criu and needrestart.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-}
 
 # A Go that can build compose: the machine's if new enough, else the toolchain module from the proxy.
 go_binary() {
@@ -64,7 +53,10 @@ install_compose() {
 }
 
 start() {
-    install_packages
+    command -v dockerd >/dev/null || {
+        echo "engine.sh: no Docker engine here; run it through make (make images installs it) or: tools/system-packages.sh images" >&2
+        exit 1
+    }
     if ! docker info >/dev/null 2>&1; then
         [ "$(id -u)" -eq 0 ] || { echo "engine.sh: no Docker engine answers, and only root can start one" >&2; exit 1; }
         echo "engine.sh: starting dockerd (log: $WORK/dockerd.log)"
