@@ -25,14 +25,29 @@ ROOTFS_ENV=(LANG=C.UTF-8)
 . docker/rootfs.sh
 
 import_rootfs "$IMAGE" make,ca-certificates
+mkdir -p "$WORK"
+
+# The machine's own trust: the certificates this host trusts that Debian's ca-certificates does not
+# (where the network inspects TLS, its proxy's CA) are the fresh machine's too, as on every machine of
+# this network; tidemark installs none of them. Without them PyPI and Maven Central fail TLS inside.
+docker run --rm "$IMAGE" cat /etc/ssl/certs/ca-certificates.crt > "$WORK/debian-bundle.crt"
+rm -rf "$WORK/host-trust" && mkdir -p "$WORK/host-trust"
+python3 - /etc/ssl/certs/ca-certificates.crt "$WORK/debian-bundle.crt" "$WORK/host-trust" <<'PY'
+import pathlib, re, sys
+pem = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.S)
+host, debian = (pem.findall(open(path).read()) for path in sys.argv[1:3])
+for n, certificate in enumerate(c for c in host if c not in set(debian)):
+    pathlib.Path(sys.argv[3], f"host-{n}.crt").write_text(certificate + "\n")
+PY
 
 echo "== a clone of $(git rev-parse --short HEAD) in $WORK/src"
-rm -rf "$WORK/src" && mkdir -p "$WORK"
+rm -rf "$WORK/src"
 git clone -q --no-local "$ROOT" "$WORK/src"
 
 # The steps inside the machine; each prints its time, and any failure fails the run.
 read -r -d '' steps <<'STEPS' || true
 set -euo pipefail
+update-ca-certificates >/dev/null
 step() { echo "== fresh machine: $*"; started=$SECONDS; }
 took() { echo "== fresh machine: took $((SECONDS - started)) s"; }
 
@@ -59,5 +74,6 @@ command -v chromium chromedriver
 make down
 STEPS
 
-docker run --rm --network host --shm-size 1g -v "$WORK/src:/src" -w /src "$IMAGE" bash -c "$steps"
+docker run --rm --network host --shm-size 1g -v "$WORK/src:/src" -w /src \
+    -v "$WORK/host-trust:/usr/local/share/ca-certificates/host-trust:ro" "$IMAGE" bash -c "$steps"
 echo "== fresh machine: all steps passed"

@@ -46,7 +46,8 @@ def selections(name: str) -> list[str]:
     prerequisites, recipe = target(name)
     found = re.findall(r'pytest -m (?:"([^"]+)"|(\S+))', recipe)
     own = [quoted or bare for quoted, bare in found]
-    return own + [e for p in prerequisites if p not in {"venv", "jars", "jars-s3"} for e in selections(p)]
+    setup = {"venv", "jars", "jars-s3"}
+    return own + [e for p in prerequisites if p not in setup and not p.startswith("system-") for e in selections(p)]
 
 
 def test_ci_runs_the_readmes_test_suite() -> None:
