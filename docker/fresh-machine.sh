@@ -74,6 +74,11 @@ command -v chromium chromedriver
 make down
 STEPS
 
-docker run --rm --network host --shm-size 1g -v "$WORK/src:/src" -w /src \
+# And the machine's environment that points programs at that trust (uv reads SSL_CERT_FILE).
+trust_env=()
+for name in SSL_CERT_FILE SSL_CERT_DIR REQUESTS_CA_BUNDLE CURL_CA_BUNDLE PIP_CERT; do
+    [ -n "${!name:-}" ] && trust_env+=(-e "$name")
+done
+docker run --rm --network host "${trust_env[@]}" --shm-size 1g -v "$WORK/src:/src" -w /src \
     -v "$WORK/host-trust:/usr/local/share/ca-certificates/host-trust:ro" "$IMAGE" bash -c "$steps"
 echo "== fresh machine: all steps passed"
