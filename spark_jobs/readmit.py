@@ -24,6 +24,7 @@ would come back.
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -67,6 +68,25 @@ class Selection:
                 raise ConfigError(f"{t.isoformat()} has no UTC offset; write it with one, e.g. 2026-03-01T00:00:00Z")
         if self.from_time and self.to_time and self.from_time >= self.to_time:
             raise ConfigError(f"--from-time {self.from_time.isoformat()} is not before --to-time")
+
+    def document(self, within: list[PartitionRange] | None = None) -> dict:
+        """What a readmit batch records of its selection (``readmit_selections``), ``within`` a repair's ranges."""
+        return {
+            "reason": self.reason,
+            "from_time": self.from_time and self.from_time.isoformat(),
+            "to_time": self.to_time and self.to_time.isoformat(),
+            "offsets": {str(p): list(span) for p, span in sorted(self.offsets.items())},
+            "within": None if within is None else [[r.topic, r.partition, r.start, r.end] for r in within],
+        }
+
+    @classmethod
+    def from_document(cls, document: dict) -> tuple[Selection, list[PartitionRange] | None]:
+        """The selection and the ``within`` ranges :meth:`document` recorded."""
+        time = lambda key: document[key] and datetime.fromisoformat(document[key])  # noqa: E731
+        offsets = {int(p): (span[0], span[1]) for p, span in document["offsets"].items()}
+        within = document["within"]
+        ranges = None if within is None else [PartitionRange(t, p, start, end) for t, p, start, end in within]
+        return cls(document["reason"], time("from_time"), time("to_time"), offsets), ranges
 
     def describe(self) -> str:
         parts = [f"reason {self.reason!r}"] if self.reason else []
@@ -176,14 +196,10 @@ def readmit_holding(
             with db.transaction(settings.pipeline_dsn) as cur:
                 unfinished = ledger.unfinished_attempts(cur, pipeline)
             for batch_id, spans in unfinished:
-                rows = checked_again(selected(spark, settings, Selection()).where(delta.range_filter(spans)), settings)
-                back = frozen.freeze(rows.where("back"))
+                back = frozen.freeze(stopped_batchs_records(spark, settings, pipeline, batch_id, spans))
                 line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, fault)
                 finished.append(f"finished the readmit that stopped before its ledger commit: {line}")
-        chosen = selected(spark, settings, selection)
-        if within is not None:
-            chosen = chosen.where(delta.range_filter(within))
-        rows = frozen.freeze(checked_again(chosen, settings))
+        rows = frozen.freeze(checked_again(chosen_records(spark, settings, selection, within), settings))
         counts = rows.groupBy("reason").agg(F.count(F.lit(1)).alias("n"), F.count_if("back").alias("back"))
         in_order = counts.orderBy(F.desc("n"), "reason").collect()
         reasons = [ReasonOutcome(r["reason"], r["n"], r["back"]) for r in in_order]
@@ -199,9 +215,49 @@ def readmit_holding(
         ]  # fmt: skip
         with db.transaction(settings.pipeline_dsn) as cur:
             batch_id = ledger.next_batch_id(cur, pipeline)
+            record_selection(cur, pipeline, batch_id, selection.document(within))
         line = _write(spark, settings, lease, frozen, pipeline, batch_id, spans, back, fault)
         outcome.batches.append(line)
     return outcome
+
+
+def chosen_records(
+    spark: SparkSession, settings: Settings, selection: Selection, within: list[PartitionRange] | None
+) -> DataFrame:
+    """The quarantine rows of ``selection``, only those in ``within`` when given."""
+    chosen = selected(spark, settings, selection)
+    return chosen if within is None else chosen.where(delta.range_filter(within))
+
+
+def stopped_batchs_records(
+    spark: SparkSession, settings: Settings, pipeline: str, batch_id: int, spans: list[PartitionRange]
+) -> DataFrame:
+    """What readmit batch ``batch_id``, stopped before its ledger commit over ``spans``, brings back: the
+    quarantine rows in ``spans`` of the selection it recorded (every row, for a batch of a version that
+    recorded none) that the contract accepts now, and those it wrote already to another record table
+    whatever the contract says now (a fix reverted since): left in quarantine, they would be held twice."""
+    from pyspark.sql import functions as F
+
+    with db.transaction(settings.pipeline_dsn) as cur:
+        cur.execute(
+            "SELECT selection FROM readmit_selections WHERE pipeline = %s AND batch_id = %s", (pipeline, batch_id)
+        )
+        row = cur.fetchone()
+    selection, within = (Selection(), None) if row is None else Selection.from_document(row[0])
+    rows = checked_again(chosen_records(spark, settings, selection, within).where(delta.range_filter(spans)), settings)
+    written = delta.held(spark, settings, spans).where(F.col("table") != "quarantine").select(*COORDINATES).distinct()
+    rows = rows.join(written.withColumn("written", F.lit(True)), list(COORDINATES), "left")
+    return rows.where(F.col("back") | F.col("written").isNotNull()).drop("written")
+
+
+def record_selection(cur, pipeline: str, batch_id: int, document: dict) -> None:
+    """Record what readmit batch ``batch_id`` selects, before its attempt (a batch id whose attempt never
+    began is taken again by the next readmit, with its own selection)."""
+    cur.execute(
+        """INSERT INTO readmit_selections (pipeline, batch_id, selection) VALUES (%s, %s, %s)
+           ON CONFLICT (pipeline, batch_id) DO UPDATE SET selection = EXCLUDED.selection, recorded_at = now()""",
+        (pipeline, batch_id, json.dumps(document)),
+    )
 
 
 def _write(

@@ -221,3 +221,54 @@ def test_a_fenced_readmits_write_that_another_readmit_finished_is_in_the_tables_
     assert_offset_coverage(spark, web, 4)
     assert_sessions_follow_events(spark, web)
     assert_settings_sinks_agree(spark, web, prefix)
+
+
+def test_an_unfinished_readmit_is_finished_with_its_own_selection_whatever_the_next_runs_flags_and_contract(
+    spark, web: Settings
+) -> None:
+    """A readmit of one reason stops after ``events`` holds its records and before they leave quarantine.
+    The fix is then reverted, and another fixed reason in the same offsets stays fixed. The run that
+    finishes the stopped batch selects what that batch selected (its reason), not its own flags nor
+    every record in the batch's offsets; the records the stopped batch wrote leave quarantine whatever
+    the contract says now (else they would be in two tables), and the other reason's record waits for
+    a readmit that selects it."""
+    schema = json.loads(json.dumps(web.contract().schema))
+    schema["properties"]["properties"]["properties"]["channel"] = {"enum": ["web", "app"]}
+    redeclare(web, schema=schema)
+    prefix = f"s{uuid.uuid4().hex[:6]}-"
+    visit = visits(prefix)
+    email = {**visit(2, "page"), "properties": {"channel": "email"}}
+    send_web(web, [visit(0, "page"), visit(1, "identify"), email, visit(3, "identify"), visit(4, "page")])
+    ingest.run_scheduled(spark, web)
+    reasons = sorted(r["reason"] for r in delta_rows(spark, web, "quarantine"))
+    [channel] = [r for r in reasons if r != ENUM]
+    assert reasons == sorted([ENUM, ENUM, channel]) and "/properties/channel" in channel, reasons
+
+    fixed = json.loads(json.dumps(schema))
+    fixed["properties"]["event"]["enum"].append("identify")
+    fixed["properties"]["properties"]["properties"]["channel"]["enum"].append("email")
+    redeclare(web, schema=fixed)
+    with pytest.raises(InjectedCrash):
+        readmit.readmit(spark, web, readmit.Selection(reason=ENUM), fault=crash_at("write:quarantine:readmitted"))
+    assert len(delta_rows(spark, web, "events")) == 4 and len(delta_rows(spark, web, "quarantine")) == 3
+
+    schema["properties"]["properties"]["properties"]["channel"]["enum"].append("email")  # "identify" reverted
+    redeclare(web, schema=schema)
+    done = readmit.readmit(spark, web, readmit.Selection(reason="no record has this reason"))
+    assert "finished the readmit that stopped before its ledger commit" in done.describe(), done.describe()
+    assert [r["reason"] for r in delta_rows(spark, web, "quarantine")] == [channel], done.describe()
+    assert sorted(r["event_id"] for r in delta_rows(spark, web, "events")) == [f"{prefix}m{i}" for i in (0, 1, 3, 4)]
+    assert_offset_coverage(spark, web, 5)
+    assert [(reason, n) for reason, n in query(web, "SELECT reason, records FROM readmitted_reasons")] == [(ENUM, 2)]
+    with db.transaction(web.pipeline_dsn) as cur:
+        assert {q.reason: q.records for q in quarantine.totals(cur)} == {channel: 1}
+    assert_sessions_follow_events(spark, web)
+    assert_settings_sinks_agree(spark, web, prefix)
+    report = reconcile.run(web, "after-finish", lambda: spark)
+    assert report is not None and report.status == "ok", report.findings()
+
+    # The other reason comes back when a readmit selects it.
+    again = readmit.readmit(spark, web, readmit.Selection(reason=channel))
+    assert again.back == 1 and delta_rows(spark, web, "quarantine") == []
+    assert_offset_coverage(spark, web, 5)
+    assert_settings_sinks_agree(spark, web, prefix)
