@@ -107,7 +107,7 @@ install() {  # TARGET REASONS PACKAGE...
     fi
     echo "tidemark: make $target installs $* with apt-get ($reasons)"
     "${sudo[@]}" apt-get update -qq
-    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes apt-get install -y -qq --no-install-recommends "$@" >/dev/null
     local left
     left=$(main --missing "$target")
     if [ -n "$left" ]; then
