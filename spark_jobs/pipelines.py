@@ -48,6 +48,7 @@ RESERVED_NAMES = {
 # Kafka's rule for topic names.
 TOPIC_PATTERN = "^[A-Za-z0-9._-]{1,249}$"
 # The Spark SQL types a typed column may have.
+JSON_TYPES = ("string", "number", "integer", "boolean", "object", "array", "null")
 COLUMN_TYPES = ("string", "boolean", "int", "bigint", "long", "double", "date", "timestamp")
 DECIMAL_PATTERN = re.compile(r"decimal\((\d{1,2}),\s*(\d{1,2})\)")
 # Columns every pipeline's events table has; a typed column may not take one of these names.
@@ -618,7 +619,10 @@ def _contract_schema(value: Any, folder: Path) -> tuple[dict[str, Any], str | No
         Draft202012Validator.check_schema(value)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path)
-        return {}, f"is not a valid JSON Schema: {where + ': ' if where else ''}{exc.message}"
+        message = exc.message
+        if exc.absolute_path and exc.absolute_path[-1] == "type":  # the meta-schema's anyOf names no type
+            message = f"{exc.instance!r} is not a JSON Schema type: {', '.join(JSON_TYPES)}, or a list of them"
+        return {}, f"is not a valid JSON Schema: {where + ': ' if where else ''}{message}"
     if _types(value) != ("object",):
         return {}, 'must declare the value an object ("type": "object")'
     return value, None

@@ -172,7 +172,8 @@ def change(path: str, value: object, delete: bool = False) -> dict:
             "2.contract.schema",
             {"type": "object", "properties": {"order": {"type": "thing"}}},
             "pipelines.yaml: pipeline 'orders': contract.schema: is not a valid JSON Schema: properties/order/type: "
-            "'thing' is not valid under any of the given schemas",
+            "'thing' is not a JSON Schema type: string, number, integer, boolean, object, array, null, "
+            "or a list of them",
         ),
         (
             "2.contract.schema",
