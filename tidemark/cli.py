@@ -283,11 +283,14 @@ def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     print("\n".join(quarantine_table(totals)))
     for t in totals:
-        print(f"\n{t.reason}: the latest {len(samples[t.reason])} of {t.records:,}")
-        print("\n".join(f"  {sample.describe()}" for sample in samples[t.reason]))
+        if samples[t.reason]:
+            shown = len(samples[t.reason])
+            print(f"\n{t.reason}: {shown} sample record{'s' * (shown != 1)} of {t.records:,}, the latest first")
+            print("\n".join(f"  {sample.describe()}" for sample in samples[t.reason]))
     print(
-        f"\nThe samples are the first {quarantine.SAMPLES} records of each reason in each batch; every quarantined "
-        f"record, with its whole key and value, is in the Delta table {settings.table_path('quarantine')}."
+        f"\nEach batch keeps the first {quarantine.SAMPLES} records of each reason as samples (--limit N shows up to N "
+        f"a reason, 0 none); every quarantined record, with its whole key and value, is in the Delta table "
+        f"{settings.table_path('quarantine')}."
     )
     return 0
 
@@ -438,7 +441,11 @@ def build_parser() -> argparse.ArgumentParser:
     quarantine = sub.add_parser("quarantine", help="quarantined records by reason, with sample records")
     quarantine.add_argument("--reason", help="only this reason (as listed, e.g. invalid_json)")
     quarantine.add_argument(
-        "--limit", type=positive, default=SAMPLES, metavar="N", help="sample records per reason (default %(default)s)"
+        "--limit",
+        type=non_negative,
+        default=SAMPLES,
+        metavar="N",
+        help="sample records per reason (default %(default)s; 0: the table alone)",
     )
     from spark_jobs.readmit import add_arguments as add_readmit_arguments
 

@@ -559,8 +559,12 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
     assert 'value "{\\"also\\": not json}"' in shown.stdout and 'key "someone-else"' in shown.stdout
     one = tidemark(["quarantine", "--reason", "not_utf8", "--limit", "1"], env, tmp_path)
     assert one.returncode == 0, one.stderr
-    assert "not_utf8: the latest 1 of 1" in one.stdout and "value 0xfffe7b7d\n" in one.stdout, one.stdout
-    assert "invalid_json" not in one.stdout
+    assert "not_utf8: 1 sample record of 1, the latest first" in one.stdout, one.stdout
+    assert "value 0xfffe7b7d\n" in one.stdout and "invalid_json" not in one.stdout, one.stdout
+    summary = tidemark(["quarantine", "--limit", "0"], env, tmp_path)  # the table alone
+    assert summary.returncode == 0, summary.stderr
+    assert re.search(r"^\s*3\s+invalid_json\s+\d{4}-", summary.stdout, re.M), summary.stdout
+    assert "sample record" not in summary.stdout and "offset" not in summary.stdout, summary.stdout
 
     # A run with nothing new is a run too: it says when the pipeline last ran.
     assert ingest.run_scheduled(spark, settings) == []
