@@ -17,7 +17,8 @@ written with the Prometheus client library in its text format. Every series has 
 * ``tidemark_open_findings{kind}``: findings no check or operator has closed;
 * ``tidemark_verdict{status}`` (1 for the latest run's status) and
   ``tidemark_verdict_timestamp_seconds``: the latest reconcile verdict and when it was counted;
-* ``tidemark_lost_offsets_total``: offsets acknowledged as lost to retention.
+* ``tidemark_lost_offsets_total``: offsets acknowledged as lost to retention (0 for a partition
+  that lost none).
 """
 
 from __future__ import annotations
@@ -134,7 +135,9 @@ class StateCollector:
                 for each in sorted({*STATUSES, status}):
                     verdict.add_metric([name, each], 1.0 if each == status else 0.0)
                 when.add_metric([name], counted_at.timestamp())
-            for (topic, partition), n in sorted(s.lost.items()):
+            # Every partition the pipeline reads has a series, at 0 until it loses offsets.
+            partitions = {(topic, partition): 0 for topic, partition, *_ in s.lag} | dict(s.lost)
+            for (topic, partition), n in sorted(partitions.items()):
                 lost.add_metric([name, topic, str(partition)], float(n))
         yield from (records, batches, last, finished, lag_records, lag_seconds, findings, verdict, when, lost)
 

@@ -214,6 +214,13 @@ def test_the_metrics_say_each_pipelines_state_in_prometheus_text_format() -> Non
     assert samples[("tidemark_records_total", (("outcome", "read"), ("pipeline", "web"), ("run", "ingest"),
                                                 ("topic", "web")))] == 5  # fmt: skip
     assert samples[("tidemark_open_findings", (("kind", "range"), ("pipeline", "web")))] == 0
+    # A partition that lost nothing has its series at 0, so increase() and an alert on it work from the start.
+    lost = {labels: v for (name, labels), v in samples.items() if name == "tidemark_lost_offsets_total"}
+    assert lost == {
+        (("partition", "0"), ("pipeline", "events"), ("topic", "events")): 0,
+        (("partition", "1"), ("pipeline", "events"), ("topic", "events")): 120,
+        (("partition", "0"), ("pipeline", "web"), ("topic", "web")): 0,
+    }
 
 
 def test_a_scraper_token_is_only_what_tidemark_metrics_token_says(monkeypatch) -> None:
