@@ -21,6 +21,7 @@ from urllib.parse import urlencode
 # FastAPI reads a route's annotations from this module's globals (they are strings here).
 from fastapi import Request
 
+from tidemark_airflow.metrics import run_kind
 from tidemark_airflow.pipelines import dag_id
 
 STATUS_COLOURS = {"ok": "#2e7d32", "mismatch": "#c62828", "lagging": "#ef6c00", "counted": "#757575"}
@@ -290,9 +291,9 @@ def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
     for r in runs:
         for outcome, n in (("accepted", r.accepted), ("duplicates", r.duplicates), ("quarantined", r.quarantined)):
             records[outcome].append(Point(r.finished_at, float(n)))
-        throughput[r.pipeline].append(Point(r.finished_at, r.records_per_second))
+        throughput[run_kind(r.pipeline)].append(Point(r.finished_at, r.records_per_second))
     rows = [
-        '<h3>Ingest runs</h3><table id="ingest-runs"><tr><th>finished</th><th>pipeline</th><th>started by</th>'
+        '<h3>Ingest runs</h3><table id="ingest-runs"><tr><th>finished</th><th>run</th><th>started by</th>'
         "<th class=num>batches</th><th class=num>read</th><th class=num>accepted</th><th class=num>duplicates</th>"
         "<th class=num>quarantined</th><th class=num>sessions written</th><th class=num>duration (s)</th>"
         "<th class=num>records/s</th><th>outcome</th></tr>"
@@ -300,7 +301,8 @@ def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
     for r in runs:
         outcome = "finished" if r.failure is None else f'<span style="color:#c62828">failed: {e(r.failure)}</span>'
         rows.append(
-            f"<tr><td>{r.finished_at:%Y-%m-%d %H:%M:%S}</td><td>{e(r.pipeline)}</td><td>{started_by(r.started_by)}</td>"
+            f"<tr><td>{r.finished_at:%Y-%m-%d %H:%M:%S}</td><td>{e(run_kind(r.pipeline))}</td>"
+            f"<td>{started_by(r.started_by)}</td>"
             f"<td class=num>{r.batches:,}</td><td class=num>{r.records_read:,}</td><td class=num>{r.accepted:,}</td>"
             f"<td class=num>{r.duplicates:,}</td><td class=num>{r.quarantined:,}</td>"
             f"<td class=num>{r.sessions_written:,}</td><td class=num>{r.seconds:,.1f}</td>"

@@ -95,14 +95,16 @@ def test_the_overview_shows_each_ingest_run_and_the_quarantine_by_reason_with_sa
     )  # fmt: skip
     page = render_overview(overview)
     assert (
-        '<td>ingest:events</td><td><a target="_top" href="../dags/tidemark_ingest/runs/'
+        '<td>ingest</td><td><a target="_top" href="../dags/tidemark_ingest/runs/'
         'manual__2026-11-21T08%3A00%3A00%2B00%3A00">tidemark_ingest manual__2026-11-21T08:00:00+00:00</a></td>'
     ) in page
     assert "<td class=num>1,000</td><td class=num>900</td><td class=num>60</td><td class=num>40</td>" in page
     assert "<td class=num>120</td><td class=num>40.0</td><td class=num>25</td><td>finished</td>" in page  # 40 s
     # A failed run says why, escaped.
     assert ">failed: another run holds the writer lock of &lt;events&gt;</span></td></tr>" in page
-    assert "<td>backfill:events</td><td>cli</td>" in page
+    assert "<td>backfill</td><td>cli</td>" in page
+    # The run's kind, not the ledger's name for it ("ingest:events"): the section is the pipeline's already.
+    assert "<th>run</th><th>started by</th>" in page and "ingest:events" not in page
     assert "<td>invalid_json</td><td class=num>40</td>" in page
     assert (
         "events p0 offset 17 (2026-11-21T07:59:00.000Z): key &quot;u-1&quot;, value &quot;{not &lt;json&gt;&quot;"
