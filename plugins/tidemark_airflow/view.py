@@ -36,7 +36,8 @@ class Point:
 
 def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int = 640, height: int = 220) -> str:
     """An SVG step chart, one polyline per series, time on x (oldest left): a sample holds until the
-    next one (a backlog that stays flat between two samples is drawn flat, not as a slope)."""
+    next one (a backlog that stays flat between two samples is drawn flat, not as a slope). A series of
+    one sample is a dot."""
     points = [p for line in series.values() for p in line]
     head = f'<figure class="chart"><figcaption>{html.escape(title)}</figcaption>'
     if not points:
@@ -47,8 +48,9 @@ def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int
     v1 = max(max(p.value for p in points), 1.0)
 
     def x(at: datetime) -> float:
-        span = (t1 - t0) or 1.0
-        return left + (at.timestamp() - t0) / span * (width - left - right)
+        if t1 == t0:  # one time only: in the middle
+            return (left + width - right) / 2
+        return left + (at.timestamp() - t0) / (t1 - t0) * (width - left - right)
 
     def y(value: float) -> float:
         return top + (1 - value / v1) * (height - top - bottom)
@@ -60,10 +62,18 @@ def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y(0):.1f}" stroke="#999"/>',
         f'<text x="{left - 6}" y="{top + 4}" text-anchor="end" font-size="11">{html.escape(top_label)}</text>',
         f'<text x="{left - 6}" y="{y(0):.1f}" text-anchor="end" font-size="11">0</text>',
-        f'<text x="{left}" y="{height - 8}" font-size="11">{datetime.fromtimestamp(t0):%Y-%m-%d %H:%M}</text>',
-        f'<text x="{width - right}" y="{height - 8}" text-anchor="end" font-size="11">'
-        f"{datetime.fromtimestamp(t1):%Y-%m-%d %H:%M}</text>",
     ]
+    if t1 == t0:
+        parts.append(
+            f'<text x="{x(points[0].at):.1f}" y="{height - 8}" text-anchor="middle" font-size="11">'
+            f"{datetime.fromtimestamp(t0):%Y-%m-%d %H:%M}</text>"
+        )
+    else:
+        parts += [
+            f'<text x="{left}" y="{height - 8}" font-size="11">{datetime.fromtimestamp(t0):%Y-%m-%d %H:%M}</text>',
+            f'<text x="{width - right}" y="{height - 8}" text-anchor="end" font-size="11">'
+            f"{datetime.fromtimestamp(t1):%Y-%m-%d %H:%M}</text>",
+        ]
     legend = []
     for i, (name, line) in enumerate(sorted(series.items())):
         colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
@@ -77,6 +87,13 @@ def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int
             f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" points="{coords}">'
             f"<title>{html.escape(name)}</title></polyline>"
         )
+        if len(line) == 1:  # a polyline of one point draws nothing
+            [p] = line
+            value = f"{_number(p.value)} {unit}".strip()
+            parts.append(
+                f'<circle class="sample" cx="{x(p.at):.1f}" cy="{y(p.value):.1f}" r="4" fill="{colour}">'
+                f"<title>{html.escape(name)}: {html.escape(value)}</title></circle>"
+            )
         legend.append(f'<span style="color:{colour}">&#9632; {html.escape(name)}</span>')
     parts.append("</svg>")
     return head + "".join(parts) + f'<div class="legend">{" ".join(legend)}</div></figure>'

@@ -18,6 +18,21 @@ def test_a_line_chart_draws_one_polyline_per_series_scaled_to_the_largest_value(
     assert "no runs yet" in line_chart("Lag", "min", {})
 
 
+def test_a_series_of_one_sample_is_drawn_as_a_point() -> None:
+    """After a pipeline's first run each chart has one sample per series: a polyline of one point draws
+    nothing, so a lone sample is a dot (with its value), in the middle when it is the only time."""
+    import re
+
+    alone = line_chart("Records per run", "records", {"accepted": [Point(T0, 40)]})
+    [(cx, cy)] = re.findall(r'<circle class="sample" cx="([0-9.]+)" cy="([0-9.]+)"', alone)
+    [(left, right)] = re.findall(r'<line x1="([0-9.]+)" y1="[0-9.]+" x2="([0-9.]+)"', alone)[:1]
+    assert float(cx) == (float(left) + float(right)) / 2 and float(cy) == 10, alone  # the middle, at the top
+    assert "<title>accepted: 40 records</title>" in alone
+    assert alone.count(f"{T0.astimezone():%Y-%m-%d %H:%M}</text>") == 1, "one time, said once"
+    two = line_chart("Lag", "min", {"p0": [Point(T0, 1), Point(T0 + timedelta(hours=1), 2)], "p1": [Point(T0, 3)]})
+    assert two.count('<circle class="sample"') == 1, "only the series of one sample gets a dot"
+
+
 def test_a_chart_draws_steps_and_keeps_its_axis_label_whole() -> None:
     import re
 
