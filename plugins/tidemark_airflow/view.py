@@ -525,7 +525,8 @@ def create_app():  # -> fastapi.FastAPI
         run_id = (form.get("reconcile_run_id") or [""])[0].strip() or None
         status, answer = await _trigger(request, repair_dag, {"reconcile_run_id": run_id})
         if status != 200:
-            error = f"Airflow refused to trigger {repair_dag} ({status}): {answer.get('detail', answer)}"
+            refused = f"Airflow refused to trigger {repair_dag} ({status}): {answer.get('detail', answer)}"
+            error = answer["detail"] if answer.get("paused") else refused
             page = render_repair(run_id, *_repair_plan(settings, run_id or "", error), pipeline=settings.pipeline)
             return HTMLResponse(page, status_code=status)
         return RedirectResponse(f"../dags/{repair_dag}/runs/{quote(answer['dag_run_id'], safe='')}", 303)
@@ -596,8 +597,11 @@ async def _trigger(request, dag_id: str, conf: dict) -> tuple[int, dict]:  # a s
     airflow = cached_app(apps=os.environ.get("AIRFLOW_API_APPS", "all"))
     headers = {"Authorization": f"Bearer {token}", "Referer": str(request.url)}  # a referer: triggered from the UI
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=airflow), base_url="http://api-server") as client:
-        # As Airflow's own trigger form does: a paused DAG is unpaused (a manual-only DAG, it runs nothing else).
-        response = await client.patch(f"/api/v2/dags/{dag_id}", json={"is_paused": False}, headers=headers)
+        # A paused DAG stays paused (an operator's pause is deliberate), and its run would only wait.
+        response = await client.get(f"/api/v2/dags/{dag_id}", headers=headers)
+        if response.status_code == 200 and response.json().get("is_paused"):
+            paused = f"{dag_id} is paused: unpause it in Airflow (its toggle in the DAG list), then repair again"
+            return 409, {"detail": paused, "paused": True}
         if response.status_code == 200:
             response = await client.post(
                 f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}, headers=headers

@@ -402,7 +402,18 @@ def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button
     assert field.get_attribute("value") == "link-found"
     plan = browser.find_element(By.ID, "repair-plan").text
     assert plan.startswith("repair of reconcile run link-found:") and "recompute the sessions of" in plan, plan
+    # The repair DAG is paused (Airflow loads DAGs paused; an operator may pause it on purpose): the
+    # button does not unpause it, it says so and how to run the repair, and no run waits behind the pause.
+    api = Api(airflow)
+    assert api.get("/api/v2/dags/tidemark_repair")["is_paused"]
     browser.find_element(By.ID, "trigger-repair").click()
+    refused = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "repair-error")).text
+    assert "tidemark_repair is paused" in refused and "unpause it" in refused, refused
+    assert api.get("/api/v2/dags/tidemark_repair")["is_paused"], "the button unpaused the repair DAG"
+    assert api.get("/api/v2/dags/tidemark_repair/dagRuns")["total_entries"] == 0
+    api.patch("/api/v2/dags/tidemark_repair", {"is_paused": False})  # the operator's decision
+    browser.get(link)
+    WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "trigger-repair")).click()
 
     # Airflow's page of the new run opens; its state badge must reach Success.
     WebDriverWait(browser, 30).until(lambda d: "/dags/tidemark_repair/runs/" in d.current_url)
@@ -421,6 +432,7 @@ def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button
     assert len(query(settings, "SELECT 1 FROM sessions WHERE session_id = ANY(%s)", [s for (s,) in gone])) == 2
     assert query(settings, "SELECT count(*) FROM findings WHERE closed_at IS NULL") == [(0,)]
 
+    api.patch("/api/v2/dags/tidemark_repair", {"is_paused": True})
     # The page's own link goes to the same form; with no run given it names the latest mismatch.
     browser.get(airflow.url + "/tidemark/repair")
     assert "the latest reconcile run that found a mismatch" in browser.find_element(By.TAG_NAME, "h2").text
