@@ -17,6 +17,7 @@ written with the Prometheus client library in its text format. Every series has 
 * ``tidemark_open_findings{kind}``: findings no check or operator has closed;
 * ``tidemark_verdict{status}`` (1 for the latest run's status) and
   ``tidemark_verdict_timestamp_seconds``: the latest reconcile verdict and when it was counted;
+* ``tidemark_quarantined_records{reason}``: records in quarantine now (net of readmits);
 * ``tidemark_lost_offsets_total``: offsets acknowledged as lost to retention (0 for a partition
   that lost none).
 """
@@ -24,7 +25,7 @@ written with the Prometheus client library in its text format. Every series has 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 STATUSES = ("ok", "mismatch", "lagging")
 FINDING_KINDS = ("range", "gap", "sessions_sinks", "sessions_events")
@@ -45,10 +46,11 @@ class State:
     lost: dict[tuple[str, int], int]  # (topic, partition) -> offsets
     last_runs: list[tuple] = ()  # ledger pipeline, topic, when its latest run finished
     pipeline: str = "events"  # the pipelines file's name
+    quarantined: dict[str, int] = field(default_factory=dict)  # reason -> records still quarantined
 
 
 def read_state(cur, pipeline) -> State:  # psycopg2 cursor on the schema of the Pipeline
-    from spark_jobs import ledger, retention, runs
+    from spark_jobs import ledger, quarantine, retention, runs
     from spark_jobs.reconcile import history
 
     return State(
@@ -59,6 +61,7 @@ def read_state(cur, pipeline) -> State:  # psycopg2 cursor on the schema of the 
         retention.lost_per_partition(cur),
         runs.last_finished(cur),
         pipeline.name,
+        {t.reason: t.records for t in quarantine.totals(cur)},
     )
 
 
@@ -114,8 +117,15 @@ class StateCollector:
             "Offsets acknowledged as lost to retention",
             labels=["pipeline", "topic", "partition"],
         )
+        in_quarantine = GaugeMetricFamily(
+            "tidemark_quarantined_records",
+            "Records in quarantine now, per reason (net of readmits: what tidemark quarantine lists)",
+            labels=["pipeline", "reason"],
+        )
         for s in self.states:
             name = s.pipeline
+            for reason, n in sorted(s.quarantined.items()):
+                in_quarantine.add_metric([name, reason], float(n))
             for ledger_pipeline, topic, n, read, accepted, duplicates, quarantined, at in s.totals:
                 labels = [name, topic, run_kind(ledger_pipeline)]
                 if run_kind(ledger_pipeline) in LANDING_RUNS:
@@ -140,6 +150,7 @@ class StateCollector:
             for (topic, partition), n in sorted(partitions.items()):
                 lost.add_metric([name, topic, str(partition)], float(n))
         yield from (records, batches, last, finished, lag_records, lag_seconds, findings, verdict, when, lost)
+        yield in_quarantine
 
 
 def exposition(states: list[State]) -> bytes:

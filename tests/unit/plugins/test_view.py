@@ -240,6 +240,25 @@ def test_the_metrics_say_each_pipelines_state_in_prometheus_text_format() -> Non
     }
 
 
+def test_the_metrics_say_what_is_quarantined_now_per_reason() -> None:
+    """Net of what readmits brought back, as ``tidemark quarantine`` and the page say: an alert on a
+    reason that grows, and a readmit seen to empty it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tidemark_airflow.metrics import State, exposition
+
+    state = State(totals=[], lag=[], verdict=None, open_findings={}, lost={},
+                  quarantined={"invalid_json": 3, 'schema: enum at /event: "x"': 12})  # fmt: skip
+    families = {f.name: f for f in text_string_to_metric_families(exposition([state]).decode())}
+    family = families["tidemark_quarantined_records"]
+    assert family.type == "gauge" and "net of readmits" in family.documentation
+    assert {s.labels["reason"]: s.value for s in family.samples} == {
+        "invalid_json": 3,
+        'schema: enum at /event: "x"': 12,
+    }
+    assert {s.labels["pipeline"] for s in family.samples} == {"events"}
+
+
 def test_a_scraper_token_is_only_what_tidemark_metrics_token_says(monkeypatch) -> None:
     from tidemark_airflow.view import scraper_token_matches
 
