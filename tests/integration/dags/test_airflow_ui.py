@@ -539,6 +539,8 @@ def test_runs_of_two_pipelines_run_at_once_through_airflow_each_under_its_own_wr
 def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow: AirflowServices) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
+    from spark_jobs import db, quarantine
+
     settings = airflow.settings
     token = Api(airflow).token
     scrape = urllib.request.Request(airflow.url + "/tidemark/metrics", headers={"Authorization": f"Bearer {token}"})
@@ -565,6 +567,14 @@ def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow
     assert samples[("tidemark_verdict", (("pipeline", "events"), ("status", status)))] == 1
     [(open_findings,)] = query(settings, "SELECT count(*) FROM findings WHERE closed_at IS NULL")
     assert sum(v for (name, _), v in samples.items() if name == "tidemark_open_findings") == open_findings
+    # What is in quarantine now, per reason, as `tidemark quarantine` says it.
+    with db.transaction(settings.pipeline_dsn) as cur:
+        left = {t.reason: t.records for t in quarantine.totals(cur)}
+    assert left, "the module's earlier tests quarantined records"
+    shown = {
+        dict(labels)["reason"]: v for (name, labels), v in samples.items() if name == "tidemark_quarantined_records"
+    }
+    assert shown == left
     # Lag: per partition, the latest sample a reconcile run or a scheduled ingest run took.
     lag = query(
         settings,
