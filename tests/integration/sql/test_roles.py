@@ -149,7 +149,7 @@ def test_roles_script_is_idempotent_and_gives_the_pipeline_rows_only(roles: Role
                       "reconcile_ranges", "verified_ranges", "range_moves", "repairs", "reconcile_lag",
                       "pipeline_starts", "retention_losses", "writer_epochs", "write_attempts", "write_floors",
                       "findings", "ingest_runs", "ingest_lag", "quarantine_reasons", "readmitted_reasons",
-                      "readmit_attempts", "quarantine_attempts", "schema_migrations"}  # fmt: skip
+                      "readmit_attempts", "quarantine_attempts", "readmit_selections", "schema_migrations"}  # fmt: skip
     assert ("database", roles.dbname) in owned and ("schema", "public") not in owned  # pg_database_owner's
     assert owned_by(roles, roles.pipeline) == set()
 
