@@ -44,7 +44,7 @@ from spark_jobs.reconcile.findings import CHANGED, Report
 from spark_jobs.reconcile.ranges import LedgerRange, compare_ranges, merged_spans, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
-from spark_jobs.writer import BatchWriter, recompute_sessions
+from spark_jobs.writer import BatchWriter, Fault, recompute_sessions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -148,9 +148,14 @@ def load_plan(settings: Settings, run_id: str | None) -> RepairPlan:
 
 
 def repair(
-    spark: SparkSession, settings: Settings, run_id: str | None = None, repair_id: str | None = None
+    spark: SparkSession,
+    settings: Settings,
+    run_id: str | None = None,
+    repair_id: str | None = None,
+    fault: Fault | None = None,
 ) -> RepairOutcome:
-    """Repair the findings of ``run_id`` (default: the latest mismatch) that still hold, then re-check."""
+    """Repair the findings of ``run_id`` (default: the latest mismatch) that still hold, then re-check.
+    ``fault``, for the crash tests: called at the writer's fault points of each batch the repair writes."""
     run_id, findings = load_findings(settings, run_id)
     repair_id = repair_id or reconcile.new_run_id("repair")
     _record(settings, repair_id, run_id, [], None, "running")
@@ -167,7 +172,7 @@ def repair(
                 by_topic[r.topic].append(r)
             for topic, ranges in sorted(by_topic.items()):
                 clear = [r for r in plan.clear if r.topic == topic]
-                actions += _reprocess(spark, settings, lease, topic, ranges, clear, repair_id)
+                actions += _reprocess(spark, settings, lease, topic, ranges, clear, repair_id, fault)
             if plan.entities is None or plan.entities:
                 written, removed = recompute_sessions(spark, settings, lease, plan.entities)
                 who = "every entity" if plan.entities is None else f"{len(plan.entities):,} entities"
@@ -217,6 +222,7 @@ def _reprocess(
     ranges: list[PartitionRange],
     clear: list[PartitionRange],
     repair_id: str,
+    fault: Fault | None = None,
 ) -> list[str]:
     """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first."""
     held = watermarks(settings, topic)
@@ -239,7 +245,7 @@ def _reprocess(
     # Only what Kafka still holds is cleared: a row is never deleted unless it can be written again.
     clear = [c for c in map(can_read, clear) if c is not None]
     if clear:
-        actions += _readmit_first(spark, replace(settings, topic=topic), lease, clear)
+        actions += _readmit_first(spark, replace(settings, topic=topic), lease, clear, fault)
     before = _held(spark, settings, readable)
     if clear:
         with batch_commit(settings, lease):
@@ -253,8 +259,9 @@ def _reprocess(
         # Scoped by the repair: a batch id and ranges an earlier, failed repair used write afresh here
         # (this repair cleared what that one wrote).
         writer = BatchWriter(
-            spark, settings, lease, pipeline, lambda _, b=batch: b, scope=repair_id, topic_id=topic_id, rewrites=True
-        )
+            spark, settings, lease, pipeline, lambda _, b=batch: b, fault=fault, scope=repair_id, topic_id=topic_id,
+            rewrites=True,
+        )  # fmt: skip
         writer.write(read_range(spark, settings, batch), batch_id)
     after = _held(spark, settings, readable)
     for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):
@@ -263,13 +270,13 @@ def _reprocess(
 
 
 def _readmit_first(
-    spark: SparkSession, settings: Settings, lease: WriterLease, clear: list[PartitionRange]
+    spark: SparkSession, settings: Settings, lease: WriterLease, clear: list[PartitionRange], fault: Fault | None
 ) -> list[str]:
     """Readmit the quarantined records in ``clear`` that the contract accepts now (it was fixed since
     they were quarantined). Cleared and read again, they would go to ``events`` while the quarantine
     totals still counted them; readmitted, their batch records what left quarantine, crash-safe
     (:mod:`spark_jobs.readmit`), and the re-read finds them accepted as the readmit left them."""
-    came = readmit.readmit_holding(spark, settings, lease, readmit.Selection(), within=clear)
+    came = readmit.readmit_holding(spark, settings, lease, readmit.Selection(), fault=fault, within=clear)
     if not came.back and not came.batches:
         return []
     first = f"readmitted first the quarantined records in them that the contract accepts now: {came.back:,}"

@@ -29,6 +29,11 @@ from tests.integration.spark_jobs.checks import InjectedCrash
 RULES = SessionRules(gap=timedelta(minutes=10), max_length=timedelta(hours=1))
 START = datetime(2026, 10, 24, 22, tzinfo=UTC)  # the scenarios cross Europe/Berlin's clock change
 FAULT_WRITES = ("write:quarantine", "write:duplicates", "write:events", "write:sessions")
+# Every point of a batch a crash may strike (writer.FAULT_POINTS; a readmit's batch also leaves quarantine).
+EVERY_POINT = ("planned", *FAULT_WRITES, "write:quarantine:readmitted", "after_delta", "after_postgres")
+# How a run's pipeline is selected: its settings as the code builds them (for_pipeline), the README's variable
+# TIDEMARK_PIPELINE (with TIDEMARK_TOPIC still the default pipeline's), or --pipeline and --topic.
+SELECTIONS = ("settings", "variable", "flag")
 # A producer release's event type, which the model's contract (event_type "click" only) learns in a Fix step.
 RELEASE_TYPE = "signup"
 CONTRACT_TYPES = ["click"]
@@ -71,6 +76,7 @@ class Record:
                 "entity_id": self.entity_id,
                 "event_type": RELEASE_TYPE if self.pending else "click",
                 "event_time": event_time.isoformat(timespec="milliseconds"),
+                "n": self.event_time_ms % 1_000,  # an integer an Edit may declare as a typed column
             }  # fmt: skip
         ).encode()
 
@@ -189,19 +195,24 @@ class Scheduled:
     max_offsets_per_trigger: int | None
     crash: Crash | None = None
     erode: bool = False
+    select: str = "settings"  # one of SELECTIONS
 
     def __str__(self) -> str:
         erode = ", retention removes records while it runs" if self.erode else ""
-        return f"scheduled run (maxOffsetsPerTrigger={self.max_offsets_per_trigger}){erode}{_crash_text(self.crash)}"
+        return (
+            f"scheduled run (maxOffsetsPerTrigger={self.max_offsets_per_trigger}){_select_text(self.select)}{erode}"
+            f"{_crash_text(self.crash)}"
+        )
 
 
 @dataclass(frozen=True)
 class Backfill:
     offsets: dict[int, tuple[int, int]]  # partition -> [start, end)
     crash: Crash | None = None
+    select: str = "settings"  # one of SELECTIONS
 
     def __str__(self) -> str:
-        return f"backfill {self.offsets}{_crash_text(self.crash)}"
+        return f"backfill {self.offsets}{_select_text(self.select)}{_crash_text(self.crash)}"
 
 
 @dataclass(frozen=True)
@@ -222,9 +233,11 @@ class Tamper:
 
     what: str  # one of TAMPERS
     undo: bool
+    crash: Crash | None = None  # the repair crashes (then repairs again)
 
     def __str__(self) -> str:
-        return f"tamper: {self.what}{', undone before the repair' if self.undo else ''}; reconcile; repair"
+        repair = "repair" if self.crash is None else f"repair{_crash_text(self.crash)}"
+        return f"tamper: {self.what}{', undone before the repair' if self.undo else ''}; reconcile; {repair}"
 
 
 @dataclass(frozen=True)
@@ -254,7 +267,34 @@ class Readmit:
         return f"readmit the quarantined records the contract accepts now; reconcile{_crash_text(self.crash)}"
 
 
+@dataclass(frozen=True)
+class Edit:
+    """An edit of the pipeline's entry in the pipelines file between runs (one of EDITS):
+
+    * ``add a typed column``: ``n`` as ``int`` (a compatible change: the next run adds the column);
+    * ``change the column's type``: ``n`` as ``bigint`` once the table holds it as ``int``: the next run
+      is refused with one line naming the column, before any write; the edit is then undone;
+    * ``change the session rules``: before a readmit, which is refused before its first write; undone."""
+
+    what: str
+
+    def __str__(self) -> str:
+        return f"the pipelines file is edited: {self.what}"
+
+
+EDITS = ("add a typed column", "change the column's type", "change the session rules")
 TAMPERS = ("delete an event", "change an event", "delete a session")
+
+
+SELECTED_BY = {
+    "settings": "",
+    "variable": ", selected by TIDEMARK_PIPELINE",
+    "flag": ", selected by --pipeline and --topic",
+}
+
+
+def _select_text(select: str) -> str:
+    return SELECTED_BY[select]
 
 
 def _crash_text(crash: Crash | None) -> str:
@@ -276,7 +316,7 @@ def _ms(moment: datetime) -> int:
 class Scenario:
     seed: int
     partitions: int
-    steps: list[Produce | Scheduled | Backfill | Retention | Tamper | Fix | Readmit | Recreate] = field(
+    steps: list[Produce | Scheduled | Backfill | Retention | Tamper | Edit | Fix | Readmit | Recreate] = field(
         default_factory=list
     )
     rules: SessionRules = RULES
@@ -340,6 +380,7 @@ def generate(seed: int, prefix: str = "") -> Scenario:
         if ops.random() < 0.25:
             scenario.steps.append(Tamper(ops.choice(TAMPERS), undo=ops.random() < 0.3))
     _release(scenario, random.Random(seed * 31_337 + 4), entities, clock, sent, prefix)
+    _edits(scenario, random.Random(seed * 130_363 + 5))
     if ops.random() < 0.15:
         scenario.steps.append(Recreate())
     return scenario
@@ -374,6 +415,34 @@ def _release(
     if rng.random() < 0.5:  # a repair before the readmit re-reads quarantined records the fix accepts
         scenario.steps.append(Tamper("change an event", undo=False))
     scenario.steps.append(readmit)
+
+
+def _edits(scenario: Scenario, rng: random.Random) -> None:
+    """How each run selects its pipeline; crashes in repairs and at any point of a readmit; edits of the
+    pipelines file between steps (a typed column added, its type changed, the session rules changed before a
+    readmit). Drawn from a stream of their own, after the rest: the other steps of a seed stay as they were."""
+    steps = scenario.steps
+    for i, step in enumerate(steps):
+        if isinstance(step, Scheduled | Backfill):
+            steps[i] = replace(step, select=rng.choice(("settings", "settings", "variable", "flag")))
+        elif isinstance(step, Tamper) and rng.random() < 0.4:
+            steps[i] = replace(step, crash=Crash((rng.choice(EVERY_POINT),), batch=rng.choice((0, 0, 1))))
+        elif isinstance(step, Readmit) and step.crash is not None and rng.random() < 0.5:
+            points = tuple(p for p in EVERY_POINT if rng.random() < 0.3) or (rng.choice(EVERY_POINT),)
+            steps[i] = replace(step, crash=Crash(points, batch=0))
+    runs = [i for i, step in enumerate(steps) if isinstance(step, Scheduled | Backfill)]
+    edits: list[tuple[int, Edit]] = []  # (the index of the step it follows, the edit)
+    if rng.random() < 0.4:
+        added = rng.choice(runs[:-1] or runs)
+        edits.append((added, Edit(EDITS[0])))
+        later = [i for i in runs if i > added]
+        if later and rng.random() < 0.6:
+            edits.append((rng.choice(later), Edit(EDITS[1])))
+    readmits = [i for i, step in enumerate(steps) if isinstance(step, Readmit)]
+    if readmits and rng.random() < 0.4:
+        edits.append((readmits[0] - 1, Edit(EDITS[2])))
+    for after, edit in sorted(edits, key=lambda e: e[0], reverse=True):
+        steps.insert(after + 1, edit)
 
 
 def _random_crash(rng: random.Random) -> Crash:

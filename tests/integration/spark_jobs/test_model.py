@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -48,10 +49,12 @@ import yaml
 
 from spark_jobs import ingest, maintenance, quarantine, readmit, reconcile, repair
 from spark_jobs.db import transaction
-from spark_jobs.errors import DataLossError, TopicRecreated
+from spark_jobs.errors import ConfigError, ContractChanged, DataLossError, SessionRulesChanged, TopicRecreated
 from spark_jobs.offsets import ensure_topic, watermarks
+from spark_jobs.pipelines import PipelinesError
 from spark_jobs.planning import plan_backfill
 from spark_jobs.reconcile import history
+from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
 from tests.integration.spark_jobs.checks import (
     delete_records,
@@ -66,9 +69,11 @@ from tests.integration.spark_jobs.checks import (
 )
 from tests.integration.spark_jobs.model import (
     CONTRACT_TYPES,
+    EDITS,
     RELEASE_TYPE,
     Backfill,
     Crash,
+    Edit,
     Fix,
     Produce,
     Readmit,
@@ -83,9 +88,9 @@ from tests.integration.spark_jobs.model import (
     generate,
     retention_cuts,
 )
-from tidemark.migrations import migrate
+from tidemark.migrations import migrate_pipelines
 
-# The second pipeline's scenario is drawn from seed + SECOND.
+# The second pipeline's scenario is drawn from seed + SECOND, the third's from seed + 2 * SECOND.
 SECOND = 1_000_003
 SHIPPED_PIPELINES = Path(__file__).resolve().parents[3] / "pipelines.yaml"
 
@@ -123,8 +128,10 @@ class Trial:
     settings: object
     scenario: Scenario
     home: Path
-    done: list[str]  # what both pipelines did so far, in order (shared)
-    seed: int  # the test's (both pipelines'): what `make fuzz SEED=` replays
+    done: list[str]  # what every pipeline did so far, in order (shared)
+    seed: int  # the test's (every pipeline's): what `make fuzz SEED=` replays
+    base: object  # the settings every pipeline's are made from (TIDEMARK_PIPELINE events, its topic)
+    neighbours: list[str] = field(default_factory=list)  # the other pipelines' topics
     records: list[Record] = field(default_factory=list)
     processed: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) the sinks must hold
     deleted: set[tuple[int, int]] = field(default_factory=set)  # what retention removed from Kafka
@@ -133,6 +140,7 @@ class Trial:
     admitted: set[tuple[int, int]] = field(default_factory=set)  # the release's records the contract accepted
     restored: bool = False  # PostgreSQL was restored to an earlier dump (its quarantine counts with it)
     read: dict = field(default_factory=dict)  # (table, columns) -> (the table's newest commit, its rows at it)
+    column: str | None = None  # the type of the typed column ``n`` an Edit declared
 
     def note(self, text: str) -> None:
         self.done.append(f"[{self.settings.pipeline}] {text}")
@@ -150,22 +158,30 @@ class Trial:
 
 
 @pytest.mark.scenario
+@pytest.mark.timeout(2_700)  # three pipelines' scenarios with every fault: up to about 15 minutes here
 @pytest.mark.parametrize("seed", _seeds())
-def test_two_pipelines_match_the_model_after_every_run(spark, database, seed) -> None:
-    """The pipeline ``events`` (PostgreSQL's ``public``, the lake root's top level) and ``second`` (its own
-    schema and folder), each with its own topic, records, session rules and faults, their steps
-    interleaved; after each step both must match the model: one pipeline's crash, restore, retention,
-    damage, repair or re-created topic leaves the other as it was."""
+def test_pipelines_match_the_model_after_every_run(spark, database, seed) -> None:
+    """The pipeline ``events`` (PostgreSQL's ``public``, the lake root's top level) and one or two others
+    under names a user could choose against it (the login role's, the compose role's, one of 40 characters,
+    ``events_v2``), each with its own topic, records, session rules and faults, their steps interleaved;
+    after each step every pipeline must match the model: one pipeline's crash, restore, retention, damage,
+    repair, edit or re-created topic leaves the others as they were. Before the steps, entries colliding
+    with each name (after case and Unicode folding, a trailing newline, the same topic) are refused."""
     home = database.home / "runs" / f"model-{seed}-{uuid.uuid4().hex[:6]}"
     home.mkdir(parents=True)
-    scenarios = {"events": generate(seed, prefix=f"s{seed}-"), "second": generate(seed + SECOND, prefix=f"s{seed}b-")}
-    topics = {name: f"model-{seed}-{name}-{uuid.uuid4().hex[:6]}" for name in scenarios}
+    role = query(database, "SELECT current_user")[0][0]
+    scenarios = {
+        name: generate(seed + i * SECOND, prefix=f"s{seed}{'bc'[i - 1] if i else ''}-")
+        for i, name in enumerate(_names(seed, role))
+    }
+    topics = {name: f"model-{seed}-{name[:12]}-{uuid.uuid4().hex[:6]}" for name in scenarios}
     config = yaml.safe_load(SHIPPED_PIPELINES.read_text())
     events_entry = config["pipelines"][0]
     events_entry["contract"]["schema"]["properties"]["event_type"]["enum"] = CONTRACT_TYPES  # until a Fix step
     # Each entry a copy of its own: a shared contract would be one YAML anchor, and a Fix of one would fix both.
     config["pipelines"] = [
-        {**copy.deepcopy(events_entry), "name": name, "topic": topic} for name, topic in topics.items()
+        {**copy.deepcopy(events_entry), "name": name, "topic": topics[name], "sessions": _declared(scenario.rules)}
+        for name, scenario in scenarios.items()
     ]
     (home / "pipelines.yaml").write_text(yaml.safe_dump(config))
     lake = replace(
@@ -174,14 +190,18 @@ def test_two_pipelines_match_the_model_after_every_run(spark, database, seed) ->
         checkpoint_root=str(home / "checkpoints"),
         pipelines_file=home / "pipelines.yaml",
     )
-    migrate(database.postgres_dsn, schema="second")
+    migrate_pipelines(lake)
     done: list[str] = []
     trials = []
     for pipeline in lake.pipelines():
         scenario = scenarios[pipeline.name]
-        settings = replace(lake.for_pipeline(pipeline), session_rules=scenario.rules)
+        settings = lake.for_run(pipeline.name)
+        assert settings.session_rules == scenario.rules, f"{pipeline.name}: the file's rules are the scenario's"
         ensure_topic(settings, settings.topic, partitions=scenario.partitions, timestamp_type="CreateTime")
-        trials.append(Trial(spark, settings, scenario, home, done, seed))
+        trials.append(Trial(spark, settings, scenario, home, done, seed, lake))
+    for trial in trials:
+        trial.neighbours = [other.settings.topic for other in trials if other is not trial]
+        _colliding_entries_are_refused(trial)
     for trial, index, step in _interleaved(seed, trials):
         try:
             if _step(trial, index, step):
@@ -192,6 +212,20 @@ def test_two_pipelines_match_the_model_after_every_run(spark, database, seed) ->
             trial.fail(f"{type(exc).__name__}: {exc}")
     if os.environ.get("TIDEMARK_FUZZ_VERBOSE"):  # what a passing seed did (make fuzz ... FUZZ_ARGS=-s)
         print(f"\nseed {seed}:\n{trials[0].steps()}")
+
+
+def _names(seed: int, role: str) -> list[str]:
+    """``events`` and one or two other pipelines' names, drawn from names a user could choose that meet
+    the default pipeline, the login role or a limit: the PostgreSQL role's (``search_path``'s ``"$user"``),
+    compose's role, the longest a name may be, ``events`` with a suffix."""
+    rng = random.Random(seed * 6_700_417 + 7)
+    pool = ["second", role, "tidemark_pipeline", "events_v2", "p" + "0123456789" * 3 + "_40_chars"]
+    return ["events", *rng.sample(pool, rng.choice((1, 1, 2)))]
+
+
+def _declared(rules) -> dict:
+    """Session rules as a pipelines file declares them."""
+    return {"gap_minutes": rules.gap.total_seconds() / 60, "max_hours": rules.max_length.total_seconds() / 3600}
 
 
 def _interleaved(seed: int, trials: list[Trial]) -> Iterator[tuple[Trial, int, object]]:
@@ -217,6 +251,9 @@ def _step(trial: Trial, index: int, step) -> bool:
     if isinstance(step, Fix):
         _fix(trial)
         return False
+    if isinstance(step, Edit):
+        _edit(trial, step)
+        return False
     if isinstance(step, Tamper):
         _tamper(trial, index, step)
     elif isinstance(step, Readmit):
@@ -232,7 +269,7 @@ def _step(trial: Trial, index: int, step) -> bool:
 def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
     """A scheduled run or a backfill, crashing (or taken over) first if the step says so, then done.
     A run refused for offsets retention removed is run again acknowledging the loss."""
-    spark, settings = trial.spark, trial.settings
+    spark, settings = trial.spark, _selected(trial, step.select)
     held = watermarks(settings, settings.topic)
     ends = {p: high for p, (_, high) in held.items()}
     if isinstance(step, Backfill):
@@ -297,6 +334,73 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
         trial.admitted |= {r.coordinates for r in trial.records if r.pending} & (trial.processed - before)
     if crash is not None and crash.restore:
         _reconcile_and_repair(trial, index)
+
+
+def _selected(trial: Trial, select: str):
+    """The settings a run of the trial's pipeline gets when selected as ``select`` says (model.SELECTIONS):
+    the same as the trial's, whatever ``TIDEMARK_TOPIC`` says; ``--topic`` naming another pipeline's topic
+    is refused first."""
+    name, base = trial.settings.pipeline, trial.base
+    if select == "variable":  # TIDEMARK_TOPIC still events' topic, as the default pipeline's deployment has it
+        chosen = Settings.from_env(base.to_env() | {"TIDEMARK_PIPELINE": name}).for_run()
+    elif select == "flag":
+        for other in trial.neighbours:
+            try:
+                base.for_run(name, topic=other)
+            except ConfigError as refused:
+                if f"--topic {other!r}: pipeline {name!r} reads {trial.settings.topic!r}" not in str(refused):
+                    trial.fail(f"--topic {other!r} was refused with another line: {refused}")
+            else:
+                trial.fail(f"a run of {name!r} with --topic {other!r} (another pipeline's topic) was not refused")
+        chosen = base.for_run(name, topic=trial.settings.topic)
+    else:
+        return trial.settings
+    if chosen != trial.settings:
+        trial.fail(f"selected by {select}, the run's settings differ: {chosen} != {trial.settings}")
+    return chosen
+
+
+def _colliding_entries_are_refused(trial: Trial) -> None:
+    """Entries a user could add beside the trial's pipeline: names it becomes after case or Unicode folding
+    or with white space, a reserved name, its own name again, its own topic. Each is refused by the check;
+    one that would share the pipeline's schema, folder, lock or topic stops the pipeline's runs too, before
+    any work; the others leave it as it was. The file is then put back."""
+    name, topic, path = trial.settings.pipeline, trial.settings.topic, trial.base.pipelines_file
+    original = path.read_text()
+    entry = next(p for p in yaml.safe_load(original)["pipelines"] if p["name"] == name)
+    fullwidth = "".join(chr(ord(c) + 0xFEE0) if c.isalnum() else "\uff3f" for c in name)
+    fresh = f"{topic}-other"
+    stops = {"its name again": (name, fresh), "its topic": ("twin", topic)}
+    if "_" in topic or "." in topic:  # Kafka treats '.' and '_' in a topic name as one
+        stops["its topic with '.' for '_'"] = ("twin", topic.translate(str.maketrans("._", "_.")))
+    leaves = {
+        "upper case": name.upper(), "a trailing newline": f"{name}\n", "a leading space": f" {name}",
+        "full-width letters": fullwidth, "a zero-width space": f"{name}\u200b", "public": "public",
+        "pg_": f"pg_{name}"[:40], "a lake root table": "quarantine",
+    }  # fmt: skip
+    cases = [(what, n, t, True) for what, (n, t) in stops.items()] + [(w, n, fresh, False) for w, n in leaves.items()]
+    try:
+        for what, other_name, other_topic, stopped in cases:
+            config = yaml.safe_load(original)
+            config["pipelines"].append({**copy.deepcopy(entry), "name": other_name, "topic": other_topic})
+            path.write_text(yaml.safe_dump(config))
+            try:
+                trial.base.pipelines()
+                trial.fail(f"an entry with {what} ({other_name!r}, topic {other_topic!r}) passed the check")
+            except PipelinesError:
+                pass
+            try:
+                runs = trial.base.for_run(name) == trial.settings
+            except ConfigError:
+                runs = False
+            if runs == stopped:
+                trial.fail(f"beside an entry with {what} ({other_name!r}), a run of {name!r} was "
+                           f"{'not refused' if stopped else 'refused'}")  # fmt: skip
+            if other_name != name and other_name in {p.name for p in trial.base.declarations().pipelines}:
+                trial.fail(f"the entry with {what} ({other_name!r}) is declared beside {name!r}")
+    finally:
+        path.write_text(original)
+    trial.note(f"entries colliding with {name!r} are refused ({', '.join(what for what, *_ in cases)})")
 
 
 def _refused_for(trial: Trial, what: str) -> None:
@@ -458,6 +562,13 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
         trial.fail(f"reconcile did not find the damage ({step.what}): {report.headline()}")
     if step.undo:
         undo()
+    if step.crash is not None:
+        try:
+            repair.repair(spark, settings, report.run_id, fault=step.crash.hook())
+            trial.note("(the repair wrote fewer batches than the crash needs: it did not crash)")
+        except Exception as exc:
+            if "injected crash" not in str(exc):
+                raise
     fixed = repair.repair(spark, settings, report.run_id)
     trial.note(f"reconcile: {report.headline()}; repaired: {fixed.recheck.headline()}")
     if not fixed.recheck.consistent:
@@ -507,6 +618,81 @@ def _fix(trial: Trial) -> None:
     path.write_text(yaml.safe_dump(config))
     trial.fixed = True
     trial.note(f"the contract is fixed: event_type {RELEASE_TYPE!r} is accepted from now on")
+
+
+def _entry_edited(trial: Trial, change) -> str:
+    """Apply ``change`` to the trial's entry of the pipelines file; returns the file as it was."""
+    path = trial.base.pipelines_file
+    before = path.read_text()
+    config = yaml.safe_load(before)
+    change(next(p for p in config["pipelines"] if p["name"] == trial.settings.pipeline))
+    path.write_text(yaml.safe_dump(config))
+    return before
+
+
+def _declare_column(type_: str):
+    def change(entry: dict) -> None:
+        entry["contract"]["schema"]["properties"]["n"] = {"type": "integer"}
+        entry["contract"]["columns"] = {"n": type_}
+
+    return change
+
+
+def _edit(trial: Trial, step: Edit) -> None:
+    """An edit of the pipelines file (model.Edit): a compatible one stays; one the stored data cannot take is
+    refused by the next run before any write, with one line that says what to do, and then undone."""
+    spark, settings = trial.spark, trial.settings
+    trial.note(str(step))
+    if step.what == EDITS[0]:
+        _entry_edited(trial, _declare_column("int"))
+        trial.column = "int"
+        return
+    if step.what == EDITS[1]:
+        events = Path(settings.table_path("events"))
+        schema = spark.read.format("delta").load(str(events)).schema if _newest_commit(events) else []
+        held = {f.name: f.dataType.simpleString() for f in schema}
+        if trial.column is None or not held or held.get("n") != "int":
+            trial.note("(the events table does not hold the column n as int yet: nothing a run could refuse)")
+            return
+        before = _entry_edited(trial, _declare_column("bigint"))
+        # As the table holds it, or as the contract a batch recorded says (whichever the run compares first).
+        line = (
+            r"columns\.n: events holds the column n as int, the contract declares bigint"
+            r"|'/n' changed from int to bigint"
+        )
+        _refused_before_any_write(trial, lambda: ingest.run_scheduled(spark, settings), ContractChanged, line)
+    else:
+        rules = settings.session_rules
+        before = _entry_edited(trial, lambda e: e["sessions"].update(gap_minutes=rules.gap.total_seconds() / 60 + 5))
+        if not query(settings, "SELECT count(*) FROM ledger_batches")[0][0]:
+            trial.note("(no batch committed yet: no session rules are recorded to refuse other ones)")
+        else:
+            edited = trial.base.for_run(settings.pipeline)
+            work = lambda: readmit.readmit(spark, edited, readmit.Selection())  # noqa: E731
+            line = "the stored sessions were built with .*, this run uses"
+            _refused_before_any_write(trial, work, SessionRulesChanged, line)
+    trial.base.pipelines_file.write_text(before)
+    trial.note("(the edit is undone)")
+
+
+def _refused_before_any_write(trial: Trial, work, error: type[Exception], line: str) -> None:
+    """``work`` must raise ``error`` in one line that says ``line`` (a regular expression), before any Delta
+    commit or write attempt."""
+    settings = trial.settings
+    tables = [Path(settings.table_path(t)) for t in ("events", "duplicates", "quarantine", "sessions")]
+    before = [_newest_commit(t) for t in tables], query(settings, "SELECT count(*) FROM write_attempts")
+    try:
+        work()
+    except error as exc:
+        refused = str(exc)
+    else:
+        trial.fail(f"the run after the edit was not refused ({error.__name__})")
+    if not re.search(line, refused) or "\n" in refused:
+        trial.fail(f"refused with another line than {line!r}: {refused}")
+    after = [_newest_commit(t) for t in tables], query(settings, "SELECT count(*) FROM write_attempts")
+    if after != before:
+        trial.fail(f"the refused run wrote: Delta commits and write attempts {before} -> {after}")
+    trial.note(f"(refused before any write: {refused})")
 
 
 def _readmit(trial: Trial, index: int, step: Readmit) -> None:
