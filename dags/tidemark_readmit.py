@@ -4,13 +4,13 @@
 One DAG per pipeline of ``pipelines.yaml`` (``tidemark_readmit`` for ``events``,
 ``tidemark_readmit__<name>`` for another). Bring back quarantined records that the pipeline's
 contract accepts now, after a fix of the contract (``pipelines.yaml``) for a producer's new
-release. Narrow the records by quarantine reason (as the tidemark page and ``tidemark quarantine``
-list it), by arrival time or by offsets, or leave all empty for every quarantined record. With
-**dry run** the ``readmit`` task only logs, per reason, how many records would come back.
-Otherwise ``readmit`` (``spark_jobs/readmit.py``) writes them as one batch, as if they had been
-accepted at arrival: first arrivals of their event ids to ``events``, later copies to
-``duplicates``, their entities' sessions recomputed in both sinks; then the pipeline's reconcile
-runs. Records the contract still refuses stay quarantined with their reason.
+release. Narrow the records by quarantine reason (its code, e.g. ``schema``, or the start of its
+text as the tidemark page and ``tidemark quarantine`` list it), by arrival time or by offsets, or
+leave all empty for every quarantined record. With **dry run** the ``readmit`` task only logs, per
+reason, how many records would come back. Otherwise ``readmit`` (``spark_jobs/readmit.py``) writes
+them as one batch, as if they had been accepted at arrival: first arrivals of their event ids to
+``events``, later copies to ``duplicates``, their entities' sessions recomputed in both sinks; then
+the pipeline's reconcile runs. Records the contract still refuses stay quarantined with their reason.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import Param, dag, task
 
+from spark_jobs.quarantine import REASON_CODES
 from tidemark_airflow.dag_defaults import range_params, tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
@@ -39,8 +40,10 @@ def readmit_dag(pipeline: Pipeline) -> None:
                 None,
                 type=["null", "string"],
                 title="Quarantine reason",
-                description="Only records quarantined with this reason, as the tidemark page lists it. "
-                "Leave empty for every reason.",
+                description="Only records quarantined with this reason: its code (a choice here), or the start of "
+                "its text as the tidemark page lists it (e.g. 'schema: enum at /status'). Leave empty for every "
+                "reason. One that selects nothing fails before Spark starts, listing the reasons there are.",
+                examples=list(REASON_CODES),
             ),
             **range_params("Leave the times and offsets empty for any arrival."),
             "dry_run": Param(

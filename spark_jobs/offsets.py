@@ -143,14 +143,15 @@ def check_reachable(settings: Settings, timeout_s: float = 10.0) -> None:
     )
 
 
-def watermarks(settings: Settings, topic: str) -> Mapping[int, tuple[int, int]]:
-    """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``."""
+def watermarks(settings: Settings, topic: str, timeout_s: float = 10.0) -> Mapping[int, tuple[int, int]]:
+    """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``. A broker that
+    does not answer within ``timeout_s`` (per request) is :class:`ServiceUnavailable`."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
     try:
         try:
-            metadata = consumer.list_topics(topic, timeout=10)
+            metadata = consumer.list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
             raise ServiceUnavailable(
                 f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}. Is it up, and are "
@@ -162,10 +163,16 @@ def watermarks(settings: Settings, topic: str) -> Mapping[int, tuple[int, int]]:
                 f"topic {topic!r} does not exist on {settings.bootstrap_servers}. Check the topic name "
                 "(TIDEMARK_TOPIC) or create it, e.g. with `tidemark produce`."
             )
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)
-            for p in sorted(info.partitions)
-        }
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+                for p in sorted(info.partitions)
+            }
+        except KafkaException as exc:
+            raise ServiceUnavailable(
+                f"Kafka at {settings.bootstrap_servers} gave no offsets of {topic!r} within {timeout_s:g} s: "
+                f"{exc.args[0].str()}"
+            ) from None
     finally:
         consumer.close()
 

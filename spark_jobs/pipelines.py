@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -368,6 +368,8 @@ class Declared:
     problems: list[Problem]
     # The pipelines that read each topic (by :func:`kafka_topic_key`), problems or not: one each, in a good file.
     readers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The topic of each entry whose name and topic could be read, problems or not.
+    topics: Mapping[str, str] = field(default_factory=dict)
 
     def readers_of(self, topic: str) -> tuple[str, ...]:
         """The pipelines whose entries read ``topic``, or a topic Kafka cannot tell from it."""
@@ -379,6 +381,14 @@ class Declared:
     def problems_of(self, name: str) -> list[str]:
         return [problem.line for problem in self.problems if problem.pipeline == name]
 
+    def broken(self) -> list[str]:
+        """The pipelines declared with a problem, in the file's order: each name a pipeline could have (the
+        others name no schema, folder or DAG) and no pipeline without a problem has. They stay visible with
+        their problems (DAGs, the page, the metrics), and every run of theirs is refused with them."""
+        good = {pipeline.name for pipeline in self.pipelines}
+        names = (problem.pipeline for problem in self.problems)
+        return list(dict.fromkeys(n for n in names if n and n not in good and may_name_a_pipeline(n)))
+
 
 def load(path: Path, defaults: Defaults | None = None) -> list[Pipeline]:
     """The pipelines ``path`` declares, or a :class:`PipelinesError` with every problem it has."""
@@ -389,9 +399,19 @@ def load(path: Path, defaults: Defaults | None = None) -> list[Pipeline]:
 
 
 def load_each(path: Path, defaults: Defaults | None = None) -> Declared:
-    """The pipelines of ``path`` that have no problem, and the problems of the others. A file that
-    cannot be read, or is not a list of pipelines, raises :class:`PipelinesError`."""
-    return check(_read(path), path, defaults or Defaults())
+    """The pipelines of ``path`` that have no problem, and the problems of the others (an entry whose lines are
+    not YAML is a problem of its pipeline). A file that cannot be read, has no document, or is not a list of
+    pipelines, raises :class:`PipelinesError`."""
+    document, set_aside = _read(path)
+    declared = check(document, path, defaults or Defaults())
+    if not set_aside:
+        return declared
+    unreadable = {problem.pipeline for problem in set_aside}  # a good entry of the same name is not the one
+    return replace(
+        declared,
+        pipelines=[p for p in declared.pipelines if p.name not in unreadable],
+        problems=[*set_aside, *declared.problems],
+    )
 
 
 def parse(document: Any, path: Path, defaults: Defaults) -> list[Pipeline]:
@@ -416,6 +436,7 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
     names: set[str] = set()
     topics: dict[str, tuple[str, str]] = {}  # Kafka's key of a topic: the pipeline that declared it first, the topic
     readers: dict[str, tuple[str, ...]] = {}
+    topic_of: dict[str, str] = {}
     for index, entry in enumerate(document["pipelines"]):
         if index in broken:
             continue
@@ -425,7 +446,7 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
             problems.append(Problem(name, f"{where}: name: another pipeline has this name; each name is used once"))
             continue
         names.add(name)
-        taken = RESERVED_NAMES["public"] if name.startswith("pg_") else RESERVED_NAMES.get(name)
+        taken = _reserved(name)
         if taken:
             problems.append(Problem(name, f"{where}: name: {name!r} {taken}, and a pipeline's name names its "
                                           "PostgreSQL schema and its folder of the lake; choose another"))  # fmt: skip
@@ -441,6 +462,7 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
             )
         topics.setdefault(kafka_topic_key(topic), (name, topic))
         readers[kafka_topic_key(topic)] = (*readers.get(kafka_topic_key(topic), ()), name)
+        topic_of.setdefault(name, topic)
         # The contract's schema is read once (a file beside this one, or inline) and checked first.
         schema, problem = _contract_schema(entry["contract"]["schema"], path.parent)
         lines += [f"contract.schema: {problem}"] if problem else list(_entry_problems(entry, schema))
@@ -451,7 +473,17 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
     pipelines = [
         _pipeline(entry, topic, schema, defaults) for entry, topic, schema in found if entry["name"] not in failed
     ]
-    return Declared(pipelines, problems, readers)
+    return Declared(pipelines, problems, readers, topic_of)
+
+
+def _reserved(name: str) -> str | None:
+    """Why ``name`` may not be a pipeline's (:data:`RESERVED_NAMES`), or None."""
+    return RESERVED_NAMES["public"] if name.startswith("pg_") else RESERVED_NAMES.get(name)
+
+
+def may_name_a_pipeline(name: str) -> bool:
+    """Whether ``name`` is one a pipeline may have: :data:`NAME_PATTERN`, whole, and not reserved."""
+    return re.fullmatch(NAME_PATTERN, name) is not None and _reserved(name) is None
 
 
 def kafka_topic_key(topic: str) -> str:
@@ -469,21 +501,20 @@ def _entry_name(document: Any, index: int) -> str | None:
     return name if index >= 0 and isinstance(name, str) else None
 
 
-def _read(path: Path) -> Any:
-    import yaml
+def _read(path: Path) -> tuple[Any, list[Problem]]:
+    """The document of the file at ``path``, and a problem for each entry whose lines are not YAML
+    (:mod:`spark_jobs.pipelines_file`); a file with no document raises :class:`PipelinesError`."""
+    from spark_jobs.pipelines_file import WholeFileError, read_document
 
     try:
-        text = path.read_text(encoding="utf-8")
+        document, set_aside = read_document(path)
     except FileNotFoundError:
         raise PipelinesError([f"{path}: no such file; set TIDEMARK_PIPELINES to your pipelines file"]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PipelinesError([f"{path}: cannot be read ({exc})"]) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise PipelinesError([f"{path.name}: not valid YAML{at}: {getattr(exc, 'problem', exc)}"]) from None
+    except WholeFileError as exc:
+        raise PipelinesError([str(exc)]) from None
+    return document, [Problem(entry.name, entry.line) for entry in set_aside]
 
 
 def _whole_pattern(validator: Any, pattern: str, instance: Any, schema: Mapping[str, Any]) -> Iterator[Any]:

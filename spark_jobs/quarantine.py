@@ -19,6 +19,25 @@ if TYPE_CHECKING:
 
 SAMPLES = 3  # per batch and reason
 SAMPLE_CHARS = 200
+# A reason is "<code>: <what and where>"; the codes are stable whatever the contract says (the check's own).
+REASON_CODES = (
+    "null_key", "null_value", "oversized", "not_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type",
+    "bad_entity_id", "key_mismatch", "bad_event_time", "schema",
+)  # fmt: skip
+# SQL: whether the reason of ``q`` is selected by ``%(reason)s`` (:func:`selects`); NULL selects every reason.
+SELECTS_SQL = """(%(reason)s IS NULL OR q.reason = %(reason)s OR split_part(q.reason, ':', 1) = %(reason)s
+                  OR (strpos(%(reason)s, ':') > 0 AND starts_with(q.reason, %(reason)s)))"""
+
+
+def reason_code(reason: str) -> str:
+    """The code of a quarantine ``reason``: the text before its first ``:`` (``schema``, ``missing_field``, ...)."""
+    return reason.split(":", 1)[0]
+
+
+def selects(wanted: str, reason: str) -> bool:
+    """Whether ``--reason wanted`` selects the quarantine ``reason``: its whole text, its code, or the start of its
+    text from the code's ``:`` on (``schema: enum at /status`` selects every enum reason at /status)."""
+    return reason == wanted or reason_code(reason) == wanted or (":" in wanted and reason.startswith(wanted))
 
 
 @dataclass(frozen=True)
@@ -171,15 +190,15 @@ class ReasonTotal:
 
 
 def totals(cur, reason: str | None = None) -> list[ReasonTotal]:
-    """Per reason, over every committed batch: records still quarantined (those a readmit brought back
-    are not), first and last time seen; most records first."""
+    """Per reason (those ``reason`` :func:`selects`, or every one), over every committed batch: records still
+    quarantined (those a readmit brought back are not), first and last time seen; most records first."""
     cur.execute(
-        """WITH back AS (SELECT reason, sum(records) AS records FROM readmitted_reasons GROUP BY 1)
+        f"""WITH back AS (SELECT reason, sum(records) AS records FROM readmitted_reasons GROUP BY 1)
            SELECT q.reason, (sum(q.records) - coalesce(max(back.records), 0))::bigint AS left_over,
                   min(b.committed_at), max(b.committed_at)
            FROM quarantine_reasons AS q JOIN ledger_batches AS b USING (pipeline, batch_id)
            LEFT JOIN back USING (reason)
-           WHERE %(reason)s IS NULL OR q.reason = %(reason)s
+           WHERE {SELECTS_SQL}
            GROUP BY 1 HAVING sum(q.records) > coalesce(max(back.records), 0) ORDER BY 2 DESC, 1""",
         {"reason": reason},
     )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger
+from spark_jobs import db, ledger, runs
 from spark_jobs.contract import COORDINATES
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.lock import single_writer
@@ -132,8 +132,12 @@ def selected(spark: SparkSession, settings: Settings, selection: Selection) -> D
     from pyspark.sql import functions as F
 
     rows = delta.table(spark, settings.table_path("quarantine")).toDF()
-    if selection.reason:
-        rows = rows.where(F.col("reason") == selection.reason)
+    if selection.reason:  # as quarantine.selects: the whole reason, its code, or its start from the code's ':'
+        wanted = selection.reason
+        by_start = F.col("reason").startswith(wanted) if ":" in wanted else F.lit(False)
+        rows = rows.where(
+            (F.col("reason") == wanted) | (F.substring_index(F.col("reason"), ":", 1) == wanted) | by_start
+        )
     if selection.from_time and selection.to_time:
         rows = rows.where(
             (F.col("arrival_time") >= F.lit(selection.from_time)) & (F.col("arrival_time") < F.lit(selection.to_time))
@@ -165,11 +169,17 @@ def readmit(
     from spark_jobs import reconcile
 
     readmit_id = readmit_id or reconcile.new_run_id(READMIT)
-    with single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease:
+    recorded = runs.recorded(settings, f"{READMIT}:{settings.topic}", settings.topic, measure_lag=False)
+    with recorded as run, single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease:
         ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
         with db.transaction(settings.pipeline_dsn) as cur:
             ledger.refuse_other_rules(cur, settings.session_rules)  # the sessions' rules, before any work
-        return readmit_holding(spark, settings, lease, selection, dry_run=dry_run, fault=fault)
+        outcome = readmit_holding(spark, settings, lease, selection, dry_run=dry_run, fault=fault)
+        # The runs table's row: the records it checked again, those that came back, those that stay.
+        checked = sum(r.quarantined for r in outcome.reasons)
+        run.counted = (checked, outcome.back, checked - outcome.back)
+        run.skip = dry_run
+        return outcome
 
 
 def readmit_holding(
@@ -307,6 +317,26 @@ def records_scope(counted: dict) -> str:
     return f"records-{counted['records']}" + ("" if digest is None else f"-{digest & (2**64 - 1):016x}")
 
 
+def refuse_unmatched_reason(settings: Settings, selection: Selection) -> None:
+    """Before Spark starts: a ``--reason`` that selects no record quarantined now fails with one line that lists the
+    pipeline's reasons and their codes (from PostgreSQL's counts)."""
+    from spark_jobs import quarantine
+
+    if not selection.reason:
+        return
+    with db.transaction(settings.pipeline_dsn) as cur:
+        if quarantine.totals(cur, selection.reason):
+            return
+        now = quarantine.totals(cur)
+    codes = ", ".join(sorted({quarantine.reason_code(t.reason) for t in now})) or "none"
+    listed = "; ".join(f"{t.reason} ({t.records:,})" for t in now[:10]) or "nothing"
+    raise ConfigError(
+        f"--reason {selection.reason!r} selects no record quarantined now in pipeline {settings.pipeline!r}: give a "
+        f"reason's code (the text before its ':'; now {codes}) or the start of a reason as `tidemark quarantine` "
+        f"lists it. Quarantined now: {listed}"
+    )
+
+
 def selection_from(args: argparse.Namespace) -> Selection:
     """The selection the flags say; bad flags fail here, before Spark starts."""
     offsets = parse_offsets(args.offsets) if args.offsets else {}
@@ -314,7 +344,11 @@ def selection_from(args: argparse.Namespace) -> Selection:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--reason", help="only records quarantined with this reason (as `tidemark quarantine` lists it)")
+    p.add_argument(
+        "--reason",
+        help="only records quarantined with this reason: its code (schema, missing_field, ...), "
+        "or the start of its text as `tidemark quarantine` lists it",
+    )
     p.add_argument("--offsets", help="only these offsets: PARTITION:START-END[,...], END exclusive")
     p.add_argument("--from-time", type=datetime.fromisoformat, help="only records that arrived from (ISO-8601)")
     p.add_argument("--to-time", type=datetime.fromisoformat, help="... up to (exclusive)")
@@ -330,6 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
     selection = selection_from(args)  # bad input fails before Spark starts
+    refuse_unmatched_reason(settings, selection)
     outcome = readmit(build_session(settings, "tidemark-readmit"), settings, selection, args.dry_run, args.readmit_id)
     print(outcome.describe())
 

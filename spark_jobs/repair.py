@@ -33,7 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, readmit, reconcile
+from spark_jobs import db, ledger, readmit, reconcile, runs
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
@@ -161,7 +161,8 @@ def repair(
     _record(settings, repair_id, run_id, [], None, "running")
     actions: list[str] = []
     try:
-        with single_writer(settings, f"{REPAIR}:{run_id}", wait=True) as lease:
+        recorded = runs.recorded(settings, f"{REPAIR}:{settings.topic}", settings.topic, measure_lag=False)
+        with recorded as run, single_writer(settings, f"{REPAIR}:{run_id}", wait=True) as lease:
             ledger.verify_contract(settings)  # re-read records are checked with the contract the stored ones follow
             # Under the writer lock: nothing changes between the re-check and the writes.
             findings, notes = still_found(spark, settings, findings)
@@ -172,7 +173,7 @@ def repair(
                 by_topic[r.topic].append(r)
             for topic, ranges in sorted(by_topic.items()):
                 clear = [r for r in plan.clear if r.topic == topic]
-                actions += _reprocess(spark, settings, lease, topic, ranges, clear, repair_id, fault)
+                actions += _reprocess(spark, settings, lease, topic, ranges, clear, repair_id, fault, run.results)
             if plan.entities is None or plan.entities:
                 written, removed = recompute_sessions(spark, settings, lease, plan.entities)
                 who = "every entity" if plan.entities is None else f"{len(plan.entities):,} entities"
@@ -223,8 +224,10 @@ def _reprocess(
     clear: list[PartitionRange],
     repair_id: str,
     fault: Fault | None = None,
+    results: list | None = None,
 ) -> list[str]:
-    """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first."""
+    """Re-read ``ranges`` as ``repair:<topic>`` batches (one range per partition each), clearing ``clear`` first;
+    what each batch did goes to ``results`` (the repair's row of the runs table)."""
     held = watermarks(settings, topic)
     topic_id = ledger.verify_topic(settings, topic, held)  # a topic created again: nothing is cleared
     low = {p: lo for p, (lo, _) in held.items()}
@@ -263,6 +266,8 @@ def _reprocess(
             rewrites=True,
         )  # fmt: skip
         writer.write(read_range(spark, settings, batch), batch_id)
+        if results is not None:
+            results += writer.results
     after = _held(spark, settings, readable)
     for r, (n_before, n_after) in zip(readable, zip(before, after, strict=True), strict=True):
         actions.append(f"{r}: re-read from Kafka; the sinks held {n_before:,} rows of it, now {n_after:,}")

@@ -78,10 +78,20 @@ def summarize(pipeline: str, topic: str, started_at: datetime, results: list[Bat
 
 @dataclass
 class RunInProgress:
-    """A run being recorded: its writer's results list, once the run has a writer."""
+    """A run being recorded: its writer's results list, once the run has a writer; or, for a run whose batches
+    re-read records a table holds (a readmit), ``counted``: what it read, accepted and quarantined itself."""
 
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     results: list[BatchResult] = field(default_factory=list)
+    counted: tuple[int, int, int] | None = None  # records read, accepted, quarantined
+    skip: bool = False  # nothing to record (a dry run)
+
+    def summary(self, pipeline: str, topic: str) -> Run:
+        run = summarize(pipeline, topic, self.started_at, self.results)
+        if self.counted is None:
+            return run
+        read, accepted, quarantined = self.counted
+        return replace(run, records_read=read, accepted=accepted, duplicates=0, quarantined=quarantined)
 
 
 @contextmanager
@@ -95,7 +105,8 @@ def recorded(settings: Settings, pipeline: str, topic: str, measure_lag: bool) -
     except Exception as exc:
         record_failure(settings, pipeline, topic, run, exc)
         raise
-    record(settings, summarize(pipeline, topic, run.started_at, run.results), measure_lag)
+    if not run.skip:
+        record(settings, run.summary(pipeline, topic), measure_lag)
 
 
 @contextmanager
@@ -113,7 +124,7 @@ def refusal_recorded(settings: Settings, pipeline: str, topic: str) -> Iterator[
 def record_failure(settings: Settings, pipeline: str, topic: str, run: RunInProgress, exc: Exception) -> None:
     """Record ``run`` as failed with ``exc``'s one line, or nothing when PostgreSQL cannot take it (the
     caller raises ``exc``: the run's own error is the one the user sees)."""
-    failed = replace(summarize(pipeline, topic, run.started_at, run.results), failure=failure_line(exc))
+    failed = replace(run.summary(pipeline, topic), failure=failure_line(exc))
     with suppress(Exception):
         record(settings, failed, measure_lag=False)
 
@@ -156,6 +167,32 @@ def processed_to(cur, topic: str) -> dict[int, int]:  # psycopg2 cursor
         (topic, list(NOT_CHECKED)),
     )
     return dict(cur.fetchall())
+
+
+@dataclass(frozen=True)
+class LagNow:
+    """How far a pipeline's sinks are behind Kafka at ``measured_at``, per partition of its topic; ``problem``
+    (then no ``lags``): why Kafka could not say."""
+
+    measured_at: datetime
+    lags: list[Lag] = field(default_factory=list)
+    problem: str | None = None
+
+
+def lag_now(settings: Settings, timeout_s: float = 2.0) -> LagNow:
+    """The pipeline's lag now (the page and the metrics): Kafka's end offsets against the furthest offsets its
+    batches processed, and the age of the oldest record not processed yet. It grows while ingest is stalled,
+    where a run's sample would stay as it was. A Kafka that does not answer within ``timeout_s`` (per request)
+    is a ``problem``, said as such; the database's errors are raised."""
+    from confluent_kafka import KafkaException
+
+    now = datetime.now(UTC)
+    with db.transaction(settings.pipeline_dsn) as cur:
+        ends = processed_to(cur, settings.topic)
+    try:
+        return LagNow(now, lag_behind(settings, {settings.topic: ends}, now, timeout_s))
+    except (TidemarkError, KafkaException) as exc:
+        return LagNow(now, problem=f"Kafka unreachable: {exc}")
 
 
 def record(settings: Settings, run: Run, measure_lag: bool) -> list[Lag]:

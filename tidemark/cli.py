@@ -297,10 +297,13 @@ def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
 
 def quarantine_table(totals: list) -> list[str]:  # quarantine.ReasonTotal
     """``tidemark quarantine``'s table: a line per reason, most records first."""
-    header = ("records", "reason", "first seen (UTC)", "last seen (UTC)")
+    from spark_jobs.quarantine import reason_code
+
+    header = ("records", "code", "reason", "first seen (UTC)", "last seen (UTC)")
     cells = [
         (
             f"{t.records:,}",
+            reason_code(t.reason),
             t.reason,
             f"{t.first_at.astimezone(UTC):%Y-%m-%d %H:%M}",
             f"{t.last_at.astimezone(UTC):%Y-%m-%d %H:%M}",
@@ -341,6 +344,7 @@ def cmd_readmit(settings: Settings, args: argparse.Namespace) -> int:
 
     selection = readmit.selection_from(args)  # bad flags fail before Spark starts
     db.check_reachable(settings.pipeline_dsn)
+    readmit.refuse_unmatched_reason(settings, selection)  # so does a reason that selects nothing
     outcome = readmit.readmit(build_session(settings, "tidemark-readmit"), settings, selection, args.dry_run)
     print(outcome.describe())
     return 0
@@ -439,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
         "action", nargs="?", choices=("list", "check"), default="list", help="check: only check the file"
     )
     quarantine = sub.add_parser("quarantine", help="quarantined records by reason, with sample records")
-    quarantine.add_argument("--reason", help="only this reason (as listed, e.g. invalid_json)")
+    quarantine.add_argument("--reason", help="only this reason: its code (e.g. schema) or the start of its text")
     quarantine.add_argument(
         "--limit",
         type=non_negative,

@@ -17,6 +17,10 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from airflow.sdk.exceptions import AirflowFailException
+
+from spark_jobs.errors import ConfigError
+
 KAFKA_CONN_ID = "tidemark_kafka"
 POSTGRES_CONN_ID = "tidemark_postgres"
 
@@ -88,4 +92,18 @@ def tidemark_settings(
 
     worker = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_KAFKA_OPT_")}
     settings = Settings.from_env(worker | connections_env(kafka_conn_id, postgres_conn_id))
-    return settings.for_pipeline(settings.declared(pipeline)) if pipeline else settings
+    return settings.for_pipeline(declared_or_refused(settings, pipeline)) if pipeline else settings
+
+
+class PipelineRefused(AirflowFailException, ConfigError):
+    """A task of a pipeline the file does not declare, or declares with a problem: failed, not retried."""
+
+
+def declared_or_refused(settings, name: str):  # (Settings) -> Pipeline
+    """The pipeline ``name`` as the file declares it; a task of a pipeline not declared, or declared with a problem,
+    fails at once with the problem's lines (an ``AirflowFailException``: no retry can help until the file is
+    fixed)."""
+    try:
+        return settings.declared(name)
+    except ConfigError as exc:
+        raise PipelineRefused(f"pipeline {name!r} cannot run: {exc}") from None

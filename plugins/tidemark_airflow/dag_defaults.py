@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Pipeline
+    from tidemark_airflow.pipelines import Unrunnable
 
 START_DATE = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def tidemark_dag(
     doc_md: str | None,
-    pipeline: Pipeline,
+    pipeline: Pipeline | Unrunnable,
     *,
     retries: int = 1,
     retry_delay: timedelta = timedelta(minutes=1),
@@ -25,9 +26,17 @@ def tidemark_dag(
     lock or reads the same history), no
     catch-up (a scheduled run reads everything that arrived since the last one), ``retries`` with
     ``retry_delay``, the pipeline's alert (:func:`~tidemark_airflow.pipelines.alert_notifier`) on a
-    task's failure, and the tags ``tidemark`` and the pipeline's name.
+    task's failure, and the tags ``tidemark`` and the pipeline's name. The doc of an :class:`Unrunnable`
+    pipeline's DAG starts with its problem.
     """
     from tidemark_airflow.pipelines import alert_notifier
+
+    problems = getattr(pipeline, "problems", ())
+    banner = "".join(
+        ["**Every run of this pipeline fails until its entry in the pipelines file is fixed:**\n\n"]
+        + [f"- `{line}`\n" for line in problems]
+        + ["\n"]
+    ) if problems else ""  # fmt: skip
 
     return {
         "start_date": START_DATE,
@@ -39,7 +48,7 @@ def tidemark_dag(
             "on_failure_callback": alert_notifier(pipeline),
         },
         "tags": ["tidemark", pipeline.name],
-        "doc_md": f"Pipeline **{pipeline.name}**, topic `{pipeline.topic}`.\n\n{doc_md or ''}",
+        "doc_md": f"{banner}Pipeline **{pipeline.name}**, topic `{pipeline.topic}`.\n\n{doc_md or ''}",
     }
 
 

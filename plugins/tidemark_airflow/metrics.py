@@ -4,28 +4,36 @@ Read from the tidemark database at each scrape (a few small aggregates of each p
 written with the Prometheus client library in its text format. Every series has the label
 ``pipeline`` (the pipelines file's name); per pipeline, topic and partition:
 
-* ``tidemark_lag_records`` / ``tidemark_lag_seconds``: how far the sinks were behind Kafka at the
-  latest sample, which each reconcile run and each scheduled ingest run takes (offsets not
-  processed yet; seconds since the oldest arrived);
+* ``tidemark_lag_records`` / ``tidemark_lag_seconds``: how far the sinks are behind Kafka now,
+  measured at each scrape (Kafka's end offsets against the furthest offsets the ledger's batches
+  processed; seconds since the oldest record not processed yet arrived: it grows while ingest is
+  stalled), with ``tidemark_lag_measured_timestamp_seconds``; ``tidemark_kafka_up`` is 0 when Kafka
+  did not answer within 2 s, and then there is no lag series (a stale number is not given as now);
 * ``tidemark_records_total{run=ingest|backfill, outcome=read|accepted|duplicate|quarantined}``: the
   records committed batches of scheduled runs and of backfills read (``increase()`` gives per run or
   per hour); a readmit's or a repair's batch reads records a table holds already, and is counted in
   ``tidemark_batches_total{run}`` only, beside every other batch;
 * ``tidemark_last_batch_timestamp_seconds``: when the pipeline last committed a batch;
-* ``tidemark_last_run_timestamp_seconds``: when an ingest or backfill run of the pipeline last
-  finished, with or without new records (alert when it is too old: the pipeline stopped running);
+* ``tidemark_last_run_timestamp_seconds{run}``: when a run of the pipeline of each kind (ingest,
+  backfill, readmit, repair) last finished, with or without new records (alert when the ingest's
+  is too old: the pipeline stopped running);
 * ``tidemark_open_findings{kind}``: findings no check or operator has closed;
 * ``tidemark_verdict{status}`` (1 for the latest run's status) and
   ``tidemark_verdict_timestamp_seconds``: the latest reconcile verdict and when it was counted;
 * ``tidemark_quarantined_records{reason}``: records in quarantine now (net of readmits);
 * ``tidemark_lost_offsets_total``: offsets acknowledged as lost to retention (0 for a partition
-  that lost none).
+  that lost none);
+* ``tidemark_pipeline_problems``: the problems of the pipeline's entry in the pipelines file (0: it
+  runs; more: every run of it fails until the entry is fixed), and ``tidemark_config_ok`` (no
+  ``pipeline`` label): 1 when the whole file has no problem. A pipeline whose entry has a problem
+  keeps its other series (read from its schema), so an alert on their age fires for it too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 STATUSES = ("ok", "mismatch", "lagging")
 FINDING_KINDS = ("range", "gap", "sessions_sinks", "sessions_events")
@@ -40,13 +48,16 @@ class State:
     """What the metrics say of one pipeline, as read from its schema."""
 
     totals: list[tuple]  # pipeline, topic, batches, read, accepted, duplicates, quarantined, last commit
-    lag: list[tuple]  # topic, partition, behind records, behind seconds
+    lag: list[tuple]  # topic, partition, behind records, behind seconds: measured now (with_lag)
     verdict: tuple | None  # run_id, status, counted_at
     open_findings: dict[str, int]
     lost: dict[tuple[str, int], int]  # (topic, partition) -> offsets
     last_runs: list[tuple] = ()  # ledger pipeline, topic, when its latest run finished
     pipeline: str = "events"  # the pipelines file's name
     quarantined: dict[str, int] = field(default_factory=dict)  # reason -> records still quarantined
+    problems: tuple[str, ...] = ()  # its entry's problems in the pipelines file (it cannot run)
+    lag_at: datetime | None = None  # when the lag was measured (None: not measured)
+    lag_problem: str | None = None  # why it could not be (Kafka unreachable, ...)
 
 
 def read_state(cur, pipeline) -> State:  # psycopg2 cursor on the schema of the Pipeline
@@ -55,14 +66,26 @@ def read_state(cur, pipeline) -> State:  # psycopg2 cursor on the schema of the 
 
     return State(
         ledger.pipeline_totals(cur),
-        history.latest_lag(cur),
+        [],  # with_lag measures it now
         history.latest_verdict(cur),
         history.open_findings_by_kind(cur),
         retention.lost_per_partition(cur),
         runs.last_finished(cur),
         pipeline.name,
         {t.reason: t.records for t in quarantine.totals(cur)},
+        tuple(getattr(pipeline, "problems", ())),
     )
+
+
+def with_lag(state: State, now) -> State:  # a runs.LagNow
+    """``state`` with the lag measured ``now`` (:func:`tidemark_airflow.listing.lag_of_each`)."""
+    lags = [(lag.topic, lag.partition, lag.behind_records, lag.behind_seconds) for lag in now.lags]
+    return replace(state, lag=lags, lag_at=now.measured_at, lag_problem=now.problem)
+
+
+def failed_state(pipeline, error: Exception) -> State:  # a Pipeline or an Unrunnable, why its schema is unread
+    """The :class:`State` of a pipeline whose schema cannot be read (not migrated yet, ...): its problems only."""
+    return State([], [], None, {}, {}, [], pipeline.name, {}, tuple(getattr(pipeline, "problems", ())))
 
 
 def run_kind(ledger_pipeline: str) -> str:
@@ -74,8 +97,9 @@ def run_kind(ledger_pipeline: str) -> str:
 class StateCollector:
     """A Prometheus collector of the :class:`State` of each pipeline."""
 
-    def __init__(self, states: list[State]) -> None:
+    def __init__(self, states: list[State], file_problems: list[str] = ()) -> None:
         self.states = states
+        self.file_problems = file_problems
 
     def collect(self) -> Iterator:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -94,15 +118,15 @@ class StateCollector:
         )
         finished = GaugeMetricFamily(
             "tidemark_last_run_timestamp_seconds",
-            "When an ingest or backfill run of the pipeline last finished",
+            "When a run of the pipeline of this kind (ingest, backfill, readmit, repair) last finished",
             labels=["pipeline", "topic", "run"],
         )
         lag_records = GaugeMetricFamily(
-            "tidemark_lag_records", "Offsets Kafka holds that no batch processed yet, at the latest sample",
+            "tidemark_lag_records", "Offsets Kafka holds that no batch processed yet, measured at this scrape",
             labels=["pipeline", "topic", "partition"],
         )  # fmt: skip
         lag_seconds = GaugeMetricFamily(
-            "tidemark_lag_seconds", "Age of the oldest record not processed yet, at the latest sample",
+            "tidemark_lag_seconds", "Age of the oldest record not processed yet, measured at this scrape",
             labels=["pipeline", "topic", "partition"],
         )  # fmt: skip
         findings = GaugeMetricFamily("tidemark_open_findings", "Open reconcile findings", labels=["pipeline", "kind"])
@@ -151,12 +175,44 @@ class StateCollector:
                 lost.add_metric([name, topic, str(partition)], float(n))
         yield from (records, batches, last, finished, lag_records, lag_seconds, findings, verdict, when, lost)
         yield in_quarantine
+        yield from self._measured()
+        yield from self._config()
+
+    def _measured(self) -> Iterator:
+        from prometheus_client.core import GaugeMetricFamily
+
+        up = GaugeMetricFamily(
+            "tidemark_kafka_up", "1 when Kafka answered this scrape's lag measurement within 2 s", labels=["pipeline"]
+        )
+        at = GaugeMetricFamily(
+            "tidemark_lag_measured_timestamp_seconds", "When the lag series were measured", labels=["pipeline"]
+        )
+        for s in self.states:
+            if s.lag_at is not None and not s.problems:  # a pipeline that cannot run is not measured
+                up.add_metric([s.pipeline], 0.0 if s.lag_problem else 1.0)
+                if not s.lag_problem:
+                    at.add_metric([s.pipeline], s.lag_at.timestamp())
+        yield from (up, at)
+
+    def _config(self) -> Iterator:
+        from prometheus_client.core import GaugeMetricFamily
+
+        problems = GaugeMetricFamily(
+            "tidemark_pipeline_problems",
+            "Problems of the pipeline's entry in the pipelines file (0: it runs; more: its runs fail till fixed)",
+            labels=["pipeline"],
+        )
+        for s in self.states:
+            problems.add_metric([s.pipeline], float(len(s.problems)))
+        ok = GaugeMetricFamily("tidemark_config_ok", "1 when the pipelines file has no problem, else 0")
+        ok.add_metric([], 0.0 if self.file_problems else 1.0)
+        yield from (problems, ok)
 
 
-def exposition(states: list[State]) -> bytes:
-    """The pipelines' ``states`` in Prometheus' text format."""
+def exposition(states: list[State], file_problems: list[str] = ()) -> bytes:
+    """The pipelines' ``states`` and the pipelines file's problems in Prometheus' text format."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StateCollector(states))
+    registry.register(StateCollector(states, file_problems))
     return generate_latest(registry)

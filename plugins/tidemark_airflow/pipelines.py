@@ -3,9 +3,11 @@
 Each file of ``dags/`` makes one kind of DAG (ingest, backfill, reconcile, repair, maintenance) for
 every pipeline, in a loop over :func:`dag_pipelines`: Airflow's way of generating DAGs from a
 configuration file. The file is read when a DAG file is parsed, so that stays cheap: YAML and the
-contracts' JSON Schemas, no Spark, no broker, no database. A pipeline whose entry has a problem gets
-no DAGs; ``dags/tidemark_pipelines.py`` fails to import with the problem's line, so Airflow lists it
-under its import errors, while the DAGs of the other pipelines load.
+contracts' JSON Schemas, no Spark, no broker, no database. A pipeline whose entry has a problem (its
+YAML included) keeps its DAGs as an :class:`Unrunnable`: their doc starts with the problem, and every
+task that would run the pipeline fails at once with it; ``dags/tidemark_pipelines.py`` fails to import
+with the problem's lines, so Airflow lists them under its import errors, while the DAGs of the other
+pipelines load and run from what their entries say.
 
 The pipeline ``events`` keeps the DAG ids a deployment made before pipelines has (``tidemark_ingest``,
 ...), as it keeps its tables; another pipeline's are suffixed with its name (``tidemark_ingest__web``).
@@ -13,9 +15,10 @@ The pipeline ``events`` keeps the DAG ids a deployment made before pipelines has
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_jobs.pipelines import dag_id  # noqa: F401  (the DAG files' names of a pipeline's DAGs)
+from spark_jobs.pipelines import DEFAULT_SCHEDULE, Alerts, dag_id  # noqa: F401  (dag_id: the DAG files' names)
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -32,15 +35,41 @@ def declared() -> Declared:
     return Settings.from_env().declarations()
 
 
-def dag_pipelines() -> list[Pipeline]:
-    """The pipelines to make DAGs for: those without a problem. A file that cannot be read at all gives none
-    (and ``dags/tidemark_pipelines.py`` shows why)."""
+@dataclass(frozen=True)
+class Unrunnable:
+    """A pipeline the file declares with a problem, as its DAGs, page row and metrics show it: its name, the
+    topic its name would read, the deployment's schedule and alerts, and the problem's lines."""
+
+    name: str
+    topic: str
+    problems: tuple[str, ...]
+    schedule: str | None = DEFAULT_SCHEDULE
+    alerts: Alerts = field(default_factory=Alerts)
+
+
+def unrunnable(found: Declared) -> list[Unrunnable]:
+    """The pipelines ``found`` declares with a problem (:meth:`~spark_jobs.pipelines.Declared.broken`)."""
+    from spark_jobs.settings import DEFAULT_PIPELINE, Settings
+
+    deployment = Settings.from_env()
+    # The topic its entry names where it could be read; else the one it would have if it named none.
+    topic = {DEFAULT_PIPELINE: deployment.topic} | dict(found.topics)
+    return [
+        Unrunnable(name, topic.get(name, name), tuple(found.problems_of(name)), deployment.ingest_schedule)
+        for name in found.broken()
+    ]
+
+
+def dag_pipelines() -> list[Pipeline | Unrunnable]:
+    """The pipelines to make DAGs for: those without a problem, and those with one as :class:`Unrunnable` (their
+    runs fail with it). A file that cannot be read at all gives none (``dags/tidemark_pipelines.py`` says why)."""
     from spark_jobs.errors import ConfigError
 
     try:
-        return declared().pipelines
+        found = declared()
     except ConfigError:
         return []
+    return [*found.pipelines, *unrunnable(found)]
 
 
 def raise_problems() -> None:
@@ -68,7 +97,7 @@ def sinks(pipeline: str) -> Asset:
     return Asset(name=f"tidemark_sinks__{pipeline}", uri=f"tidemark://sinks/{pipeline}")
 
 
-def alert_notifier(pipeline: Pipeline) -> AlertNotifier:
+def alert_notifier(pipeline: Pipeline | Unrunnable) -> AlertNotifier:
     """The notifier of ``pipeline``'s alerts: its webhook connection and addresses, or the deployment's."""
     from tidemark_airflow.notifiers import WEBHOOK_CONN_ID, AlertNotifier
 

@@ -175,6 +175,14 @@ def readmit_arguments(params: Mapping[str, object], readmit_id: str, log, pipeli
         )
     except (ValueError, TidemarkError) as exc:
         raise bad_request(f"invalid readmit parameters: {exc}", log) from None
+    if reason:  # one that selects nothing is said here, with the reasons there are, before Spark starts
+        from spark_jobs.readmit import refuse_unmatched_reason
+        from tidemark_airflow.connections import tidemark_settings
+
+        try:
+            refuse_unmatched_reason(tidemark_settings(pipeline), selection)
+        except TidemarkError as exc:
+            raise bad_request(str(exc), log) from None
     dry_run = bool(params.get("dry_run"))
     log.info("readmit%s: %s", " (dry run: nothing will be written)" if dry_run else "", selection.describe())
     arguments = ["--readmit-id", readmit_id]

@@ -111,27 +111,37 @@ class Summary:
     topic: str
     verdict: tuple | None = None  # run_id, status, counted_at
     open_findings: int = 0
-    behind_records: int = 0  # summed over partitions, at the latest sample of each
+    behind_records: int = 0  # summed over partitions, measured when the page was asked for
     behind_seconds: float = 0.0  # the largest over partitions
     ledger_offsets: int = 0
     verified_offsets: int = 0
     problem: str | None = None  # why nothing could be read (not migrated, ...)
+    lag_problem: str | None = None  # why the lag could not be measured (Kafka unreachable, ...)
 
 
 def read_summary(cur, name: str, topic: str) -> Summary:  # psycopg2 cursor on the pipeline's schema
+    """The pipeline's line of the list, but its lag (:func:`with_lag_now`)."""
     from spark_jobs.reconcile import history
 
-    lag = history.latest_lag(cur)
     coverage = history.coverage(cur)
     return Summary(
         name,
         topic,
         history.latest_verdict(cur),
         sum(history.open_findings_by_kind(cur).values()),
-        sum(row[2] for row in lag),
-        max((float(row[3]) for row in lag), default=0.0),
-        sum(row[2] for row in coverage),
-        sum(row[3] for row in coverage),
+        ledger_offsets=sum(row[2] for row in coverage),
+        verified_offsets=sum(row[3] for row in coverage),
+    )
+
+
+def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.runs.LagNow
+    """``summary`` with the lag measured ``now``: records behind summed over partitions, the oldest's age."""
+    if now.problem:
+        return replace(summary, lag_problem=now.problem)
+    return replace(
+        summary,
+        behind_records=sum(lag.behind_records for lag in now.lags),
+        behind_seconds=max((lag.behind_seconds for lag in now.lags), default=0.0),
     )
 
 
@@ -160,13 +170,30 @@ def render_pipelines(summaries: list[Summary], shown: str) -> str:
             continue
         status = s.verdict[1] if s.verdict else "no reconcile yet"
         colour = STATUS_COLOURS.get(status, "#222")
+        behind = (
+            f'<td colspan="2" class="lag-problem" title="{e(s.lag_problem)}">Kafka unreachable</td>'
+            if s.lag_problem
+            else f"<td class=num>{s.behind_records:,}</td><td class=num>{s.behind_seconds / 60:,.1f}</td>"
+        )
         rows.append(
             f'<tr><td>{link}</td><td>{e(s.topic)}</td><td class="status verdict" style="color:{colour}">'
-            f"{e(status.upper() if s.verdict else status)}</td><td class=num>{s.open_findings:,}</td>"
-            f"<td class=num>{s.behind_records:,}</td><td class=num>{s.behind_seconds / 60:,.1f}</td>"
+            f"{e(status.upper() if s.verdict else status)}</td><td class=num>{s.open_findings:,}</td>{behind}"
             f"<td class=num>{s.verified_offsets:,} / {s.ledger_offsets:,}</td></tr>"
         )
     return "".join(rows) + "</table>"
+
+
+def render_file_problems(file: str, problems: list[str]) -> str:
+    """The banner of a pipelines file with problems: each line (file, line, pipeline, field, what is wrong)."""
+    if not problems:
+        return ""
+    e = html.escape
+    lines = "".join(f"<li><code>{e(line)}</code></li>" for line in problems)
+    return (
+        f'<div id="file-problems" class="banner"><b>The pipelines file {e(file)} has problems.</b> A pipeline whose '
+        "entry is named below cannot run until it is fixed (its runs fail with the line); every other pipeline runs "
+        f"on as its entry says. <code>tidemark pipelines check</code> gives the same lines.<ul>{lines}</ul></div>"
+    )
 
 
 @dataclass(frozen=True)
@@ -183,6 +210,8 @@ class Overview:
     quarantine_days: list[tuple] = ()  # day, reason, records
     pipeline: str = "events"  # whose page this is
     pipelines: list[Summary] = ()  # every declared pipeline
+    file_problems: list[str] = ()  # the pipelines file's problems, one line each
+    file: str = "pipelines.yaml"  # the pipelines file's path
 
 
 def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
@@ -236,7 +265,7 @@ def render_overview(o: Overview) -> str:
     def run_href(run_id: str) -> str:
         return e(pipeline_href(f"runs/{run_id}", o.pipeline))
 
-    body = ["<h2>tidemark</h2>"]
+    body = ["<h2>tidemark</h2>", render_file_problems(o.file, o.file_problems)]
     if o.pipelines:
         body.append(render_pipelines(o.pipelines, o.pipeline))
     body.append(f'<h2 id="pipeline">Pipeline {e(o.pipeline)}</h2>')
@@ -301,7 +330,8 @@ def render_overview(o: Overview) -> str:
 
 
 def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
-    """The ingest and backfill runs: what each did and how fast, as charts and a table."""
+    """The runs (ingest, backfill, readmit, repair): what each did and how fast, as charts and a table. A readmit's
+    row: the quarantined records it checked again (read), those that came back (accepted), those that stay."""
     e = html.escape
     records: dict[str, list[Point]] = defaultdict(list)
     throughput: dict[str, list[Point]] = defaultdict(list)
@@ -310,7 +340,7 @@ def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
             records[outcome].append(Point(r.finished_at, float(n)))
         throughput[run_kind(r.pipeline)].append(Point(r.finished_at, r.records_per_second))
     rows = [
-        '<h3>Ingest runs</h3><table id="ingest-runs"><tr><th>finished</th><th>run</th><th>started by</th>'
+        '<h3>Runs</h3><table id="ingest-runs"><tr><th>finished</th><th>run</th><th>started by</th>'
         "<th class=num>batches</th><th class=num>read</th><th class=num>accepted</th><th class=num>duplicates</th>"
         "<th class=num>quarantined</th><th class=num>sessions written</th><th class=num>duration (s)</th>"
         "<th class=num>records/s</th><th>outcome</th></tr>"
@@ -489,21 +519,44 @@ def create_app():  # -> fastapi.FastAPI
     async def metrics(request: Request) -> Response:
         from airflow.api_fastapi.core_api.security import resolve_user_from_token
 
-        from tidemark_airflow.metrics import exposition, read_state
+        from tidemark_airflow.metrics import exposition, failed_state, read_state, with_lag
 
         if not scraper_token_matches(request.headers.get("authorization", "")):
             user = await resolve_user_from_token(airflow_token(request))  # 401 without a login
             if not may_read(get_auth_manager(), user):
                 raise HTTPException(403, refused)
-        body = exposition(each_pipeline(_settings(""), read_state))
+        from fastapi.concurrency import run_in_threadpool
+
+        from tidemark_airflow.listing import lag_of_each, listed
+
+        def scrape() -> bytes:
+            settings = _settings("")
+            listing = listed(settings)
+            states = each_pipeline(settings, read_state, failed_state, listing)
+            lags = lag_of_each(settings, listing)
+            return exposition([with_lag(s, lags[s.pipeline]) for s in states], listing.problems)
+
+        body = await run_in_threadpool(scrape)  # the database and Kafka answer off the event loop
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @pages.get("/", response_class=HTMLResponse)
     def overview(pipeline: str = "") -> str:
-        settings = _settings(pipeline)
-        found = _query(read_overview, settings)
-        every = read_summaries(_settings(""))  # the deployment's settings: the pipeline events' topic is theirs
-        return render_overview(replace(found, pipeline=settings.pipeline, pipelines=every))
+        from spark_jobs.settings import DEFAULT_PIPELINE
+        from tidemark_airflow.listing import lag_of_each, listed, settings_of
+
+        deployment = _settings("")  # the pipeline events' topic is the deployment's
+        listing = listed(deployment)
+        name = pipeline.strip() or DEFAULT_PIPELINE
+        shown = next((p for p in listing.pipelines if p.name == name), None)
+        if shown is None and (pipeline.strip() or not listing.problems):
+            declared = ", ".join(p.name for p in listing.pipelines) or "none"
+            raise HTTPException(404, f"no pipeline {name!r} to show (the pipelines file declares {declared})")
+        # A file with no document and no pipeline in the database yet: the banner alone says what is wrong.
+        found = _query(read_overview, settings_of(deployment, shown)) if shown else Overview([], [], [], [])
+        lags = lag_of_each(deployment, listing)
+        every = [with_lag_now(s, lags[s.name]) for s in read_summaries(deployment, listing)]
+        problems = {"file_problems": listing.problems, "file": listing.file}
+        return render_overview(replace(found, pipeline=name, pipelines=every, **problems))
 
     @pages.get("/repair", response_class=HTMLResponse)
     def repair_page(reconcile_run_id: str = "", pipeline: str = "") -> str:
@@ -616,25 +669,33 @@ def _query(read, settings):  # Settings
         return read(cur)
 
 
-def each_pipeline(settings, read, failed=None) -> list:  # Settings
-    """``read(cur, pipeline)`` of every pipeline the file declares without a problem, each on its own schema;
-    for a pipeline that cannot be read (not migrated yet, ...) ``failed(pipeline, error)``, or nothing."""
+def each_pipeline(settings, read, failed=None, listing=None) -> list:  # Settings, listing.Listing
+    """``read(cur, pipeline)`` of every pipeline :func:`~tidemark_airflow.listing.listed` shows (with a problem
+    or not), each on its own schema; for a pipeline that cannot be read (not migrated yet, ...)
+    ``failed(pipeline, error)``, or nothing."""
     from spark_jobs.errors import TidemarkError
+    from tidemark_airflow.listing import listed, settings_of
 
     found = []
-    for pipeline in settings.declarations().pipelines:
+    for pipeline in (listing or listed(settings)).pipelines:
         try:
-            found.append(_query(lambda cur, p=pipeline: read(cur, p), settings.for_pipeline(pipeline)))
+            found.append(_query(lambda cur, p=pipeline: read(cur, p), settings_of(settings, pipeline)))
         except TidemarkError as exc:
             if failed is not None:
                 found.append(failed(pipeline, exc))
     return found
 
 
-def read_summaries(settings) -> list[Summary]:  # Settings
-    """A :class:`Summary` of every pipeline the file declares without a problem (or why it cannot be read)."""
-    return each_pipeline(
-        settings,
-        lambda cur, p: read_summary(cur, p.name, p.topic),
-        lambda p, exc: Summary(p.name, p.topic, problem=str(exc)),
-    )
+def read_summaries(settings, listing=None) -> list[Summary]:  # Settings, listing.Listing
+    """A :class:`Summary` of every pipeline the page shows (or why it cannot be read, or cannot run)."""
+
+    def read(cur, p) -> Summary:
+        summary = read_summary(cur, p.name, p.topic)
+        problems = getattr(p, "problems", ())
+        return replace(summary, problem=f"cannot run: {' '.join(problems)}") if problems else summary
+
+    def failed(p, exc) -> Summary:
+        problems = getattr(p, "problems", ())
+        return Summary(p.name, p.topic, problem=f"cannot run: {' '.join(problems)}" if problems else str(exc))
+
+    return each_pipeline(settings, read, failed, listing)

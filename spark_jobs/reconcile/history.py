@@ -479,17 +479,6 @@ def latest_verdict(cur) -> tuple | None:
     return cur.fetchone()
 
 
-def latest_lag(cur) -> list[tuple]:
-    """Per partition, its latest lag sample (reconcile or scheduled ingest): (topic, kafka_partition,
-    behind_records, behind_seconds)."""
-    cur.execute(
-        f"""WITH samples AS ({LAG_SAMPLES})
-            SELECT DISTINCT ON (topic, kafka_partition) topic, kafka_partition, behind_records, behind_seconds
-            FROM samples ORDER BY topic, kafka_partition, at DESC"""
-    )
-    return cur.fetchall()
-
-
 def open_findings_by_kind(cur) -> dict[str, int]:
     """How many findings of each kind are open."""
     cur.execute("SELECT kind, count(*) FROM findings WHERE closed_at IS NULL GROUP BY 1")

@@ -84,12 +84,15 @@ def measure_lag(settings: Settings, ranges: list[LedgerRange], now: datetime) ->
     return lag_behind(settings, processed, now)
 
 
-def lag_behind(settings: Settings, processed: dict[str, dict[int, int]], now: datetime) -> list[Lag]:
-    """:func:`measure_lag` from the furthest processed offset per topic and partition."""
+def lag_behind(
+    settings: Settings, processed: dict[str, dict[int, int]], now: datetime, timeout_s: float = 10.0
+) -> list[Lag]:
+    """:func:`measure_lag` from the furthest processed offset per topic and partition (``timeout_s``: per request
+    to Kafka)."""
     lags = []
     for topic, ends in sorted(processed.items()):
-        for partition, done, high in unprocessed(ends, watermarks(settings, topic)):
-            oldest = first_arrival(settings, topic, partition, done) if done < high else None
+        for partition, done, high in unprocessed(ends, watermarks(settings, topic, timeout_s)):
+            oldest = first_arrival(settings, topic, partition, done, timeout_s) if done < high else None
             behind = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
             lags.append(Lag(topic, partition, high, done, oldest, behind))
     return lags

@@ -117,7 +117,7 @@ class Api:
         self.token = self._call("POST", "/auth/token", {"username": user, "password": password})["access_token"]
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if getattr(self, "token", None):
             headers["Authorization"] = f"Bearer {self.token}"
         data = None if body is None else json.dumps(body).encode()
@@ -601,3 +601,109 @@ def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(airflow.url + "/tidemark/metrics", timeout=30)
     assert refused.value.code == 401
+
+
+def _scrape(airflow: AirflowServices) -> dict:
+    """The metrics a Prometheus scrape reads now: (name, labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    token = Api(airflow).token
+    scrape = urllib.request.Request(airflow.url + "/tidemark/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(scrape, timeout=30) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_a_broken_pipelines_file_leaves_every_good_pipeline_scheduled_on_the_page_and_in_the_metrics(
+    airflow: AirflowServices, browser
+) -> None:
+    """An unclosed quote in web's entry: events runs on, web stays listed with the YAML line (the page's banner,
+    a metric an alert fires on, its DAG's doc) and its run fails with that line, once; a file with no document
+    at all still leaves the page and every pipeline's series up."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    path = airflow.settings.pipelines_file
+    good = path.read_text()
+    web_topic = airflow.settings.declared("web").topic
+    assert good.count(f"topic: {web_topic}\n") == 1
+    api = Api(airflow)
+    try:
+        path.write_text(good.replace(f"topic: {web_topic}\n", f"topic: '{web_topic}\n"))
+        samples = _scrape(airflow)
+        assert samples[("tidemark_config_ok", ())] == 0
+        assert samples[("tidemark_pipeline_problems", (("pipeline", "events"),))] == 0
+        assert samples[("tidemark_pipeline_problems", (("pipeline", "web"),))] == 1
+        assert samples[("tidemark_kafka_up", (("pipeline", "events"),))] == 1  # events' lag, measured
+        assert any(name == "tidemark_open_findings" and ("pipeline", "web") in labels for name, labels in samples)
+
+        sign_in(browser, airflow)
+        browser.get(airflow.url + "/tidemark/")
+        banner = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "file-problems"))
+        assert f"The pipelines file {path} has problems." in banner.text
+        assert "pipelines.yaml: pipeline 'web': not valid YAML at line " in banner.text, banner.text
+        rows = {r.text.split()[0]: r.text for r in browser.find_elements(By.CSS_SELECTOR, "#pipelines tr")[1:]}
+        assert set(rows) == {"events", "web"} and "cannot run: pipelines.yaml: pipeline 'web'" in rows["web"]
+        assert " OK " in rows["events"] or " MISMATCH " in rows["events"] or " LAGGING " in rows["events"]
+
+        # Airflow: events' and web's DAGs stay, web's says why; its run fails at once with the line, not retried.
+        until_parsed = time.monotonic() + 240
+        while api.get("/api/v2/importErrors")["total_entries"] == 0 and time.monotonic() < until_parsed:
+            time.sleep(5)
+        [error] = api.get("/api/v2/importErrors")["import_errors"]
+        assert "pipeline 'web': not valid YAML" in error["stack_trace"]
+        assert api.get("/api/v2/dags/tidemark_ingest")["dag_id"] == "tidemark_ingest"
+        assert "not valid YAML" in api.get("/api/v2/dags/tidemark_ingest__web/details")["doc_md"]
+        api.patch("/api/v2/dags/tidemark_ingest__web", {"is_paused": False})
+        run = api.post("/api/v2/dags/tidemark_ingest__web/dagRuns", {"logical_date": None})
+        finished = api.wait_for_runs("tidemark_ingest__web", "manual", 1)
+        [done] = [r for r in finished if r["dag_run_id"] == run["dag_run_id"]]
+        assert done["state"] == "failed"
+        task = api.get(f"/api/v2/dags/tidemark_ingest__web/dagRuns/{urllib.parse.quote(run['dag_run_id'])}"
+                       "/taskInstances/ingest")  # fmt: skip
+        assert task["state"] == "failed" and task["try_number"] == 1, task
+        log = api.get(f"/api/v2/dags/tidemark_ingest__web/dagRuns/{urllib.parse.quote(run['dag_run_id'])}"
+                      "/taskInstances/ingest/logs/1?full_content=true")  # fmt: skip
+        assert "pipeline 'web' cannot run: pipelines.yaml: pipeline 'web': not valid YAML" in json.dumps(log)
+
+        # No document at all: the page and the series of every pipeline the database holds stay up.
+        path.write_text("pipelines: [\n")
+        samples = _scrape(airflow)
+        assert samples[("tidemark_config_ok", ())] == 0
+        assert {dict(labels)["pipeline"] for name, labels in samples if name == "tidemark_pipeline_problems"} == {
+            "events", "web"
+        }  # fmt: skip
+        assert samples[("tidemark_kafka_up", (("pipeline", "events"),))] == 1
+        browser.get(airflow.url + "/tidemark/")
+        banner = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "file-problems"))
+        assert "pipelines.yaml: not valid YAML at line 2" in banner.text, banner.text
+    finally:
+        path.write_text(good)
+        api.patch("/api/v2/dags/tidemark_ingest__web", {"is_paused": True})
+    assert _scrape(airflow)[("tidemark_config_ok", ())] == 1
+
+
+def test_the_lag_a_scrape_reads_grows_while_ingest_is_stalled(airflow: AirflowServices) -> None:
+    """Records arrive and no ingest runs: every scrape measures the lag again, so its age grows with the wait."""
+    settings = airflow.settings
+    produce(settings, ProduceSpec(count=20, entities=2, seed=33, id_prefix="stalled-"), topic=settings.topic)
+
+    def events(samples: dict, name: str) -> list[float]:
+        return [v for (n, labels), v in samples.items() if n == name and ("pipeline", "events") in labels]
+
+    def behind(samples: dict, name: str) -> float:
+        return sum(events(samples, name))
+
+    first = _scrape(airflow)
+    time.sleep(4)
+    then = _scrape(airflow)
+    assert first[("tidemark_kafka_up", (("pipeline", "events"),))] == 1
+    assert behind(first, "tidemark_lag_records") >= 20
+    assert behind(then, "tidemark_lag_records") == behind(first, "tidemark_lag_records")
+    assert max(events(then, "tidemark_lag_seconds")) - max(events(first, "tidemark_lag_seconds")) >= 3
+    measured = ("tidemark_lag_measured_timestamp_seconds", (("pipeline", "events"),))
+    assert then[measured] - first[measured] >= 4

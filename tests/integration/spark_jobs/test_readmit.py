@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import db, ingest, quarantine, readmit, reconcile, repair
+from spark_jobs import db, ingest, quarantine, readmit, reconcile, repair, runs
 from spark_jobs.errors import WriterFenced
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
@@ -272,3 +272,48 @@ def test_an_unfinished_readmit_is_finished_with_its_own_selection_whatever_the_n
     assert again.back == 1 and delta_rows(spark, web, "quarantine") == []
     assert_offset_coverage(spark, web, 5)
     assert_settings_sinks_agree(spark, web, prefix)
+
+
+def test_a_reason_is_selected_by_its_code_or_its_start_and_one_that_selects_nothing_is_answered_before_spark(
+    spark, web: Settings, tmp_path: Path
+) -> None:
+    """The operator's words: ``tidemark quarantine`` shows each reason's code; ``--reason`` takes the code or
+    the start of the reason (not the whole text with the old enum list inside it); a selection of nothing is
+    one line naming the reasons there are, before Spark starts (the installed command)."""
+    from tests.integration.tidemark.test_errors import NO_SPARK, one_line, tidemark
+
+    prefix = f"c{uuid.uuid4().hex[:6]}-"
+    visit = visits(prefix)
+    send_web(web, [visit(0, "page"), visit(1, "identify"), visit(2, "identify", user="b")])
+    ingest.run_scheduled(spark, web)
+    env = web.to_env() | {"TIDEMARK_PIPELINE": "web"}
+
+    listed = tidemark(["quarantine", "--limit", "0"], env, tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    header, _, row = listed.stdout.splitlines()[:3]
+    assert header.split()[:3] == ["records", "code", "reason"], header
+    assert row.split()[:4] == ["2", "schema", "schema:", "enum"], row
+
+    line = one_line(tidemark(["readmit", "--reason", "schema: enum at /status"], env | NO_SPARK, tmp_path))
+    assert line == (
+        "tidemark readmit: --reason 'schema: enum at /status' selects no record quarantined now in pipeline 'web': "
+        "give a reason's code (the text before its ':'; now schema) or the start of a reason as `tidemark "
+        f"quarantine` lists it. Quarantined now: {ENUM} (2)"
+    ), line
+
+    fix_identify(web)
+    for wanted in ("schema", "schema: enum at /event", ENUM):
+        counted = readmit.readmit(spark, web, readmit.Selection(reason=wanted), dry_run=True)
+        assert [(r.reason, r.quarantined, r.back) for r in counted.reasons] == [(ENUM, 2, 2)], wanted
+    nothing = readmit.readmit(spark, web, readmit.Selection(reason="schem"), dry_run=True)  # neither code nor ':'
+    assert nothing.reasons == []
+
+    # The readmit is a row of the runs table (the page's), with what it checked again and brought back; the dry
+    # runs changed nothing and are none.
+    assert readmit.readmit(spark, web, readmit.Selection(reason="schema")).back == 2
+    with db.transaction(web.pipeline_dsn) as cur:
+        latest = runs.recent(cur, 10)
+    assert [(r.pipeline, r.records_read, r.accepted, r.quarantined, r.failure) for r in latest] == [
+        (f"readmit:{web.topic}", 2, 2, 0, None),
+        (f"ingest:{web.topic}", 3, 1, 2, None),
+    ]

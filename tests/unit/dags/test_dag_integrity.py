@@ -4,8 +4,8 @@ The DagBag is loaded in a fresh interpreter with sockets disabled, the way the d
 parses files: a DAG file that touched the network, a Variable, a Connection or the metadata
 database while being parsed would fail here. The DAGs are generated from ``pipelines.yaml``: the
 repository's declares the pipeline ``events``, whose DAGs keep the ids they had before pipelines;
-a file of three pipelines, one of them broken, gives the DAGs of two and an import error naming the
-third.
+a file of three pipelines, one of them broken (its contract, or its YAML), gives the DAGs of all three,
+those of the broken one saying its problem, and an import error naming it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ DAG_FILES = EXPECTED_DAGS | {"tidemark_pipelines"}  # the last one only reports 
 HEAVY_MODULES = ("pyspark", "pandas", "pyarrow", "psycopg2", "confluent_kafka", "delta")
 # What parsing may import of tidemark's jobs: the settings and the pipelines file's reader.
 LIGHT_JOB_MODULES = {"spark_jobs", "spark_jobs.contract", "spark_jobs.errors", "spark_jobs.pipelines",
-                     "spark_jobs.settings"}  # fmt: skip
+                     "spark_jobs.pipelines_file", "spark_jobs.quarantine", "spark_jobs.settings"}  # fmt: skip
 
 PARSE = r"""
 import json, socket, sys
@@ -56,7 +56,7 @@ print(json.dumps({
             "tags": sorted(dag.tags),
             "schedule": getattr(dag.schedule, "expression", None),
             "max_active_runs": dag.max_active_runs,
-            "doc": bool(dag.doc_md),
+            "doc": dag.doc_md,
             "tasks": {t.task_id: {"retries": t.retries, "callbacks": bool(t.on_failure_callback),
                                   "at_once": t.max_active_tis_per_dag} for t in dag.tasks},
         }
@@ -123,28 +123,57 @@ WEB = {
 }
 
 
-def test_each_pipeline_gets_its_dags_and_a_broken_entry_is_an_import_error_naming_it(tmp_path: Path) -> None:
+def declare(tmp_path: Path, *entries: dict) -> Path:
+    """A pipelines file of today's ``events`` and ``entries``."""
     import yaml
 
     shipped = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())
-    orders = {**WEB, "name": "orders", "contract": {**WEB["contract"], "event_time": "/occurred_at"}}
-    (tmp_path / "pipelines.yaml").write_text(yaml.safe_dump({"pipelines": [*shipped["pipelines"], WEB, orders]}))
-    parsed = parse(tmp_path / "home", TIDEMARK_PIPELINES=str(tmp_path / "pipelines.yaml"))
+    (tmp_path / "pipelines.yaml").write_text(yaml.safe_dump({"pipelines": [*shipped["pipelines"], *entries]}))
+    return tmp_path / "pipelines.yaml"
 
-    # events keeps its DAG ids; web gets its own set; orders none.
+
+def test_each_pipeline_gets_its_dags_and_a_broken_entry_keeps_its_own_saying_why(tmp_path: Path) -> None:
+    orders = {**WEB, "name": "orders", "contract": {**WEB["contract"], "event_time": "/occurred_at"}}
+    parsed = parse(tmp_path / "home", TIDEMARK_PIPELINES=str(declare(tmp_path, WEB, orders)))
+
+    # events keeps its DAG ids; web and orders get their own sets.
     web_dags = {f"{dag_id}__web" for dag_id in EXPECTED_DAGS}
-    assert set(parsed["dags"]) == EXPECTED_DAGS | web_dags
+    orders_dags = {f"{dag_id}__orders" for dag_id in EXPECTED_DAGS}
+    assert set(parsed["dags"]) == EXPECTED_DAGS | web_dags | orders_dags
     assert parsed["dags"]["tidemark_ingest__web"]["tags"] == ["tidemark", "web"]
     assert parsed["dags"]["tidemark_ingest__web"]["schedule"] == "*/5 * * * *"
     assert parsed["dags"]["tidemark_ingest"]["schedule"] == "*/15 * * * *"
-    # The broken entry is one import error, of the file that reports the pipelines file's problems.
+    # The broken entry is one import error, of the file that reports the pipelines file's problems...
     assert list(parsed["errors"]) == [str(PROJECT_ROOT / "dags" / "tidemark_pipelines.py")]
     error = parsed["errors"][str(PROJECT_ROOT / "dags" / "tidemark_pipelines.py")]
-    assert (
-        "pipelines.yaml: pipeline 'orders': contract.event_time: '/occurred_at' is not a property the schema declares"
-        in error
-    )
+    line = "pipelines.yaml: pipeline 'orders': contract.event_time: '/occurred_at' is not a property the schema "
+    line += "declares"
+    assert line in error
     assert "'web'" not in error and "'events'" not in error
+    # ... and the first thing each of its DAGs says (their runs fail with it: test_airflow_dags.py).
+    for dag_id in orders_dags:
+        assert parsed["dags"][dag_id]["doc"].startswith("**Every run of this pipeline fails until its entry"), dag_id
+        assert line in parsed["dags"][dag_id]["doc"], dag_id
+    assert not parsed["dags"]["tidemark_ingest__web"]["doc"].startswith("**Every run")
+
+
+def test_an_entry_that_is_not_yaml_is_its_pipelines_problem_and_the_others_load(tmp_path: Path) -> None:
+    """One unbalanced quote in one entry: YAML has no document; the entry is set aside as its pipeline's problem
+    and the rest of the file is read without it."""
+    path = declare(tmp_path, WEB, {**WEB, "name": "orders", "topic": "orders-v1"})
+    text = path.read_text()
+    assert text.count("topic: orders-v1") == 1
+    path.write_text(text.replace("topic: orders-v1", 'topic: "orders-v1'))  # the quote is never closed
+    parsed = parse(tmp_path / "home", TIDEMARK_PIPELINES=str(path))
+
+    assert {dag_id for dag_id in parsed["dags"] if not dag_id.endswith("__orders")} == EXPECTED_DAGS | {
+        f"{dag_id}__web" for dag_id in EXPECTED_DAGS
+    }
+    error = parsed["errors"][str(PROJECT_ROOT / "dags" / "tidemark_pipelines.py")]
+    assert "pipelines.yaml: pipeline 'orders': not valid YAML at line " in error
+    assert "while scanning a quoted scalar begun at line " in error
+    assert "'web'" not in error and "'events'" not in error
+    assert "not valid YAML" in parsed["dags"]["tidemark_ingest__orders"]["doc"]
 
 
 def test_a_pipelines_file_that_cannot_be_read_is_an_import_error_and_no_dag_runs_on_a_guess(tmp_path: Path) -> None:

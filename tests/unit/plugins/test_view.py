@@ -287,3 +287,47 @@ def test_records_are_counted_by_the_runs_that_land_them_and_readmits_and_repairs
     assert "scheduled runs and backfills" in families["tidemark_records"].documentation
     batches = {s.labels["run"]: s.value for s in families["tidemark_batches"].samples}
     assert batches == {"ingest": 2, "readmit": 1, "repair": 1}
+
+
+def test_a_pipelines_file_with_problems_is_a_banner_and_a_broken_pipeline_keeps_its_row() -> None:
+    """Each line where the operator looks first; the pipeline whose entry is broken is listed with it."""
+    from tidemark_airflow.view import Summary
+
+    line = "pipelines.yaml: pipeline 'orders': not valid YAML at line 41, column 1: found unexpected end of stream"
+    summaries = [
+        Summary("events", "events", ("r1", "ok", T0), 0, 0, 0.0, 10, 10),
+        Summary("orders", "orders", ("o1", "ok", T0), problem=f"cannot run: {line}"),
+    ]
+    page = render_overview(Overview([], [], [], [], pipelines=summaries, file_problems=[line], file="/etc/p.yaml"))
+    assert '<div id="file-problems" class="banner"><b>The pipelines file /etc/p.yaml has problems.</b>' in page
+    assert f"<li><code>{line}</code></li>" in page.replace("&#x27;", "'")
+    assert '<a class="pipeline" href="./?pipeline=orders">orders</a></td><td>orders</td><td colspan="5">' in page
+    assert "cannot run: pipelines.yaml: pipeline &#x27;orders&#x27;: not valid YAML at line 41" in page
+    assert 'id="file-problems"' not in render_overview(Overview([], [], [], [], pipelines=summaries[:1]))
+
+
+def test_the_metrics_say_whether_the_pipelines_file_and_each_entry_have_problems() -> None:
+    """``tidemark_config_ok`` as Prometheus' own ``prometheus_config_last_reload_successful``; a pipeline whose entry
+    is broken keeps its series (an alert on the age of its last run fires) beside its problem count."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tidemark_airflow.metrics import State, exposition, failed_state
+    from tidemark_airflow.pipelines import Unrunnable
+
+    good = State(totals=[], lag=[], verdict=None, open_findings={}, lost={}, pipeline="events")
+    broken = State(totals=[], lag=[], verdict=None, open_findings={}, lost={}, pipeline="orders",
+                   last_runs=[("ingest:orders", "orders", T0)], problems=("one", "two"))  # fmt: skip
+    unread = failed_state(Unrunnable("web", "web", ("three",)), RuntimeError("not migrated"))
+
+    def families(*states, problems=()) -> dict:
+        return {f.name: f for f in text_string_to_metric_families(exposition(list(states), problems).decode())}
+
+    found = families(good, broken, unread, problems=["one", "two", "three"])
+    assert [s.value for s in found["tidemark_config_ok"].samples] == [0.0]
+    assert {s.labels["pipeline"]: s.value for s in found["tidemark_pipeline_problems"].samples} == {
+        "events": 0.0, "orders": 2.0, "web": 1.0
+    }  # fmt: skip
+    assert [(s.labels["pipeline"], s.value) for s in found["tidemark_last_run_timestamp_seconds"].samples] == [
+        ("orders", T0.timestamp())
+    ]
+    assert [s.value for s in families(good)["tidemark_config_ok"].samples] == [1.0]

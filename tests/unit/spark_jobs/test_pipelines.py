@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -288,7 +289,10 @@ def test_a_missing_role_and_every_problem_of_the_file_are_reported_at_once(tmp_p
     [
         (
             "pipelines: [\n  - name: x\n",
-            ["pipelines.yaml: not valid YAML at line 2, column 3: expected the node content, but found '-'"],
+            [
+                "pipelines.yaml: not valid YAML at line 2, column 3: expected the node content, but found '-' "
+                "(while parsing a flow node begun at line 2)"
+            ],
         ),
         ("pipelines: []\n", ["pipelines.yaml: pipelines: must be a list of at least one pipeline"]),
         (
@@ -417,3 +421,50 @@ def test_two_topics_kafka_cannot_tell_apart_are_one_topic_read_by_two_pipelines(
     ]
     declared = pipelines.load_each(write(tmp_path, config))
     assert declared.readers_of("shop.orders") == declared.readers_of("shop_orders") == ("web", "orders")
+
+
+def test_an_entry_that_is_not_yaml_is_its_pipelines_problem_and_the_rest_of_the_file_is_read(tmp_path: Path) -> None:
+    """YAML reads a file whole; one unclosed quote in one entry must not take every pipeline's DAGs and metrics."""
+    text = yaml.safe_dump(three_pipelines(), sort_keys=False)
+    assert text.count("- name: orders\n") == 1
+    path = write(tmp_path, text.replace("- name: orders\n", "- name: orders\n  topic: 'orders\n"))
+    declared = pipelines.load_each(path)
+
+    assert [p.name for p in declared.pipelines] == ["events", "web"]
+    [line] = declared.problems_of("orders")
+    assert line.startswith("pipelines.yaml: pipeline 'orders': not valid YAML at line ")
+    assert "begun at line " in line  # where YAML began what it could not finish, in orders' entry
+    assert declared.broken() == ["orders"]
+    with pytest.raises(PipelinesError):  # `tidemark pipelines check` still refuses the file
+        pipelines.load(path)
+
+
+def test_an_unreadable_entry_of_a_name_another_entry_has_leaves_neither_to_run(tmp_path: Path) -> None:
+    config = three_pipelines()
+    config["pipelines"].append({**config["pipelines"][1], "topic": "web-2"})
+    text = yaml.safe_dump(config, sort_keys=False)
+    path = write(tmp_path, text.replace("topic: web-2", "topic: [web-2"))
+    declared = pipelines.load_each(path)
+
+    assert [p.name for p in declared.pipelines] == ["events", "orders"]
+    assert declared.broken() == ["web"]
+
+
+def test_an_unreadable_entry_without_a_name_is_named_by_its_line_and_names_no_pipeline(tmp_path: Path) -> None:
+    text = yaml.safe_dump(three_pipelines(), sort_keys=False) + "- topic: 'x\n  contract: {}\n"
+    declared = pipelines.load_each(write(tmp_path, text))
+
+    assert [p.name for p in declared.pipelines] == ["events", "web", "orders"]
+    [problem] = declared.problems
+    assert problem.pipeline is None and problem.line.startswith("pipelines.yaml: the entry at line ")
+    assert declared.broken() == []
+
+
+def test_only_a_name_a_pipeline_could_have_is_kept_visible_with_its_problem(tmp_path: Path) -> None:
+    config = three_pipelines()
+    config["pipelines"] += [{**copy.deepcopy(config["pipelines"][1]), "name": name, "topic": f"t{i}"}
+                            for i, name in enumerate(("Web", "public", "shop"))]  # fmt: skip
+    config["pipelines"][-1]["contract"]["event_time"] = "/when"
+    declared = pipelines.load_each(write(tmp_path, config))
+
+    assert declared.broken() == ["shop"]

@@ -1,0 +1,110 @@
+"""The pipelines file's text as a document, entry by entry: a mistake in one entry's YAML is that entry's.
+
+YAML reads a file whole: one unbalanced quote or tab in one pipeline's entry and the parser has no
+document, so every pipeline of the file would be gone at once (its DAGs, its row on the page, its
+metrics). Here an entry whose lines do not parse is set aside as a problem of that pipeline (named
+from its ``name:`` line when it has one, with the line and column YAML gave), and the rest of the file
+is read again without it: what the other entries say is what runs. Only a mistake outside every
+entry (the ``pipelines:`` line itself) leaves no document.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The top-level key that lists the pipelines, and a list item of it.
+_LIST_KEY = re.compile(r"^pipelines\s*:")
+_ITEM = re.compile(r"^(\s*)-(\s|$)")
+_NAME = re.compile(r"""^\s*(?:-\s+)?name\s*:\s*["']?([^"'\s#]+)""")
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """An entry whose lines are not YAML: its name when its ``name:`` line says one, and the line to show."""
+
+    name: str | None
+    line: str
+
+
+class WholeFileError(Exception):
+    """The file has no document: one line saying why and where."""
+
+
+def read_document(path: Path) -> tuple[Any, list[SetAside]]:
+    """The document of the pipelines file at ``path``, and the entries set aside because their lines are not
+    YAML. Raises :class:`WholeFileError` (one line) when the file cannot be read or its mistake is outside
+    every entry; ``OSError`` and ``UnicodeDecodeError`` as reading raises them."""
+    import yaml
+
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    set_aside: list[SetAside] = []
+    first = None  # the file's own first mistake, which a file with no document is refused with
+    while True:
+        try:
+            return yaml.safe_load("".join(lines)), set_aside
+        except yaml.YAMLError as exc:
+            span = _entry_of(lines, exc)
+            where = _where(exc)
+            first = first or f"{path.name}: not valid YAML{where}: {_problem(exc)}"
+            if span is None:
+                raise WholeFileError(first) from None
+            start, end = span
+            name = next((m.group(1) for m in map(_NAME.match, lines[start:end]) if m), None)
+            who = f"pipeline {name!r}" if name else f"the entry at line {start + 1}"
+            set_aside.append(SetAside(name, f"{path.name}: {who}: not valid YAML{where}: {_problem(exc)}"))
+            lines[start:end] = ["\n"] * (end - start)  # the lines after it keep their numbers
+
+
+def _entry_of(lines: list[str], exc: Exception) -> tuple[int, int] | None:
+    """The lines ``[start, end)`` of the entry of the ``pipelines:`` list where YAML found its mistake: where
+    the construct it was reading began (a quoted scalar, a mapping), else where it stopped."""
+    spans = _entries(lines)
+    for mark in (getattr(exc, "context_mark", None), getattr(exc, "problem_mark", None)):
+        if mark is None:
+            continue
+        for start, end in spans:
+            if start <= mark.line < end:
+                return start, end
+    return None
+
+
+def _entries(lines: list[str]) -> list[tuple[int, int]]:
+    """The line spans of the items of the top-level ``pipelines:`` list (each from its ``-`` line to the next
+    item, or to the next top-level line)."""
+    key = next((i for i, line in enumerate(lines) if _LIST_KEY.match(line)), None)
+    if key is None:
+        return []
+    starts: list[int] = []
+    indent: str | None = None
+    end = len(lines)
+    for i in range(key + 1, len(lines)):
+        line = lines[i]
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        item = _ITEM.match(line)
+        width = len(line) - len(line.lstrip())
+        if indent is None and item:
+            indent = item.group(1)
+        if item and item.group(1) == indent:
+            starts.append(i)
+        elif width <= len(indent or ""):
+            end = i  # a line at the list's level or above that is not an item: the list ended
+            break
+    return list(zip(starts, [*starts[1:], end], strict=True)) if starts else []
+
+
+def _where(exc: Exception) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+
+def _problem(exc: Exception) -> str:
+    """YAML's problem, and what it was reading when it found it (from which line)."""
+    problem = getattr(exc, "problem", None) or str(exc)
+    context, mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if not context:
+        return problem
+    return f"{problem} ({context}{f' begun at line {mark.line + 1}' if mark else ''})"
