@@ -58,9 +58,12 @@ def readmit_dag(pipeline: Pipeline) -> None:
             """Check the form before Spark starts; the readmit job's arguments."""
             import logging
 
-            from tidemark_airflow.runs import readmit_arguments
+            from tidemark_airflow.runs import readmit_arguments, refuse_unmatched_reason
 
-            return readmit_arguments(params, run_id, logging.getLogger("airflow.task"), pipeline.name)
+            log = logging.getLogger("airflow.task")
+            arguments = readmit_arguments(params, run_id, log, pipeline.name)
+            refuse_unmatched_reason(params, log, pipeline.name)  # a reason that selects nothing, with those there are
+            return arguments
 
         TidemarkSparkSubmitOperator(
             task_id="readmit",

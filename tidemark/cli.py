@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from dataclasses import replace
@@ -76,7 +77,8 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
     def interrupt(signum, frame) -> None:  # signal handler signature
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)  # `tidemark down` (`make down`) asks this way
+    airflow.foreground_pid_file.write_text(f"{os.getpid()}\n")
     try:
         while all(component in airflow.running() for component in ("api-server", "scheduler")):
             time.sleep(2)
@@ -86,6 +88,7 @@ def cmd_airflow(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     finally:
         print(f"stopping Airflow: {', '.join(airflow.stop()) or 'nothing was running'}")
+        airflow.foreground_pid_file.unlink(missing_ok=True)
 
 
 def cmd_down(settings: Settings, args: argparse.Namespace) -> int:

@@ -40,6 +40,16 @@ def listed(settings: Settings) -> Listing:
     return Listing([*found.pipelines, *unrunnable(found)], found.lines(), _file(settings))
 
 
+def readable(listing: Listing, allowed) -> Listing:  # allowed: Callable[[str], bool]
+    """``listing`` as a user ``allowed`` to see some pipelines sees it: the others, and the file's problems that
+    name them, left out."""
+    hidden = {p.name for p in listing.pipelines if not allowed(p.name)}
+    if not hidden:
+        return listing
+    problems = [line for line in listing.problems if not any(f"pipeline {name!r}" in line for name in hidden)]
+    return Listing([p for p in listing.pipelines if p.name not in hidden], problems, listing.file)
+
+
 def settings_of(settings: Settings, pipeline: Pipeline | Unrunnable) -> Settings:
     """The deployment's ``settings`` for reading ``pipeline``'s schema (its runs are another matter)."""
     if getattr(pipeline, "problems", None) is not None:

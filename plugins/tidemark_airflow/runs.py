@@ -175,14 +175,6 @@ def readmit_arguments(params: Mapping[str, object], readmit_id: str, log, pipeli
         )
     except (ValueError, TidemarkError) as exc:
         raise bad_request(f"invalid readmit parameters: {exc}", log) from None
-    if reason:  # one that selects nothing is said here, with the reasons there are, before Spark starts
-        from spark_jobs.readmit import refuse_unmatched_reason
-        from tidemark_airflow.connections import tidemark_settings
-
-        try:
-            refuse_unmatched_reason(tidemark_settings(pipeline), selection)
-        except TidemarkError as exc:
-            raise bad_request(str(exc), log) from None
     dry_run = bool(params.get("dry_run"))
     log.info("readmit%s: %s", " (dry run: nothing will be written)" if dry_run else "", selection.describe())
     arguments = ["--readmit-id", readmit_id]
@@ -193,6 +185,22 @@ def readmit_arguments(params: Mapping[str, object], readmit_id: str, log, pipeli
     if offsets:
         arguments += ["--offsets", offsets]
     return arguments + (["--dry-run"] if dry_run else [])
+
+
+def refuse_unmatched_reason(params: Mapping[str, object], log, pipeline: str | None = None) -> None:
+    """A form's reason that selects no record quarantined now in ``pipeline``: a BadRequest (no alert) naming the
+    reasons there are, before Spark starts."""
+    from spark_jobs import readmit
+    from spark_jobs.errors import TidemarkError
+    from tidemark_airflow.connections import tidemark_settings
+
+    reason = str(params.get("reason") or "").strip() or None
+    if reason is None:
+        return
+    try:
+        readmit.refuse_unmatched_reason(tidemark_settings(pipeline), readmit.Selection(reason))
+    except TidemarkError as exc:
+        raise bad_request(str(exc), log) from None
 
 
 def repair_arguments(params: Mapping[str, object], repair_id: str, log, pipeline: str | None = None) -> list[str]:

@@ -516,63 +516,44 @@ def create_app():  # -> fastapi.FastAPI
     pages = APIRouter(dependencies=[Depends(read_permission)])
 
     @app.get("/metrics")
-    async def metrics(request: Request) -> Response:
+    async def metrics(request: Request, pipeline: str = "") -> Response:
         from airflow.api_fastapi.core_api.security import resolve_user_from_token
+        from fastapi.concurrency import run_in_threadpool
 
-        from tidemark_airflow.metrics import exposition, failed_state, read_state, with_lag
-
-        if not scraper_token_matches(request.headers.get("authorization", "")):
+        if scraper_token_matches(request.headers.get("authorization", "")):
+            allowed = everything
+        else:
             user = await resolve_user_from_token(airflow_token(request))  # 401 without a login
             if not may_read(get_auth_manager(), user):
                 raise HTTPException(403, refused)
-        from fastapi.concurrency import run_in_threadpool
-
-        from tidemark_airflow.listing import lag_of_each, listed
-
-        def scrape() -> bytes:
-            settings = _settings("")
-            listing = listed(settings)
-            states = each_pipeline(settings, read_state, failed_state, listing)
-            lags = lag_of_each(settings, listing)
-            return exposition([with_lag(s, lags[s.pipeline]) for s in states], listing.problems)
-
-        body = await run_in_threadpool(scrape)  # the database and Kafka answer off the event loop
+            allowed = pipeline_access(get_auth_manager(), user)
+        wanted = pipeline.strip()
+        scoped = (lambda name: name == wanted and allowed(name)) if wanted else allowed  # a team's own scrape
+        body = await run_in_threadpool(scrape, _settings(""), scoped)  # the database and Kafka off the event loop
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @pages.get("/", response_class=HTMLResponse)
-    def overview(pipeline: str = "") -> str:
-        from spark_jobs.settings import DEFAULT_PIPELINE
-        from tidemark_airflow.listing import lag_of_each, listed, settings_of
-
-        deployment = _settings("")  # the pipeline events' topic is the deployment's
-        listing = listed(deployment)
-        name = pipeline.strip() or DEFAULT_PIPELINE
-        shown = next((p for p in listing.pipelines if p.name == name), None)
-        if shown is None and (pipeline.strip() or not listing.problems):
-            declared = ", ".join(p.name for p in listing.pipelines) or "none"
-            raise HTTPException(404, f"no pipeline {name!r} to show (the pipelines file declares {declared})")
-        # A file with no document and no pipeline in the database yet: the banner alone says what is wrong.
-        found = _query(read_overview, settings_of(deployment, shown)) if shown else Overview([], [], [], [])
-        lags = lag_of_each(deployment, listing)
-        every = [with_lag_now(s, lags[s.name]) for s in read_summaries(deployment, listing)]
-        problems = {"file_problems": listing.problems, "file": listing.file}
-        return render_overview(replace(found, pipeline=name, pipelines=every, **problems))
+    def overview(pipeline: str = "", user=Depends(get_user)) -> str:  # noqa: B008
+        try:
+            return overview_page(_settings(""), pipeline, pipeline_access(get_auth_manager(), user))
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from None
 
     @pages.get("/repair", response_class=HTMLResponse)
-    def repair_page(reconcile_run_id: str = "", pipeline: str = "") -> str:
-        settings = _settings(pipeline)
+    def repair_page(reconcile_run_id: str = "", pipeline: str = "", user=Depends(get_user)) -> str:  # noqa: B008
+        settings = _settings(pipeline, user)
         run_id = reconcile_run_id.strip() or None
         return render_repair(run_id, *_repair_plan(settings, reconcile_run_id), pipeline=settings.pipeline)
 
     @pages.post("/repair")
-    async def trigger_repair(request: Request, pipeline: str = ""):
+    async def trigger_repair(request: Request, pipeline: str = "", user=Depends(get_user)):  # noqa: B008
         """Trigger the pipeline's ``tidemark_repair`` through Airflow's own REST API, as the signed-in user
         (who needs the permission to trigger it), then open the new run's page in the Airflow UI."""
         from urllib.parse import parse_qs, quote
 
         from fastapi.responses import RedirectResponse
 
-        settings = _settings(pipeline)
+        settings = _settings(pipeline, user)
         repair_dag = dag_id("repair", settings.pipeline)
         form = parse_qs((await request.body()).decode(), keep_blank_values=True)
         run_id = (form.get("reconcile_run_id") or [""])[0].strip() or None
@@ -585,27 +566,80 @@ def create_app():  # -> fastapi.FastAPI
         return RedirectResponse(f"../dags/{repair_dag}/runs/{quote(answer['dag_run_id'], safe='')}", 303)
 
     @pages.get("/runs/{run_id:path}", response_class=HTMLResponse)
-    def run(run_id: str, pipeline: str = "") -> str:
+    def run(run_id: str, pipeline: str = "", user=Depends(get_user)) -> str:  # noqa: B008
         from spark_jobs.reconcile import history
 
         def read(cur) -> tuple:
             return history.run_report(cur, run_id), history.run_ranges(cur, run_id)
 
-        settings = _settings(pipeline)
+        settings = _settings(pipeline, user)
         return render_run(*_query(read, settings), pipeline=settings.pipeline)
 
-    def _settings(pipeline: str):  # -> Settings
-        """The settings of the page's pipeline (``events`` when none is named); 404 for one not declared."""
+    def _settings(pipeline: str, user=None):  # -> Settings
+        """The settings of the page's pipeline (``events`` when none is named); 404 for one not declared, or one
+        ``user`` may not see (as for one that does not exist: its name is not told)."""
         from spark_jobs.errors import ConfigError
+        from spark_jobs.settings import DEFAULT_PIPELINE
         from tidemark_airflow.connections import tidemark_settings
 
+        name = pipeline.strip() or None
+        if user is not None and not pipeline_access(get_auth_manager(), user)(name or DEFAULT_PIPELINE):
+            raise HTTPException(404, f"no pipeline {name or DEFAULT_PIPELINE!r} to show")
         try:
-            return tidemark_settings(pipeline.strip() or None)
+            return tidemark_settings(name)
         except ConfigError as exc:
             raise HTTPException(404, str(exc)) from None
 
     app.include_router(pages)
     return app
+
+
+def everything(name: str) -> bool:
+    """Access to every pipeline (a scraper's token)."""
+    return True
+
+
+def pipeline_access(auth_manager, user):  # -> Callable[[str], bool]
+    """Which pipelines ``user`` may see (their state, findings and quarantine samples): those whose DAGs Airflow
+    lets them read (their ingest DAG), by whatever auth manager the deployment runs. Triggering a repair goes
+    through Airflow's own API as the user, so it needs the permission to trigger the pipeline's repair DAG."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    def allowed(name: str) -> bool:
+        return auth_manager.is_authorized_dag(method="GET", details=DagDetails(id=dag_id("ingest", name)), user=user)
+
+    return allowed
+
+
+def scrape(settings, allowed) -> bytes:  # Settings, Callable[[str], bool]
+    """The metrics of the pipelines ``allowed`` says, with the lag measured now."""
+    from tidemark_airflow.listing import lag_of_each, listed, readable
+    from tidemark_airflow.metrics import exposition, failed_state, read_state, with_lag
+
+    listing = readable(listed(settings), allowed)
+    states = each_pipeline(settings, read_state, failed_state, listing)
+    lags = lag_of_each(settings, listing)
+    return exposition([with_lag(s, lags[s.pipeline]) for s in states], listing.problems)
+
+
+def overview_page(deployment, pipeline: str, allowed) -> str:  # Settings, the pipeline asked for, Callable
+    """The tidemark page of ``pipeline`` (``events`` when empty) among the pipelines ``allowed`` says; a
+    ``LookupError`` for one it cannot show."""
+    from spark_jobs.settings import DEFAULT_PIPELINE
+    from tidemark_airflow.listing import lag_of_each, listed, readable, settings_of
+
+    listing = readable(listed(deployment), allowed)  # the pipeline events' topic is the deployment's
+    name = pipeline.strip() or DEFAULT_PIPELINE
+    shown = next((p for p in listing.pipelines if p.name == name), None)
+    if shown is None and (pipeline.strip() or not listing.problems):
+        shows = ", ".join(p.name for p in listing.pipelines) or "none"
+        raise LookupError(f"no pipeline {name!r} to show (pipelines you may see: {shows})")
+    # A file with no document and no pipeline in the database yet: the banner alone says what is wrong.
+    found = _query(read_overview, settings_of(deployment, shown)) if shown else Overview([], [], [], [])
+    lags = lag_of_each(deployment, listing)
+    every = [with_lag_now(s, lags[s.name]) for s in read_summaries(deployment, listing)]
+    problems = {"file_problems": listing.problems, "file": listing.file}
+    return render_overview(replace(found, pipeline=name, pipelines=every, **problems))
 
 
 def airflow_token(request) -> str | None:  # a starlette Request

@@ -171,16 +171,28 @@ class AirflowServices:
             time.sleep(1.0)
         raise ServiceError(f"Airflow did not become healthy within {timeout:.0f} s: {status or 'no answer'}")
 
+    @property
+    def foreground_pid_file(self) -> Path:
+        """Where ``tidemark airflow`` (``make airflow``), which runs the components in the foreground, keeps its PID."""
+        return self.home / "tidemark-airflow.pid"
+
     def stop(self, timeout: float = 30.0) -> list[str]:
-        """Stop every component and its workers, scheduler first."""
+        """Stop every component and its workers, scheduler first. When ``tidemark airflow`` runs them in the
+        foreground (another process), it is asked to stop them itself, as Ctrl-C would: it then ends with
+        status 0, not as if a component had died under it."""
         stopped = []
+        foreground = read_pid(self.foreground_pid_file)
+        if foreground is not None and foreground != os.getpid():
+            running = self.running()
+            stop_pid(foreground, timeout=len(STOP_ORDER) * (timeout + 10))
+            stopped += [c for c in STOP_ORDER if c in running]
         for component in STOP_ORDER:
             pid = read_pid(self._pid_file(component))
             if pid is not None:
                 _stop_group(pid, timeout)
                 stopped.append(component)
             self._pid_file(component).unlink(missing_ok=True)
-        return stopped
+        return list(dict.fromkeys(stopped))
 
     def login(self) -> tuple[str, str]:
         """The admin user and the password the api-server generated for it."""

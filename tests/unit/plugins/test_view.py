@@ -331,3 +331,27 @@ def test_the_metrics_say_whether_the_pipelines_file_and_each_entry_have_problems
         ("orders", T0.timestamp())
     ]
     assert [s.value for s in families(good)["tidemark_config_ok"].samples] == [1.0]
+
+
+def test_a_user_sees_only_the_pipelines_whose_dags_airflow_lets_them_read() -> None:
+    """Permissions follow the pipeline: the list, and the file's problems that name a pipeline, are cut to what
+    the user may read (whatever auth manager says so: the page asks it through is_authorized_dag)."""
+    from tidemark_airflow.listing import Listing, readable
+    from tidemark_airflow.pipelines import Unrunnable
+    from tidemark_airflow.view import pipeline_access
+
+    lines = ["pipelines.yaml: pipeline 'payments': contract.schema: not a JSON Schema", "pipelines.yaml: not valid"]
+    listing = Listing(
+        [Unrunnable("events", "events", ()), Unrunnable("payments", "payments", (lines[0],))], lines, "p.yaml"
+    )
+
+    class AuthManager:  # the one method the page asks, as an auth manager with per-DAG access answers it
+        def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
+            return method == "GET" and details.id in user
+
+    team = pipeline_access(AuthManager(), {"tidemark_ingest", "tidemark_reconcile"})
+    seen = readable(listing, team)
+    assert [p.name for p in seen.pipelines] == ["events"] and seen.problems == ["pipelines.yaml: not valid"]
+    finance = pipeline_access(AuthManager(), {"tidemark_ingest__payments"})
+    assert [p.name for p in readable(listing, finance).pipelines] == ["payments"]
+    assert readable(listing, lambda name: True) is listing
