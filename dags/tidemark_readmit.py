@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import Param, dag, task
 
-from spark_jobs.quarantine import REASON_CODES
-from tidemark_airflow.dag_defaults import range_params, tidemark_dag
+from tidemark_airflow.dag_defaults import range_params, reason_codes, tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
@@ -43,7 +42,7 @@ def readmit_dag(pipeline: Pipeline) -> None:
                 description="Only records quarantined with this reason: its code (a choice here), or the start of "
                 "its text as the tidemark page lists it (e.g. 'schema: enum at /status'). Leave empty for every "
                 "reason. One that selects nothing fails before Spark starts, listing the reasons there are.",
-                examples=list(REASON_CODES),
+                examples=reason_codes(),
             ),
             **range_params("Leave the times and offsets empty for any arrival."),
             "dry_run": Param(

@@ -79,3 +79,10 @@ def range_params(either: str) -> dict[str, Any]:
             description="Instead of times: PARTITION:START-END per partition, END exclusive, e.g. 0:100-200,1:0-50.",
         ),
     }
+
+
+def reason_codes() -> list[str]:
+    """The quarantine reasons' codes, which the readmit form offers (``spark_jobs.quarantine.REASON_CODES``)."""
+    from spark_jobs.quarantine import REASON_CODES
+
+    return list(REASON_CODES)

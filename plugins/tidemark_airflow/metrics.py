@@ -216,3 +216,14 @@ def exposition(states: list[State], file_problems: list[str] = ()) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StateCollector(states, file_problems))
     return generate_latest(registry)
+
+
+def scrape(settings, allowed) -> bytes:  # Settings, Callable[[str], bool]
+    """The metrics of the pipelines ``allowed`` says, with the lag measured now."""
+    from tidemark_airflow.listing import lag_of_each, listed, readable
+    from tidemark_airflow.pipelines_list import each_pipeline
+
+    listing = readable(listed(settings), allowed)
+    states = each_pipeline(settings, read_state, failed_state, listing)
+    lags = lag_of_each(settings, listing)
+    return exposition([with_lag(s, lags[s.pipeline]) for s in states], listing.problems)

@@ -6,8 +6,10 @@ A FastAPI app that ``plugins/tidemark_plugin.py`` mounts on Airflow's api-server
 and adds to the UI's navigation. It reads the tidemark database through the ``tidemark_postgres``
 connection; every page needs an Airflow login (the UI's session cookie or a bearer token) and the
 permission to read the custom view :data:`RESOURCE` (its reports name entity ids): an auth manager
-with roles (FAB's) grants it per role, Airflow's simple auth manager to every role. The
-charts are SVG drawn here, so the page needs no JavaScript and no files beyond itself.
+with roles (FAB's) grants it per role, Airflow's simple auth manager to every role. Within it a user
+sees the pipelines whose DAGs Airflow lets them read (:mod:`tidemark_airflow.pipelines_list`). The
+charts are SVG (:mod:`tidemark_airflow.charts`), so the page needs no JavaScript and no files beyond
+itself.
 """
 
 from __future__ import annotations
@@ -15,185 +17,25 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from datetime import datetime
-from urllib.parse import urlencode
 
 # FastAPI reads a route's annotations from this module's globals (they are strings here).
 from fastapi import Request
 
-from tidemark_airflow.metrics import run_kind
+from tidemark_airflow.charts import Point, line_chart
+from tidemark_airflow.metrics import run_kind, scrape
 from tidemark_airflow.pipelines import dag_id
-
-STATUS_COLOURS = {"ok": "#2e7d32", "mismatch": "#c62828", "lagging": "#ef6c00", "counted": "#757575"}
-SERIES_COLOURS = ("#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#2e7d32", "#ad1457", "#4e342e", "#37474f")
-
-
-@dataclass(frozen=True)
-class Point:
-    at: datetime
-    value: float
-
-
-def line_chart(title: str, unit: str, series: dict[str, list[Point]], width: int = 640, height: int = 220) -> str:
-    """An SVG step chart, one polyline per series, time on x (oldest left): a sample holds until the
-    next one (a backlog that stays flat between two samples is drawn flat, not as a slope). A series of
-    one sample is a dot."""
-    points = [p for line in series.values() for p in line]
-    head = f'<figure class="chart"><figcaption>{html.escape(title)}</figcaption>'
-    if not points:
-        return head + '<p class="empty">no runs yet</p></figure>'
-    top_label = f"{_number(max(max(p.value for p in points), 1.0))} {unit}".strip()
-    left, right, top, bottom = max(56, 12 + 7 * len(top_label)), 12, 10, 28  # room for the whole label
-    t0, t1 = min(p.at for p in points).timestamp(), max(p.at for p in points).timestamp()
-    v1 = max(max(p.value for p in points), 1.0)
-
-    def x(at: datetime) -> float:
-        if t1 == t0:  # one time only: in the middle
-            return (left + width - right) / 2
-        return left + (at.timestamp() - t0) / (t1 - t0) * (width - left - right)
-
-    def y(value: float) -> float:
-        return top + (1 - value / v1) * (height - top - bottom)
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" data-chart="{html.escape(title)}" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" stroke="#999"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y(0):.1f}" stroke="#999"/>',
-        f'<text x="{left - 6}" y="{top + 4}" text-anchor="end" font-size="11">{html.escape(top_label)}</text>',
-        f'<text x="{left - 6}" y="{y(0):.1f}" text-anchor="end" font-size="11">0</text>',
-    ]
-    if t1 == t0:
-        parts.append(
-            f'<text x="{x(points[0].at):.1f}" y="{height - 8}" text-anchor="middle" font-size="11">'
-            f"{datetime.fromtimestamp(t0):%Y-%m-%d %H:%M}</text>"
-        )
-    else:
-        parts += [
-            f'<text x="{left}" y="{height - 8}" font-size="11">{datetime.fromtimestamp(t0):%Y-%m-%d %H:%M}</text>',
-            f'<text x="{width - right}" y="{height - 8}" text-anchor="end" font-size="11">'
-            f"{datetime.fromtimestamp(t1):%Y-%m-%d %H:%M}</text>",
-        ]
-    legend = []
-    for i, (name, line) in enumerate(sorted(series.items())):
-        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
-        steps: list[str] = []
-        for p in sorted(line, key=lambda p: p.at):
-            if steps:  # the previous value holds until this sample
-                steps.append(f"{x(p.at):.1f},{steps[-1].split(',')[1]}")
-            steps.append(f"{x(p.at):.1f},{y(p.value):.1f}")
-        coords = " ".join(steps)
-        parts.append(
-            f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" points="{coords}">'
-            f"<title>{html.escape(name)}</title></polyline>"
-        )
-        if len(line) == 1:  # a polyline of one point draws nothing
-            [p] = line
-            value = f"{_number(p.value)} {unit}".strip()
-            parts.append(
-                f'<circle class="sample" cx="{x(p.at):.1f}" cy="{y(p.value):.1f}" r="4" fill="{colour}">'
-                f"<title>{html.escape(name)}: {html.escape(value)}</title></circle>"
-            )
-        legend.append(f'<span style="color:{colour}">&#9632; {html.escape(name)}</span>')
-    parts.append("</svg>")
-    return head + "".join(parts) + f'<div class="legend">{" ".join(legend)}</div></figure>'
-
-
-def _number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 10 else f"{value:,.2f}".rstrip("0").rstrip(".")
-
-
-@dataclass(frozen=True)
-class Summary:
-    """One line of the pipelines list: a pipeline's latest verdict, open findings, lag and coverage."""
-
-    name: str
-    topic: str
-    verdict: tuple | None = None  # run_id, status, counted_at
-    open_findings: int = 0
-    behind_records: int = 0  # summed over partitions, measured when the page was asked for
-    behind_seconds: float = 0.0  # the largest over partitions
-    ledger_offsets: int = 0
-    verified_offsets: int = 0
-    problem: str | None = None  # why nothing could be read (not migrated, ...)
-    lag_problem: str | None = None  # why the lag could not be measured (Kafka unreachable, ...)
-
-
-def read_summary(cur, name: str, topic: str) -> Summary:  # psycopg2 cursor on the pipeline's schema
-    """The pipeline's line of the list, but its lag (:func:`with_lag_now`)."""
-    from spark_jobs.reconcile import history
-
-    coverage = history.coverage(cur)
-    return Summary(
-        name,
-        topic,
-        history.latest_verdict(cur),
-        sum(history.open_findings_by_kind(cur).values()),
-        ledger_offsets=sum(row[2] for row in coverage),
-        verified_offsets=sum(row[3] for row in coverage),
-    )
-
-
-def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.runs.LagNow
-    """``summary`` with the lag measured ``now``: records behind summed over partitions, the oldest's age."""
-    if now.problem:
-        return replace(summary, lag_problem=now.problem)
-    return replace(
-        summary,
-        behind_records=sum(lag.behind_records for lag in now.lags),
-        behind_seconds=max((lag.behind_seconds for lag in now.lags), default=0.0),
-    )
-
-
-def pipeline_href(path: str, pipeline: str, **params: str | None) -> str:
-    """``path`` (relative to the tidemark page) for ``pipeline``, with ``params`` that are set."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
-
-    query = {"pipeline": pipeline} if pipeline != DEFAULT_PIPELINE else {}
-    query |= {k: v for k, v in params.items() if v}
-    return path + (f"?{urlencode(query)}" if query else "")
-
-
-def render_pipelines(summaries: list[Summary], shown: str) -> str:
-    """The pipelines list: each with its verdict, open findings, lag and coverage, linking to its page."""
-    e = html.escape
-    rows = [
-        '<h3>Pipelines</h3><table id="pipelines"><tr><th>pipeline</th><th>topic</th><th>verdict</th>'
-        "<th class=num>open findings</th><th class=num>behind Kafka (records)</th><th class=num>behind (min)</th>"
-        "<th class=num>verified / ledger offsets</th></tr>"
-    ]
-    for s in summaries:
-        name = f"<b>{e(s.name)}</b>" if s.name == shown else e(s.name)
-        link = f'<a class="pipeline" href="{e(pipeline_href("./", s.name))}">{name}</a>'
-        if s.problem:
-            rows.append(f'<tr><td>{link}</td><td>{e(s.topic)}</td><td colspan="5">{e(s.problem)}</td></tr>')
-            continue
-        status = s.verdict[1] if s.verdict else "no reconcile yet"
-        colour = STATUS_COLOURS.get(status, "#222")
-        behind = (
-            f'<td colspan="2" class="lag-problem" title="{e(s.lag_problem)}">Kafka unreachable</td>'
-            if s.lag_problem
-            else f"<td class=num>{s.behind_records:,}</td><td class=num>{s.behind_seconds / 60:,.1f}</td>"
-        )
-        rows.append(
-            f'<tr><td>{link}</td><td>{e(s.topic)}</td><td class="status verdict" style="color:{colour}">'
-            f"{e(status.upper() if s.verdict else status)}</td><td class=num>{s.open_findings:,}</td>{behind}"
-            f"<td class=num>{s.verified_offsets:,} / {s.ledger_offsets:,}</td></tr>"
-        )
-    return "".join(rows) + "</table>"
-
-
-def render_file_problems(file: str, problems: list[str]) -> str:
-    """The banner of a pipelines file with problems: each line (file, line, pipeline, field, what is wrong)."""
-    if not problems:
-        return ""
-    e = html.escape
-    lines = "".join(f"<li><code>{e(line)}</code></li>" for line in problems)
-    return (
-        f'<div id="file-problems" class="banner"><b>The pipelines file {e(file)} has problems.</b> A pipeline whose '
-        "entry is named below cannot run until it is fixed (its runs fail with the line); every other pipeline runs "
-        f"on as its entry says. <code>tidemark pipelines check</code> gives the same lines.<ul>{lines}</ul></div>"
-    )
+from tidemark_airflow.pipelines_list import (
+    STATUS_COLOURS,
+    Summary,
+    everything,
+    pipeline_access,
+    pipeline_href,
+    read_schema,
+    read_summaries,
+    render_file_problems,
+    render_pipelines,
+    with_lag_now,
+)
 
 
 @dataclass(frozen=True)
@@ -573,7 +415,7 @@ def create_app():  # -> fastapi.FastAPI
             return history.run_report(cur, run_id), history.run_ranges(cur, run_id)
 
         settings = _settings(pipeline, user)
-        return render_run(*_query(read, settings), pipeline=settings.pipeline)
+        return render_run(*read_schema(read, settings), pipeline=settings.pipeline)
 
     def _settings(pipeline: str, user=None):  # -> Settings
         """The settings of the page's pipeline (``events`` when none is named); 404 for one not declared, or one
@@ -594,34 +436,6 @@ def create_app():  # -> fastapi.FastAPI
     return app
 
 
-def everything(name: str) -> bool:
-    """Access to every pipeline (a scraper's token)."""
-    return True
-
-
-def pipeline_access(auth_manager, user):  # -> Callable[[str], bool]
-    """Which pipelines ``user`` may see (their state, findings and quarantine samples): those whose DAGs Airflow
-    lets them read (their ingest DAG), by whatever auth manager the deployment runs. Triggering a repair goes
-    through Airflow's own API as the user, so it needs the permission to trigger the pipeline's repair DAG."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
-
-    def allowed(name: str) -> bool:
-        return auth_manager.is_authorized_dag(method="GET", details=DagDetails(id=dag_id("ingest", name)), user=user)
-
-    return allowed
-
-
-def scrape(settings, allowed) -> bytes:  # Settings, Callable[[str], bool]
-    """The metrics of the pipelines ``allowed`` says, with the lag measured now."""
-    from tidemark_airflow.listing import lag_of_each, listed, readable
-    from tidemark_airflow.metrics import exposition, failed_state, read_state, with_lag
-
-    listing = readable(listed(settings), allowed)
-    states = each_pipeline(settings, read_state, failed_state, listing)
-    lags = lag_of_each(settings, listing)
-    return exposition([with_lag(s, lags[s.pipeline]) for s in states], listing.problems)
-
-
 def overview_page(deployment, pipeline: str, allowed) -> str:  # Settings, the pipeline asked for, Callable
     """The tidemark page of ``pipeline`` (``events`` when empty) among the pipelines ``allowed`` says; a
     ``LookupError`` for one it cannot show."""
@@ -635,7 +449,7 @@ def overview_page(deployment, pipeline: str, allowed) -> str:  # Settings, the p
         shows = ", ".join(p.name for p in listing.pipelines) or "none"
         raise LookupError(f"no pipeline {name!r} to show (pipelines you may see: {shows})")
     # A file with no document and no pipeline in the database yet: the banner alone says what is wrong.
-    found = _query(read_overview, settings_of(deployment, shown)) if shown else Overview([], [], [], [])
+    found = read_schema(read_overview, settings_of(deployment, shown)) if shown else Overview([], [], [], [])
     lags = lag_of_each(deployment, listing)
     every = [with_lag_now(s, lags[s.name]) for s in read_summaries(deployment, listing)]
     problems = {"file_problems": listing.problems, "file": listing.file}
@@ -694,42 +508,3 @@ async def _trigger(request, dag_id: str, conf: dict) -> tuple[int, dict]:  # a s
                 f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}, headers=headers
             )
     return response.status_code, response.json()
-
-
-def _query(read, settings):  # Settings
-    from spark_jobs import db
-
-    with db.transaction(settings.pipeline_dsn) as cur:
-        return read(cur)
-
-
-def each_pipeline(settings, read, failed=None, listing=None) -> list:  # Settings, listing.Listing
-    """``read(cur, pipeline)`` of every pipeline :func:`~tidemark_airflow.listing.listed` shows (with a problem
-    or not), each on its own schema; for a pipeline that cannot be read (not migrated yet, ...)
-    ``failed(pipeline, error)``, or nothing."""
-    from spark_jobs.errors import TidemarkError
-    from tidemark_airflow.listing import listed, settings_of
-
-    found = []
-    for pipeline in (listing or listed(settings)).pipelines:
-        try:
-            found.append(_query(lambda cur, p=pipeline: read(cur, p), settings_of(settings, pipeline)))
-        except TidemarkError as exc:
-            if failed is not None:
-                found.append(failed(pipeline, exc))
-    return found
-
-
-def read_summaries(settings, listing=None) -> list[Summary]:  # Settings, listing.Listing
-    """A :class:`Summary` of every pipeline the page shows (or why it cannot be read, or cannot run)."""
-
-    def read(cur, p) -> Summary:
-        summary = read_summary(cur, p.name, p.topic)
-        problems = getattr(p, "problems", ())
-        return replace(summary, problem=f"cannot run: {' '.join(problems)}") if problems else summary
-
-    def failed(p, exc) -> Summary:
-        problems = getattr(p, "problems", ())
-        return Summary(p.name, p.topic, problem=f"cannot run: {' '.join(problems)}" if problems else str(exc))
-
-    return each_pipeline(settings, read, failed, listing)

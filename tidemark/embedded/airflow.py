@@ -44,12 +44,18 @@ class AirflowServices:
     """The four Airflow components for this project, under ``<TIDEMARK_HOME>/airflow``."""
 
     def __init__(
-        self, settings: Settings, port: int = 8080, parallelism: int = 4, metadata_database: str = "airflow"
+        self,
+        settings: Settings,
+        port: int = 8080,
+        parallelism: int = 4,
+        metadata_database: str = "airflow",
+        users: str = "admin:admin",  # the simple auth manager's NAME:ROLE,...
     ) -> None:
         self.settings = settings
         self.port = port
         self.parallelism = parallelism
         self.metadata_database = metadata_database
+        self.users = users
         self.home = settings.home / metadata_database
 
     @property
@@ -104,7 +110,7 @@ class AirflowServices:
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(self.parallelism),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": self.users,
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_dsn,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
@@ -194,10 +200,10 @@ class AirflowServices:
             self._pid_file(component).unlink(missing_ok=True)
         return list(dict.fromkeys(stopped))
 
-    def login(self) -> tuple[str, str]:
-        """The admin user and the password the api-server generated for it."""
+    def login(self, user: str = "admin") -> tuple[str, str]:
+        """``user`` and the password the api-server generated for it."""
         passwords = json.loads(self.password_file.read_text())
-        return "admin", passwords["admin"]
+        return user, passwords[user]
 
 
 def _stop_group(pid: int, timeout: float) -> None:

@@ -64,7 +64,10 @@ def airflow(stack: Settings):
     _produce_yesterday(settings)
     [YESTERDAYS_PARTITION[settings.topic]] = [r.partition for r in latest_ranges(settings, settings.topic) if r.end]
     # A metadata database of its own, so runs of earlier test sessions do not show up.
-    services = AirflowServices(settings, port=AIRFLOW_TEST_PORT, parallelism=2, metadata_database=f"airflow_{suffix}")
+    services = AirflowServices(
+        settings, port=AIRFLOW_TEST_PORT, parallelism=2, metadata_database=f"airflow_{suffix}",
+        users="admin:admin,viewer:viewer",  # a viewer may read DAGs, not trigger them
+    )  # fmt: skip
     services.start()
     try:
         yield services
@@ -163,12 +166,14 @@ def browser():
     driver.quit()
 
 
-def sign_in(browser, airflow: AirflowServices) -> None:
-    """Log in through the UI's form, as a user does."""
+def sign_in(browser, airflow: AirflowServices, who: str = "admin") -> None:
+    """Log in through the UI's form, as a user does (anyone signed in before is signed out)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    user, password = airflow.login()
+    user, password = airflow.login(who)
+    browser.get(airflow.url + "/")
+    browser.delete_all_cookies()
     browser.get(airflow.url + "/")
     fields = browser.find_elements(By.TAG_NAME, "input")
     fields[0].send_keys(user)
@@ -412,6 +417,14 @@ def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button
     assert api.get("/api/v2/dags/tidemark_repair")["is_paused"], "the button unpaused the repair DAG"
     assert api.get("/api/v2/dags/tidemark_repair/dagRuns")["total_entries"] == 0
     api.patch("/api/v2/dags/tidemark_repair", {"is_paused": False})  # the operator's decision
+    # A user who may read the DAGs but not trigger them sees the form, and the button is refused by Airflow.
+    sign_in(browser, airflow, "viewer")
+    browser.get(link)
+    WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "trigger-repair")).click()
+    refused = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "repair-error")).text
+    assert "Airflow refused to trigger tidemark_repair (403)" in refused, refused
+    assert api.get("/api/v2/dags/tidemark_repair/dagRuns")["total_entries"] == 0
+    sign_in(browser, airflow)
     browser.get(link)
     WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "trigger-repair")).click()
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from tidemark_airflow.view import Overview, Point, line_chart, render_overview, render_repair, render_run
+from tidemark_airflow.charts import Point, line_chart
+from tidemark_airflow.view import Overview, render_overview, render_repair, render_run
 
 T0 = datetime(2026, 11, 21, 8, tzinfo=UTC)
 
@@ -141,7 +142,7 @@ def test_the_repair_page_shows_the_plan_and_a_form_with_the_run_id_filled_in() -
 
 
 def test_the_page_lists_every_pipeline_and_a_pipelines_own_page_links_within_it() -> None:
-    from tidemark_airflow.view import Summary
+    from tidemark_airflow.pipelines_list import Summary
 
     summaries = [
         Summary("events", "events", ("r1", "ok", T0), 0, 0, 0.0, 5_557, 5_557),
@@ -291,7 +292,7 @@ def test_records_are_counted_by_the_runs_that_land_them_and_readmits_and_repairs
 
 def test_a_pipelines_file_with_problems_is_a_banner_and_a_broken_pipeline_keeps_its_row() -> None:
     """Each line where the operator looks first; the pipeline whose entry is broken is listed with it."""
-    from tidemark_airflow.view import Summary
+    from tidemark_airflow.pipelines_list import Summary
 
     line = "pipelines.yaml: pipeline 'orders': not valid YAML at line 41, column 1: found unexpected end of stream"
     summaries = [
@@ -338,7 +339,7 @@ def test_a_user_sees_only_the_pipelines_whose_dags_airflow_lets_them_read() -> N
     the user may read (whatever auth manager says so: the page asks it through is_authorized_dag)."""
     from tidemark_airflow.listing import Listing, readable
     from tidemark_airflow.pipelines import Unrunnable
-    from tidemark_airflow.view import pipeline_access
+    from tidemark_airflow.pipelines_list import pipeline_access
 
     lines = ["pipelines.yaml: pipeline 'payments': contract.schema: not a JSON Schema", "pipelines.yaml: not valid"]
     listing = Listing(
