@@ -20,7 +20,18 @@ rules with sub-second parts. And the faults:
   (the repair readmits first the quarantined records of the range it clears), and a readmit
   (crashing at a write first, sometimes) brings the others back as if accepted at arrival, and
   reconcile agrees;
-* the topic deleted and created again: every run and reconcile must refuse.
+* the topic deleted and created again: every run and reconcile must refuse;
+* pipelines a user names against the platform (``events`` beside one or two others named like the
+  PostgreSQL login role, compose's role, with 40 characters, ``events_v2``): before the steps, an entry
+  colliding with each (its name after case or Unicode folding, with white space or a newline, a
+  reserved name, its name again, its topic) must be refused by the check, and a run of the pipeline
+  refused before any work where the entry would share its schema, folder, lock or topic;
+* runs selected as users select them: the settings, ``TIDEMARK_PIPELINE`` (with ``TIDEMARK_TOPIC`` still
+  the default pipeline's), or ``--pipeline``/``--topic``, whose other pipelines' topics are refused;
+* edits of the pipelines file between steps: a typed column added (the next run adds it), its type
+  changed once the table holds it (the next run refused in one line, before any write, then undone),
+  the session rules changed before a readmit (refused before its first write, then undone);
+* crashes in repairs (then repaired again) and at any point of a readmit's batch.
 
 After every step it checks that every processed record is in the table the model says, once, that
 Delta sessions, PostgreSQL sessions and the model's sessions are the same rows, and that every
