@@ -6,7 +6,7 @@ VENV := .venv
 STATE := .tidemark
 BIN := $(VENV)/bin
 TIDEMARK := $(BIN)/tidemark
-MVN := mvn -B -q -s jvm/settings.xml
+MVN := tools/mvn.sh
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-operations test-scenarios test-airflow test-deploy test-fresh fuzz fuzz-found lint lock images compose-test clean
