@@ -14,6 +14,7 @@ from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.planning import plan_backfill
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+from tidemark.pipeline_commands import sessions_table
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -127,7 +128,6 @@ def second_pipeline(spark, settings: Settings, run_id: str, count: int) -> Setti
 
     from spark_jobs import quarantine, reconcile
     from spark_jobs.sinks.postgres import entity_sessions
-    from tidemark.cli import sessions_table
     from tidemark.migrations import migrate_pipelines
 
     shipped = yaml.safe_load(settings.pipelines_file.read_text())["pipelines"]

@@ -82,7 +82,7 @@ def test_a_bug_keeps_its_traceback_with_secrets_masked(monkeypatch: pytest.Monke
 def test_sessions_table_keeps_its_columns_aligned_whatever_the_timestamps() -> None:
     from datetime import UTC, datetime
 
-    from tidemark.cli import sessions_table
+    from tidemark.pipeline_commands import sessions_table
 
     with_micros = (datetime(2026, 11, 24, 20, 57, 35, 728000, UTC), datetime(2026, 11, 24, 20, 57, 58, 377000, UTC))
     whole_seconds = (datetime(2026, 11, 24, 21, 0, 0, tzinfo=UTC), datetime(2026, 11, 24, 21, 5, 0, tzinfo=UTC))
@@ -156,7 +156,7 @@ def test_the_airflow_banner_names_each_pipelines_dags_and_the_entries_that_get_n
     import yaml
 
     from spark_jobs.settings import PROJECT_ROOT, Settings
-    from tidemark.cli import dags_banner
+    from tidemark.local_stack import dags_banner
 
     shipped = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())["pipelines"][0]
     broken = {**shipped, "name": "web", "contract": {**shipped["contract"], "event_time": "/ts"}}
