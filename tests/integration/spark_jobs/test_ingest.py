@@ -553,7 +553,7 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
     env = settings.to_env()
     shown = tidemark(["quarantine"], env, tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert re.search(r"^\s*3\s+invalid_json\s+\d{4}-", shown.stdout, re.M), shown.stdout
+    assert re.search(r"^\s*3\s+invalid_json\s+invalid_json\s+\d{4}-", shown.stdout, re.M), shown.stdout
     assert "offset 5 " in shown.stdout and "value 0x7b226e756c223a202200227d\n" in shown.stdout, shown.stdout
     assert f"{settings.topic} p0 offset 1 " in shown.stdout and 'value "{not json"' in shown.stdout
     assert 'value "{\\"also\\": not json}"' in shown.stdout and 'key "someone-else"' in shown.stdout
@@ -563,7 +563,7 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
     assert "value 0xfffe7b7d\n" in one.stdout and "invalid_json" not in one.stdout, one.stdout
     summary = tidemark(["quarantine", "--limit", "0"], env, tmp_path)  # the table alone
     assert summary.returncode == 0, summary.stderr
-    assert re.search(r"^\s*3\s+invalid_json\s+\d{4}-", summary.stdout, re.M), summary.stdout
+    assert re.search(r"^\s*3\s+invalid_json\s+invalid_json\s+\d{4}-", summary.stdout, re.M), summary.stdout
     assert "sample record" not in summary.stdout and "offset" not in summary.stdout, summary.stdout
 
     # A run with nothing new is a run too: it says when the pipeline last ran.
