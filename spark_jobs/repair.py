@@ -40,7 +40,7 @@ from spark_jobs.kafka_source import read_range
 from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.reconcile import history
-from spark_jobs.reconcile.findings import CHANGED, Report
+from spark_jobs.reconcile.findings import CHANGED, MOVED, Report
 from spark_jobs.reconcile.ranges import LedgerRange, compare_ranges, merged_spans, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
@@ -193,7 +193,12 @@ def repair(
 def still_found(spark: SparkSession, settings: Settings, findings: list[dict]) -> tuple[list[dict], list[str]]:
     """``findings`` with each range finding checked again as the sinks are now (call holding the
     writer lock): one that no longer holds is left out, the others take their outcome of now.
-    Returns them and a line per finding left out."""
+    Returns them and a line per finding left out.
+
+    A range a recorded batch moved since the finding (a readmit of a record in it; the readmit-first
+    batch of an earlier, crashed attempt of this repair) can only be compared by count and offsets: a
+    changed value at the same offsets would pass, and the damage become the range's baseline. Such a
+    finding is kept as it was found: the repair reads the range again from Kafka, which is always safe."""
     ranges = [f for f in findings if f["kind"] == "range"]
     if not ranges:
         return findings, []
@@ -207,8 +212,11 @@ def still_found(spark: SparkSession, settings: Settings, findings: list[dict]) -
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
     checks = compare_ranges(settings, to_check, range_counts(spark, tables, entries), verified)
     kept, notes = [f for f in findings if f["kind"] != "range"], []
-    for finding, check in zip(ranges, checks, strict=True):
-        if check.matches:
+    for finding, check, (_, reason) in zip(ranges, checks, to_check, strict=True):
+        if reason == MOVED:
+            kept.append(finding)
+            notes.append(f"{check.where}: moved since the finding ({finding.get('outcome')}); read again from Kafka")
+        elif check.matches:
             notes.append(f"{check.where}: the finding ({finding.get('outcome')}) no longer holds; left as it is")
         else:
             kept.append({**finding, "outcome": check.outcome})
