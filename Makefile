@@ -125,7 +125,7 @@ fuzz: system-fuzz venv jars  ## model-based test: SEEDS=N random scenarios (defa
 		$(BIN)/pytest -m integration \
 		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
 
-fuzz-found: system-fuzz-found venv jars  ## the model test's seeds that found a fault an example test now covers (FOUND_SEEDS; about 5 minutes)
+fuzz-found: system-fuzz-found venv jars  ## the model test's seeds that found a fault an example test now covers (FOUND_SEEDS; about 15 minutes)
 	TZ=Europe/Berlin TIDEMARK_FUZZ_FOUND=1 $(BIN)/pytest -m integration \
 		tests/integration/spark_jobs/test_model.py $(FUZZ_ARGS)
 
