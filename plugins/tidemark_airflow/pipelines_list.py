@@ -1,4 +1,4 @@
-"""The tidemark page's list of pipelines, and who may see which: each pipeline's verdict, open findings, lag
+"""The tidemark page's list of pipelines: each pipeline's verdict, open findings, lag
 (measured when the page is asked for) and coverage, read from its own schema, for the pipelines whose DAGs
 Airflow lets the user read."""
 
@@ -7,8 +7,6 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass, replace
 from urllib.parse import urlencode
-
-from tidemark_airflow.pipelines import dag_id
 
 STATUS_COLOURS = {"ok": "#2e7d32", "mismatch": "#c62828", "lagging": "#ef6c00", "counted": "#757575"}
 
@@ -104,23 +102,6 @@ def render_file_problems(file: str, problems: list[str]) -> str:
         "entry is named below cannot run until it is fixed (its runs fail with the line); every other pipeline runs "
         f"on as its entry says. <code>tidemark pipelines check</code> gives the same lines.<ul>{lines}</ul></div>"
     )
-
-
-def everything(name: str) -> bool:
-    """Access to every pipeline (a scraper's token)."""
-    return True
-
-
-def pipeline_access(auth_manager, user):  # -> Callable[[str], bool]
-    """Which pipelines ``user`` may see (their state, findings and quarantine samples): those whose DAGs Airflow
-    lets them read (their ingest DAG), by whatever auth manager the deployment runs. Triggering a repair goes
-    through Airflow's own API as the user, so it needs the permission to trigger the pipeline's repair DAG."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
-
-    def allowed(name: str) -> bool:
-        return auth_manager.is_authorized_dag(method="GET", details=DagDetails(id=dag_id("ingest", name)), user=user)
-
-    return allowed
 
 
 def read_schema(read, settings):  # Settings

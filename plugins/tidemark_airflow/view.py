@@ -5,9 +5,9 @@ quarantine (``/tidemark/?pipeline=NAME``; without it, the pipeline ``events``).
 A FastAPI app that ``plugins/tidemark_plugin.py`` mounts on Airflow's api-server at ``/tidemark``
 and adds to the UI's navigation. It reads the tidemark database through the ``tidemark_postgres``
 connection; every page needs an Airflow login (the UI's session cookie or a bearer token) and the
-permission to read the custom view :data:`RESOURCE` (its reports name entity ids): an auth manager
+permission to read the custom view ``Tidemark`` (its reports name entity ids): an auth manager
 with roles (FAB's) grants it per role, Airflow's simple auth manager to every role. Within it a user
-sees the pipelines whose DAGs Airflow lets them read (:mod:`tidemark_airflow.pipelines_list`). The
+sees the pipelines whose DAGs Airflow lets them read (:mod:`tidemark_airflow.access`). The
 charts are SVG (:mod:`tidemark_airflow.charts`), so the page needs no JavaScript and no files beyond
 itself.
 """
@@ -21,14 +21,13 @@ from dataclasses import dataclass, replace
 # FastAPI reads a route's annotations from this module's globals (they are strings here).
 from fastapi import Request
 
+from tidemark_airflow.access import RESOURCE, everything, may_read, pipeline_access, register_view
 from tidemark_airflow.charts import Point, line_chart
 from tidemark_airflow.metrics import run_kind, scrape
 from tidemark_airflow.pipelines import dag_id
 from tidemark_airflow.pipelines_list import (
     STATUS_COLOURS,
     Summary,
-    everything,
-    pipeline_access,
     pipeline_href,
     read_schema,
     read_summaries,
@@ -331,14 +330,6 @@ def render_run(run: tuple | None, ranges: list[tuple], pipeline: str = "events")
     return PAGE.format(title=f"tidemark: {run_id}", body=body)
 
 
-RESOURCE = "Tidemark"  # the custom view a deployment grants (FAB: "can read on Tidemark")
-
-
-def may_read(auth_manager, user) -> bool:  # an Airflow auth manager and one of its users
-    """Whether ``user`` may read the tidemark pages."""
-    return auth_manager.is_authorized_custom_view(method="GET", resource_name=RESOURCE, user=user)
-
-
 def create_app():  # -> fastapi.FastAPI
     """The FastAPI app. Every page needs an Airflow user who :func:`may_read` it; the metrics take
     that too, or the static bearer token ``TIDEMARK_METRICS_TOKEN`` (a scraper's)."""
@@ -354,7 +345,10 @@ def create_app():  # -> fastapi.FastAPI
         if not may_read(get_auth_manager(), user):
             raise HTTPException(403, refused)
 
-    app = FastAPI(title="tidemark")
+    def fab_permission() -> None:  # first of every route's dependencies, before the user is read
+        register_view(get_auth_manager())
+
+    app = FastAPI(title="tidemark", dependencies=[Depends(fab_permission)])
     pages = APIRouter(dependencies=[Depends(read_permission)])
 
     @app.get("/metrics")
@@ -437,15 +431,18 @@ def create_app():  # -> fastapi.FastAPI
 
 
 def overview_page(deployment, pipeline: str, allowed) -> str:  # Settings, the pipeline asked for, Callable
-    """The tidemark page of ``pipeline`` (``events`` when empty) among the pipelines ``allowed`` says; a
-    ``LookupError`` for one it cannot show."""
+    """The tidemark page of ``pipeline`` (when empty, ``events`` or else the first pipeline the user may see) among
+    the pipelines ``allowed`` says; a ``LookupError`` for one it cannot show."""
     from spark_jobs.settings import DEFAULT_PIPELINE
     from tidemark_airflow.listing import lag_of_each, listed, readable, settings_of
 
     listing = readable(listed(deployment), allowed)  # the pipeline events' topic is the deployment's
-    name = pipeline.strip() or DEFAULT_PIPELINE
-    shown = next((p for p in listing.pipelines if p.name == name), None)
-    if shown is None and (pipeline.strip() or not listing.problems):
+    asked = pipeline.strip()
+    shown = next((p for p in listing.pipelines if p.name == (asked or DEFAULT_PIPELINE)), None)
+    if shown is None and not asked:  # the page without a name: events, or the first pipeline the user may see
+        shown = next(iter(listing.pipelines), None)
+    name = shown.name if shown else asked or DEFAULT_PIPELINE
+    if shown is None and (asked or not listing.problems):
         shows = ", ".join(p.name for p in listing.pipelines) or "none"
         raise LookupError(f"no pipeline {name!r} to show (pipelines you may see: {shows})")
     # A file with no document and no pipeline in the database yet: the banner alone says what is wrong.

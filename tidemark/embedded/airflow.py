@@ -38,6 +38,10 @@ COMPONENTS = {  # started in this order, stopped scheduler first
 }
 STOP_ORDER = ("scheduler", "triggerer", "dag-processor", "api-server")
 HEALTHY_COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+AUTH_MANAGERS = {  # which Airflow auth manager the components run: the simple one, or FAB's (roles, per-DAG access)
+    "simple": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+    "fab": "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager",
+}
 
 
 class AirflowServices:
@@ -49,13 +53,17 @@ class AirflowServices:
         port: int = 8080,
         parallelism: int = 4,
         metadata_database: str = "airflow",
-        users: str = "admin:admin",  # the simple auth manager's NAME:ROLE,...
+        users: str = "admin:admin",  # the simple auth manager's NAME:ROLE,... (FAB: admin, then add_user)
+        auth_manager: str = "simple",  # or "fab"
     ) -> None:
+        if auth_manager not in AUTH_MANAGERS:
+            raise ValueError(f"auth_manager must be one of {sorted(AUTH_MANAGERS)}, not {auth_manager!r}")
         self.settings = settings
         self.port = port
         self.parallelism = parallelism
         self.metadata_database = metadata_database
         self.users = users
+        self.auth_manager = auth_manager
         self.home = settings.home / metadata_database
 
     @property
@@ -68,6 +76,9 @@ class AirflowServices:
 
     @property
     def password_file(self) -> Path:
+        """The users' passwords: the simple auth manager generates them; with FAB, :meth:`add_user` does."""
+        if self.auth_manager == "fab":
+            return self.home / "fab_passwords.json.generated"
         return self.home / "simple_auth_manager_passwords.json.generated"
 
     def _pid_file(self, component: str) -> Path:
@@ -111,6 +122,7 @@ class AirflowServices:
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": str(self.parallelism),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": self.users,
+            "AIRFLOW__CORE__AUTH_MANAGER": AUTH_MANAGERS[self.auth_manager],
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.metadata_dsn,
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
@@ -135,9 +147,9 @@ class AirflowServices:
         PostgresServer(self.settings).ensure_database(self.metadata_database, "tidemark")
         env = self.environment()
         airflow = str(Path(sys.executable).parent / "airflow")
-        migrated = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True)
-        if migrated.returncode != 0:
-            raise ServiceError(f"airflow db migrate failed:\n{migrated.stdout[-2000:]}{migrated.stderr[-2000:]}")
+        self.cli("db", "migrate")
+        if self.auth_manager == "fab" and "admin" not in self._passwords():
+            self.add_user("admin", "Admin")
         for component, argv in COMPONENTS.items():
             log = self._log_file(component).open("ab")
             process = subprocess.Popen(
@@ -201,9 +213,34 @@ class AirflowServices:
         return list(dict.fromkeys(stopped))
 
     def login(self, user: str = "admin") -> tuple[str, str]:
-        """``user`` and the password the api-server generated for it."""
-        passwords = json.loads(self.password_file.read_text())
-        return user, passwords[user]
+        """``user`` and the password the api-server (or :meth:`add_user`) generated for it."""
+        return user, self._passwords()[user]
+
+    def _passwords(self) -> dict[str, str]:
+        return json.loads(self.password_file.read_text()) if self.password_file.exists() else {}
+
+    def cli(self, *argv: str) -> str:
+        """Run ``airflow ARGV...`` against these components' configuration and metadata; its output."""
+        airflow = str(Path(sys.executable).parent / "airflow")
+        done = subprocess.run([airflow, *argv], env=self.environment(), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ServiceError(f"airflow {' '.join(argv[:2])} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+        return done.stdout
+
+    def add_user(self, name: str, role: str) -> None:
+        """A FAB user ``name`` in ``role`` with a generated password (kept beside the metadata, readable by the
+        owner only, as the simple auth manager keeps its own)."""
+        import secrets
+
+        if self.auth_manager != "fab":
+            raise ValueError("users are added with the FAB auth manager; the simple one takes `users`")
+        password = secrets.token_urlsafe(12)
+        self.cli("users", "create", "--username", name, "--password", password, "--role", role,
+                 "--email", f"{name}@tidemark.invalid", "--firstname", name, "--lastname", "tidemark")  # fmt: skip
+        passwords = self._passwords() | {name: password}
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.password_file.touch(mode=0o600)
+        self.password_file.write_text(json.dumps(passwords))
 
 
 def _stop_group(pid: int, timeout: float) -> None:

@@ -8,20 +8,17 @@ watches the run succeed. Airflow's Backfill of ``tidemark_ingest`` goes through 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs.db import connect
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.settings import Settings
+from tests.integration.dags.airflow_ui import Api, own_airflow, scrape, sign_in
 from tests.integration.spark_jobs.checks import query
 from tidemark.embedded.airflow import AirflowServices
 from tidemark.producer import ProduceSpec, produce
@@ -30,69 +27,23 @@ from tidemark.producer import ProduceSpec, produce
 pytestmark = pytest.mark.airflow
 
 AIRFLOW_TEST_PORT = 28080
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
 def airflow(stack: Settings):
     """The four Airflow components for this module, with a topic and lake of its own."""
-    from tidemark.migrations import migrate, migrate_pipelines
 
-    suffix = uuid.uuid4().hex[:8]
-    home = stack.home / "runs" / f"airflow-{suffix}"
-    # A tidemark database of its own too: the tidemark page shows reconcile runs of this module only.
-    admin = connect(stack.postgres_dsn.replace("user=tidemark", "user=postgres"))
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "tidemark_{suffix}" OWNER tidemark')
-    dsn = stack.postgres_dsn.replace("dbname=tidemark", f"dbname=tidemark_{suffix}")
-    migrate(dsn)
-    settings = replace(
-        stack,
-        lake_root=str(home / "lake"),
-        checkpoint_root=str(home / "checkpoints"),
-        topic=f"ui-{suffix}",
-        postgres_dsn=dsn,
-    )
-    # Two pipelines: events (this module's topic) and a Segment-style web, each with its own DAGs and page.
-    settings = replace(settings, pipelines_file=_two_pipelines(home, f"ui-web-{suffix}"))
-    migrate_pipelines(settings)
-    # CreateTime, so records can arrive in yesterday's intervals for the Backfill test. They are
-    # written first: Kafka finds offsets for times by the first record at or after a time, so
-    # timestamps must grow with offsets (as they do with LogAppendTime) for time ranges to make sense.
-    ensure_topic(settings, settings.topic, partitions=2, timestamp_type="CreateTime")
-    _produce_yesterday(settings)
-    [YESTERDAYS_PARTITION[settings.topic]] = [r.partition for r in latest_ranges(settings, settings.topic) if r.end]
-    # A metadata database of its own, so runs of earlier test sessions do not show up.
-    services = AirflowServices(
-        settings, port=AIRFLOW_TEST_PORT, parallelism=2, metadata_database=f"airflow_{suffix}",
-        users="admin:admin,viewer:viewer",  # a viewer may read DAGs, not trigger them
-    )  # fmt: skip
-    services.start()
-    try:
+    def prepare(settings: Settings) -> None:
+        # CreateTime, so records can arrive in yesterday's intervals for the Backfill test. They are
+        # written first: Kafka finds offsets for times by the first record at or after a time, so
+        # timestamps must grow with offsets (as they do with LogAppendTime) for time ranges to make sense.
+        ensure_topic(settings, settings.topic, partitions=2, timestamp_type="CreateTime")
+        _produce_yesterday(settings)
+        [YESTERDAYS_PARTITION[settings.topic]] = [r.partition for r in latest_ranges(settings, settings.topic) if r.end]
+
+    # A viewer may read DAGs, not trigger them.
+    with own_airflow(stack, AIRFLOW_TEST_PORT, prepare, users="admin:admin,viewer:viewer") as services:
         yield services
-    finally:
-        stopped = services.stop()
-        assert "scheduler" in stopped and not services.running()
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE "{services.metadata_database}" WITH (FORCE)')
-            cur.execute(f'DROP DATABASE "tidemark_{suffix}" WITH (FORCE)')
-        admin.close()
-        shutil.rmtree(services.home, ignore_errors=True)
-
-
-def _two_pipelines(home, web_topic: str):  # -> Path
-    """A pipelines file of the shipped events and the Segment-style web of the pipelines tests."""
-    import yaml
-
-    from spark_jobs.settings import PROJECT_ROOT
-    from tests.integration.spark_jobs.test_pipelines import WEB
-
-    shipped = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())["pipelines"]
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / "pipelines.yaml"
-    path.write_text(yaml.safe_dump({"pipelines": [*shipped, {**WEB, "topic": web_topic}]}))
-    return path
 
 
 YESTERDAY = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
@@ -109,77 +60,6 @@ def _produce_yesterday(settings: Settings) -> None:
         millis = int(when.timestamp() * 1000)
         producer.produce(settings.topic, key=b"bf-user", value=json.dumps(event).encode(), timestamp=millis)
     assert producer.flush(30) == 0
-
-
-class Api:
-    """The Airflow REST API, authenticated like the UI."""
-
-    def __init__(self, services: AirflowServices) -> None:
-        self.base = services.url
-        user, password = services.login()
-        self.token = self._call("POST", "/auth/token", {"username": user, "password": password})["access_token"]
-
-    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if getattr(self, "token", None):
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.load(response)
-
-    def get(self, path: str) -> dict:
-        return self._call("GET", path)
-
-    def post(self, path: str, body: dict) -> dict:
-        return self._call("POST", path, body)
-
-    def patch(self, path: str, body: dict) -> dict:
-        return self._call("PATCH", path, body)
-
-    def wait_for_runs(self, dag_id: str, run_type: str, count: int, timeout: float = 600) -> list[dict]:
-        """At least ``count`` runs of ``run_type``, once all of them have finished."""
-        deadline = time.monotonic() + timeout
-        runs: list[dict] = []
-        while time.monotonic() < deadline:
-            runs = [r for r in self.get(f"/api/v2/dags/{dag_id}/dagRuns")["dag_runs"] if r["run_type"] == run_type]
-            if len(runs) >= count and all(r["state"] in ("success", "failed") for r in runs):
-                return runs
-            time.sleep(3)
-        raise AssertionError(f"{dag_id}: {count} finished {run_type} runs expected in {timeout:.0f} s, got {runs}")
-
-
-@pytest.fixture
-def browser():
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.fail("Debian's chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.implicitly_wait(15)
-    yield driver
-    driver.quit()
-
-
-def sign_in(browser, airflow: AirflowServices, who: str = "admin") -> None:
-    """Log in through the UI's form, as a user does (anyone signed in before is signed out)."""
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    user, password = airflow.login(who)
-    browser.get(airflow.url + "/")
-    browser.delete_all_cookies()
-    browser.get(airflow.url + "/")
-    fields = browser.find_elements(By.TAG_NAME, "input")
-    fields[0].send_keys(user)
-    fields[1].send_keys(password)
-    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
-    WebDriverWait(browser, 30).until(lambda d: "/auth/login" not in d.current_url)
 
 
 def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices, browser) -> None:
@@ -616,21 +496,6 @@ def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow
     assert refused.value.code == 401
 
 
-def _scrape(airflow: AirflowServices) -> dict:
-    """The metrics a Prometheus scrape reads now: (name, labels) -> value."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    token = Api(airflow).token
-    scrape = urllib.request.Request(airflow.url + "/tidemark/metrics", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(scrape, timeout=30) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 def test_a_broken_pipelines_file_leaves_every_good_pipeline_scheduled_on_the_page_and_in_the_metrics(
     airflow: AirflowServices, browser
 ) -> None:
@@ -647,7 +512,7 @@ def test_a_broken_pipelines_file_leaves_every_good_pipeline_scheduled_on_the_pag
     api = Api(airflow)
     try:
         path.write_text(good.replace(f"topic: {web_topic}\n", f"topic: '{web_topic}\n"))
-        samples = _scrape(airflow)
+        samples = scrape(airflow)
         assert samples[("tidemark_config_ok", ())] == 0
         assert samples[("tidemark_pipeline_problems", (("pipeline", "events"),))] == 0
         assert samples[("tidemark_pipeline_problems", (("pipeline", "web"),))] == 1
@@ -691,7 +556,7 @@ def test_a_broken_pipelines_file_leaves_every_good_pipeline_scheduled_on_the_pag
 
         # No document at all: the page and the series of every pipeline the database holds stay up.
         path.write_text("pipelines: [\n")
-        samples = _scrape(airflow)
+        samples = scrape(airflow)
         assert samples[("tidemark_config_ok", ())] == 0
         assert {dict(labels)["pipeline"] for name, labels in samples if name == "tidemark_pipeline_problems"} == {
             "events", "web"
@@ -704,7 +569,7 @@ def test_a_broken_pipelines_file_leaves_every_good_pipeline_scheduled_on_the_pag
     finally:
         path.write_text(good)
         api.patch("/api/v2/dags/tidemark_ingest__web", {"is_paused": True})
-    assert _scrape(airflow)[("tidemark_config_ok", ())] == 1
+    assert scrape(airflow)[("tidemark_config_ok", ())] == 1
 
 
 def test_the_lag_a_scrape_reads_grows_while_ingest_is_stalled(airflow: AirflowServices) -> None:
@@ -718,9 +583,9 @@ def test_the_lag_a_scrape_reads_grows_while_ingest_is_stalled(airflow: AirflowSe
     def behind(samples: dict, name: str) -> float:
         return sum(events(samples, name))
 
-    first = _scrape(airflow)
+    first = scrape(airflow)
     time.sleep(4)
-    then = _scrape(airflow)
+    then = scrape(airflow)
     assert first[("tidemark_kafka_up", (("pipeline", "events"),))] == 1
     assert behind(first, "tidemark_lag_records") >= 20
     assert behind(then, "tidemark_lag_records") == behind(first, "tidemark_lag_records")

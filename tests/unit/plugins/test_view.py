@@ -186,7 +186,7 @@ def test_reading_the_pages_takes_the_permission_on_the_tidemark_view() -> None:
     from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-    from tidemark_airflow.view import may_read
+    from tidemark_airflow.access import may_read
 
     manager = SimpleAuthManager()
     assert may_read(manager, SimpleAuthManagerUser(username="viewer", role="viewer"))
@@ -337,9 +337,9 @@ def test_the_metrics_say_whether_the_pipelines_file_and_each_entry_have_problems
 def test_a_user_sees_only_the_pipelines_whose_dags_airflow_lets_them_read() -> None:
     """Permissions follow the pipeline: the list, and the file's problems that name a pipeline, are cut to what
     the user may read (whatever auth manager says so: the page asks it through is_authorized_dag)."""
+    from tidemark_airflow.access import pipeline_access
     from tidemark_airflow.listing import Listing, readable
     from tidemark_airflow.pipelines import Unrunnable
-    from tidemark_airflow.pipelines_list import pipeline_access
 
     lines = ["pipelines.yaml: pipeline 'payments': contract.schema: not a JSON Schema", "pipelines.yaml: not valid"]
     listing = Listing(
