@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from tidemark_airflow.view import create_app
+from tidemark_airflow.app import create_app
 
 
 class TidemarkPlugin(AirflowPlugin):

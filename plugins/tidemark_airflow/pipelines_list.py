@@ -4,7 +4,6 @@ Airflow lets the user read."""
 
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
@@ -64,44 +63,17 @@ def pipeline_href(path: str, pipeline: str, **params: str | None) -> str:
 
 def render_pipelines(summaries: list[Summary], shown: str) -> str:
     """The pipelines list: each with its verdict, open findings, lag and coverage, linking to its page."""
-    e = html.escape
-    rows = [
-        '<h3>Pipelines</h3><table id="pipelines"><tr><th>pipeline</th><th>topic</th><th>verdict</th>'
-        "<th class=num>open findings</th><th class=num>behind Kafka (records)</th><th class=num>behind (min)</th>"
-        "<th class=num>verified / ledger offsets</th></tr>"
-    ]
-    for s in summaries:
-        name = f"<b>{e(s.name)}</b>" if s.name == shown else e(s.name)
-        link = f'<a class="pipeline" href="{e(pipeline_href("./", s.name))}">{name}</a>'
-        if s.problem:
-            rows.append(f'<tr><td>{link}</td><td>{e(s.topic)}</td><td colspan="5">{e(s.problem)}</td></tr>')
-            continue
-        status = s.verdict[1] if s.verdict else "no reconcile yet"
-        colour = STATUS_COLOURS.get(status, "#222")
-        behind = (
-            f'<td colspan="2" class="lag-problem" title="{e(s.lag_problem)}">Kafka unreachable</td>'
-            if s.lag_problem
-            else f"<td class=num>{s.behind_records:,}</td><td class=num>{s.behind_seconds / 60:,.1f}</td>"
-        )
-        rows.append(
-            f'<tr><td>{link}</td><td>{e(s.topic)}</td><td class="status verdict" style="color:{colour}">'
-            f"{e(status.upper() if s.verdict else status)}</td><td class=num>{s.open_findings:,}</td>{behind}"
-            f"<td class=num>{s.verified_offsets:,} / {s.ledger_offsets:,}</td></tr>"
-        )
-    return "".join(rows) + "</table>"
+    from tidemark_airflow.templating import render
+
+    context = {"pipeline_href": pipeline_href, "colours": STATUS_COLOURS}
+    return render("pipelines.html", summaries=summaries, shown=shown, **context)
 
 
 def render_file_problems(file: str, problems: list[str]) -> str:
     """The banner of a pipelines file with problems: each line (file, line, pipeline, field, what is wrong)."""
-    if not problems:
-        return ""
-    e = html.escape
-    lines = "".join(f"<li><code>{e(line)}</code></li>" for line in problems)
-    return (
-        f'<div id="file-problems" class="banner"><b>The pipelines file {e(file)} has problems.</b> A pipeline whose '
-        "entry is named below cannot run until it is fixed (its runs fail with the line); every other pipeline runs "
-        f"on as its entry says. <code>tidemark pipelines check</code> gives the same lines.<ul>{lines}</ul></div>"
-    )
+    from tidemark_airflow.templating import render
+
+    return render("file_problems.html", file=file, problems=problems)
 
 
 def read_schema(read, settings):  # Settings

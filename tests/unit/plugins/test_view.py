@@ -123,8 +123,7 @@ def test_the_overview_shows_each_ingest_run_and_the_quarantine_by_reason_with_sa
     assert "<th>run</th><th>started by</th>" in page and "ingest:events" not in page
     assert "<td>invalid_json</td><td class=num>40</td>" in page
     assert (
-        "events p0 offset 17 (2026-11-21T07:59:00.000Z): key &quot;u-1&quot;, value &quot;{not &lt;json&gt;&quot;"
-        in page
+        "events p0 offset 17 (2026-11-21T07:59:00.000Z): key &#34;u-1&#34;, value &#34;{not &lt;json&gt;&#34;" in page
     )
     assert 'data-chart="Records per run"' in page and 'data-chart="Quarantined per day (last 30 days)"' in page
 
@@ -261,7 +260,7 @@ def test_the_metrics_say_what_is_quarantined_now_per_reason() -> None:
 
 
 def test_a_scraper_token_is_only_what_tidemark_metrics_token_says(monkeypatch) -> None:
-    from tidemark_airflow.view import scraper_token_matches
+    from tidemark_airflow.app import scraper_token_matches
 
     monkeypatch.delenv("TIDEMARK_METRICS_TOKEN", raising=False)
     assert not scraper_token_matches("Bearer ") and not scraper_token_matches("")
@@ -301,9 +300,9 @@ def test_a_pipelines_file_with_problems_is_a_banner_and_a_broken_pipeline_keeps_
     ]
     page = render_overview(Overview([], [], [], [], pipelines=summaries, file_problems=[line], file="/etc/p.yaml"))
     assert '<div id="file-problems" class="banner"><b>The pipelines file /etc/p.yaml has problems.</b>' in page
-    assert f"<li><code>{line}</code></li>" in page.replace("&#x27;", "'")
+    assert f"<li><code>{line}</code></li>" in str(page).replace("&#39;", "'")
     assert '<a class="pipeline" href="./?pipeline=orders">orders</a></td><td>orders</td><td colspan="5">' in page
-    assert "cannot run: pipelines.yaml: pipeline &#x27;orders&#x27;: not valid YAML at line 41" in page
+    assert "cannot run: pipelines.yaml: pipeline &#39;orders&#39;: not valid YAML at line 41" in page
     assert 'id="file-problems"' not in render_overview(Overview([], [], [], [], pipelines=summaries[:1]))
 
 
