@@ -1,17 +1,13 @@
-"""Pure logic of the Airflow side: run arguments, connection mapping, alerts."""
+"""Run arguments from Airflow: scheduled and manual runs, the backfill and readmit forms checked before Spark."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 
 import pytest
 
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.planning import offsets_argument
-from spark_jobs.settings import Settings
-from tidemark_airflow.connections import kafka_env, postgres_dsn
-from tidemark_airflow.notifiers import AlertNotifier, webhook_url
 from tidemark_airflow.runs import BackfillRequest, ingest_arguments
 
 
@@ -116,81 +112,3 @@ def test_the_readmit_form_is_checked_before_spark_and_becomes_the_jobs_arguments
         readmit_arguments({"from_time": "2026-01-01T00:00:00Z"}, "manual__3", log)
     with pytest.raises(BadRequest, match="bad offset range '0-5'"):
         readmit_arguments({"offsets": "0-5"}, "manual__4", log)
-
-
-def test_kafka_connection_extra_becomes_settings_with_pass_through_options() -> None:
-    extra = {"bootstrap.servers": "k1:9092,k2:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
-    env = kafka_env(extra)
-    settings = Settings.from_env(env)
-    assert settings.bootstrap_servers == "k1:9092,k2:9092"
-    assert settings.kafka_options == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
-    with pytest.raises(ValueError, match="no bootstrap.servers"):
-        kafka_env({"security.protocol": "SSL"})
-
-
-def test_postgres_connection_becomes_a_libpq_dsn() -> None:
-    from psycopg2.extensions import parse_dsn
-
-    dsn = parse_dsn(postgres_dsn("db.internal", 6432, "tidemark", "pipeline", "s3 cret'", {"sslmode": "require"}))
-    assert dsn == {
-        "host": "db.internal", "port": "6432", "dbname": "tidemark", "user": "pipeline", "password": "s3 cret'",
-        "sslmode": "require",
-    }  # fmt: skip
-    with pytest.raises(ValueError, match="needs a host and a database"):
-        postgres_dsn("h", None, None, "u", None)
-
-
-def test_webhook_url_from_a_full_url_or_from_parts() -> None:
-    assert (
-        webhook_url("https://hooks.slack.com/services/T/B/X", None, None, {})
-        == "https://hooks.slack.com/services/T/B/X"
-    )
-    assert webhook_url("alerts.internal", "http", 8080, {"endpoint": "/hook"}) == "http://alerts.internal:8080/hook"
-    assert webhook_url(None, None, None, {"url": "https://x/y"}) == "https://x/y"
-    with pytest.raises(ValueError, match="needs the webhook URL"):
-        webhook_url(None, None, None, {})
-
-
-def test_alert_message_names_the_task_run_and_error() -> None:
-    class TI:
-        dag_id, task_id, run_id = "tidemark_reconcile", "compare", "manual__1"
-
-    text = AlertNotifier.message({"ti": TI(), "run_id": "manual__1", "exception": RuntimeError("partition 3 off")})
-    assert text.splitlines()[0] == "tidemark alert: tidemark_reconcile.compare failed in run manual__1"
-    assert "partition 3 off" in text
-
-
-def test_the_alert_masks_the_connections_secrets_and_anything_shaped_like_a_secret(monkeypatch) -> None:
-    canary = "canary-Pw-5f3a9e"
-    postgres = {"conn_type": "postgres", "host": "db", "schema": "tidemark", "login": "t", "password": canary}
-    kafka = {"conn_type": "generic", "extra": {"bootstrap.servers": "k:9092", "sasl.password": "kafka-canary"}}
-    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_POSTGRES", json.dumps(postgres))
-    monkeypatch.setenv("AIRFLOW_CONN_TIDEMARK_KAFKA", json.dumps(kafka))
-    failure = RuntimeError(f"login with {canary} failed; kafka said kafka-canary; dsn host=x password=other-one")
-    text = AlertNotifier.message({"exception": failure, "run_id": "r1"})
-    assert text.endswith("login with *** failed; kafka said ***; dsn host=x password=***")
-
-
-def test_a_run_alerts_on_broken_producer_requirements_only_above_the_threshold() -> None:
-    from tidemark_airflow.operators import producer_alert
-
-    extra = {
-        "topic": "events",
-        "producer": {"entities_in_many_partitions": 2, "not_log_append_time": 0, "time_went_back": 1},
-    }
-    text = producer_alert(extra, threshold=0)
-    assert text is not None and text.startswith("the producers of topic events broke tidemark's requirements")
-    assert "2 entities in many partitions, 1 time went back" in text and "not log append time" not in text
-    assert "murmur2" in text and "LogAppendTime" in text
-    assert producer_alert(extra, threshold=3) is None
-    assert producer_alert(extra | {"producer": dict.fromkeys(extra["producer"], 0)}, threshold=0) is None
-
-
-def test_spark_submit_runs_a_module_job_itself_and_a_package_job_through_its_main() -> None:
-    from pathlib import Path
-
-    from tidemark_airflow.operators import JOBS, job_application
-
-    assert Path(job_application("ingest")).parts[-2:] == ("spark_jobs", "ingest.py")
-    assert Path(job_application("reconcile")).parts[-3:] == ("spark_jobs", "reconcile", "__main__.py")
-    assert all(Path(job_application(job)).is_file() for job in JOBS)
