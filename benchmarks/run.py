@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.context import BenchContext, CpuMeter, Recorder
+from benchmarks.edge_stages import stage_contract, stage_floor, stage_hotkey, stage_soak
 from benchmarks.figures import build_checks, format_table, machine_info, results_document, versions
 from benchmarks.options import BenchOptions
 from benchmarks.services import BenchServices
-from benchmarks.stages import run_stages
+from benchmarks.stages import NEEDS_MAIN_TOPIC, produce_main, stage_b1, stage_slope, stage_spark
+from benchmarks.stored_stages import stage_empty, stage_growth, stage_pg, stage_replay
 from spark_jobs.settings import Settings
 
 
@@ -103,3 +105,32 @@ def clean_up(ctx: BenchContext) -> None:
         ctx.services.remove_run_data(ctx.record.progress)
         shutil.rmtree(ctx.work, ignore_errors=True)
     ctx.services.stop_started(ctx.record.progress)
+
+
+def run_stages(ctx: BenchContext) -> None:
+    """Run the selected stages, in :data:`~benchmarks.options.STAGES` order."""
+    stages = set(ctx.options.stages)
+    if stages & NEEDS_MAIN_TOPIC:
+        produce_main(ctx)
+    if "b1" in stages:
+        stage_b1(ctx)
+    if stages & {"b2", "b2l", "peer", "p1"}:
+        stage_spark(ctx)
+    if "slope" in stages:
+        stage_slope(ctx)
+    if "replay" in stages:
+        stage_replay(ctx)
+    if "empty" in stages:
+        stage_empty(ctx)
+    if "pg" in stages:
+        stage_pg(ctx)
+    if "growth" in stages:
+        stage_growth(ctx)
+    if "hotkey" in stages:
+        stage_hotkey(ctx)
+    if "contract" in stages:
+        stage_contract(ctx)
+    if "floor" in stages:
+        stage_floor(ctx)
+    if "soak" in stages:
+        stage_soak(ctx)

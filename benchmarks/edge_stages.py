@@ -1,0 +1,193 @@
+"""The stages of one concern each: a hot key, the contract check's cost per record, the counted floor of
+a batch, and the soak."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import operator
+import time
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from benchmarks.context import BenchContext, ensure
+from benchmarks.figures import median
+from benchmarks.workloads import (
+    HOTKEY_SPREAD_ENTITIES,
+    steady_events,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
+
+SOAK_RULES_GAP = timedelta(seconds=10)
+SOAK_RULES_MAX = timedelta(minutes=5)
+SOAK_WINDOW = 50  # runs at each end whose medians are compared
+
+
+def stage_hotkey(ctx: BenchContext) -> None:
+    """H1 / H2 / HS: sessionize one entity never idle for 30 minutes over 48 h, with n/2 and n events,
+    and n events of 5,000 entities; the events are generated in Spark and cached, so only
+    ``sessionize`` is timed (every session is computed: the run sums their event counts)."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.sessionize import sessionize
+    from spark_jobs.spark import FrozenFrames
+
+    n = ctx.options.hotkey_events
+    cases = (
+        ("H1", f"one entity, {n // 2:,} events over 48 h", n // 2, 1),
+        ("H2", f"one entity, {n:,} events over 48 h", n, 1),
+        ("HS", f"{n:,} events of {HOTKEY_SPREAD_ENTITIES:,} entities over 48 h", n, HOTKEY_SPREAD_ENTITIES),
+    )
+    inputs = {key: steady_events(ctx.spark, count, entities) for key, _, count, entities in cases}
+    ms = {key: ctx.record.measurement(key, label, count) for key, label, count, _ in cases}
+    rules = ctx.settings.session_rules
+
+    def sessions_of(events: DataFrame) -> Row:  # as the writer runs it: burst summaries frozen, then released
+        with FrozenFrames(ctx.spark) as frozen:
+            return sessionize(events, rules, frozen).agg(F.count("*"), F.sum("event_count")).first()
+
+    for _ in range(ctx.options.repeat):
+        for key, _, count, _ in cases:
+            row = ctx.record.measure(ms[key], lambda k=key: sessions_of(inputs[k]), lambda r: f"{r[0]:,} sessions")
+            ensure(row[1] == count, f"{key}: the sessions hold {row[1]} of {count} events")
+            ms[key].details = {"sessions": row[0]}
+    for events in inputs.values():
+        events.unpersist()
+
+
+def stage_contract(ctx: BenchContext) -> None:
+    """C0 / C1: the contract check alone, on ``--contract-events`` records of the produced mix (kept
+    in Parquet, no Kafka): today's Variant SQL check before the Java one
+    (``benchmarks/variant_contract.py``), then the Java check (``spark_jobs.validation``). Each
+    repetition reads the records and checks them all (a no-op write), so both pay the same read;
+    the records on which the two differ in any column are counted (the target is none)."""
+    from pyspark.sql import functions as F
+
+    from benchmarks.variant_contract import variant_parse_records
+    from spark_jobs.pipelines import EVENTS_CONTRACT
+    from spark_jobs.validation import parse_records
+    from tidemark.producer import ProduceSpec, generate
+
+    o = ctx.options
+    n = o.contract_events
+    spec = ProduceSpec(
+        count=n,
+        entities=o.entities,
+        duplicate_rate=o.duplicate_rate,
+        late_rate=o.late_rate,
+        malformed_rate=o.malformed_rate,
+        seed=o.seed,
+    )
+    path = str(ctx.work / "contract-records.parquet")
+    started = time.perf_counter()
+    rows = (("bench", i % o.partitions, i, r.key, r.value) for i, r in enumerate(generate(spec)))
+    schema = "topic string, partition int, offset long, key binary, value binary"
+    ctx.spark.createDataFrame(list(rows), schema).withColumn("timestamp", F.current_timestamp()).write.parquet(path)
+    seconds = time.perf_counter() - started
+    ctx.record.progress(f"contract: {n:,} records written to Parquet in {seconds:.1f} s (not measured)")
+    raw = ctx.spark.read.parquet(path)
+    variant = variant_parse_records(raw)
+    java = parse_records(raw, EVENTS_CONTRACT)
+    checks = (("C0", "Variant SQL check (before)", variant), ("C1", "Java check", java))
+    ms = {key: ctx.record.measurement(key, label, n, unit="records") for key, label, _ in checks}
+
+    def check_all(frame: DataFrame) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+    for _ in range(o.warmup):
+        for _, _, frame in checks:
+            check_all(frame)
+    for _ in range(o.repeat):
+        for key, _, frame in checks:
+            ctx.record.measure(ms[key], lambda f=frame: check_all(f))
+    columns = ("event_id", "entity_id", "event_type", "event_time", "properties", "quarantine_reason")
+    before = variant.select("offset", *[F.col(c).alias(f"b_{c}") for c in columns])
+    same = [F.col(f"b_{c}").eqNullSafe(F.col(c)) for c in columns]
+    joined = before.join(java, "offset", "full_outer")
+    differ = joined.where(~functools.reduce(operator.and_, same)).count()
+    ms["C1"].details = {"records_classified_differently": differ}
+    ensure(differ == 0, f"contract: the Java check and the Variant check differ on {differ} of {n} records")
+
+
+def stage_floor(ctx: BenchContext) -> None:
+    """DF: what Delta runs by itself for the reads and writes every batch keeps
+    (:func:`benchmarks.floor.delta_floor`), counted; the row's count is the floor of a batch."""
+    from benchmarks.floor import delta_floor
+
+    root = ctx.work / "floor"
+    root.mkdir(parents=True, exist_ok=True)
+    m = ctx.record.measurement("DF", "batch floor: Delta's executions + 2 (benchmarks/floor.py)", 0, unit="executions")
+    counts = ctx.record.measure(m, lambda: delta_floor(ctx.spark, root))
+    m.count = counts["floor"]
+    m.details = counts
+    for name, n in counts.items():
+        if name != "floor":
+            ctx.record.progress(f"floor: {name}: {n} Spark SQL executions")
+    ctx.record.progress(f"floor: a batch that keeps the first four runs at least {counts['floor']} (the target: 12)")
+
+
+def stage_soak(ctx: BenchContext) -> None:
+    """S: ``--soak-batches`` scheduled runs of ``--soak-events`` new events each into one sink (months
+    of 15-minute runs, compressed), the maintenance DAG's work after every ``--soak-maintenance-every``
+    runs (not timed). The last runs' median must be within 1.2x of the first's, and each table's file
+    count bounded (the targets in ``figures``)."""
+    from spark_jobs import ingest
+    from spark_jobs.contract import TABLE_SCHEMAS, SessionRules
+    from spark_jobs.maintenance import live_files, maintain
+
+    o = ctx.options
+    topic = f"bench-{ctx.run_id}-soak"
+    sink = ctx.new_sink("soak", topic)
+    settings = replace(sink.settings, session_rules=SessionRules(SOAK_RULES_GAP, SOAK_RULES_MAX))
+    m = ctx.record.measurement("S", f"soak: a scheduled run of {o.soak_events:,} new events", o.soak_events)
+    files: list[dict[str, int]] = []  # live files of each table before each maintenance
+    maintenance_seconds: list[float] = []
+    steps: list[dict[str, float]] = []  # each run's time per writer step (summed over its batches)
+    for run in range(o.soak_batches):
+        # New event_ids every run (the seed), the same entities (the prefix).
+        report = ctx.produce(topic, o.soak_events, o.entities, f"{ctx.run_id}-soak-", o.seed * 100_000 + run)
+        ensure(report.committed == o.soak_events, f"soak run {run}: produced {report.committed} of {o.soak_events}")
+        results = ctx.record.measure(m, lambda: ingest.run_scheduled(ctx.spark, settings))
+        read = sum(r.read for r in results)
+        ensure(read == o.soak_events, f"soak run {run} read {read} of {o.soak_events} records")
+        # A scheduled run is a process of its own; here all runs share one driver. py4j caches each
+        # method Python calls on a JVM object in that object's proxy, and the method refers back to
+        # it: a cycle, so the JVM objects a finished run used (its query, plans, datasets) stay
+        # referenced until Python's cycle collector runs: without this, 14 finished queries and 190
+        # query executions were alive at run 120 of a soak; with it, 1 and 44 at run 91.
+        gc.collect()
+        names = {step for r in results for step in r.seconds}
+        steps.append({step: sum(r.seconds.get(step, 0.0) for r in results) for step in names})
+        if (run + 1) % o.soak_maintenance_every == 0:
+            files.append({name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS})
+            started = time.perf_counter()
+            maintain(ctx.spark, settings)
+            maintenance_seconds.append(round(time.perf_counter() - started, 2))
+            ctx.record.progress(
+                f"S maintenance after run {run + 1}: {maintenance_seconds[-1]:.1f} s; files {files[-1]}"
+            )
+    window = min(SOAK_WINDOW, max(1, len(m.seconds) // 2))
+    m.details = {
+        "runs": len(m.seconds),
+        "window": window,
+        "first_median_seconds": median(m.seconds[:window]),
+        "last_median_seconds": median(m.seconds[-window:]),
+        "files_before_maintenance": files,
+        "files_at_end": {name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS},
+        "maintenance_seconds": maintenance_seconds,
+        # Which step grows: the median of each writer step over consecutive windows of runs.
+        # "run" is the whole scheduled run; what the steps leave of it is the stream's own work.
+        "step_medians_by_window": [
+            {
+                "runs": f"{i + 1}-{min(i + window, len(steps))}",
+                "run": round(median(m.seconds[i : i + window]), 3),
+                **{step: round(median([s.get(step, 0.0) for s in steps[i : i + window]]), 3) for step in steps[i]},
+            }
+            for i in range(0, len(steps), window)
+        ],
+        "session_rules": {"gap_seconds": SOAK_RULES_GAP.total_seconds(), "max_seconds": SOAK_RULES_MAX.total_seconds()},
+    }
+    ctx.discard(sink)
