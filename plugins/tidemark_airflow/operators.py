@@ -122,6 +122,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                 raise
             finally:
                 self.env_vars.pop(ERROR_FILE, None)
+        self._lineage_of = (settings, started)  # get_openlineage_facets_on_complete reads what the run did
         if self.outlets:
             extra = committed_since(settings, started)
             self.log.info("batches committed: %s", extra)
@@ -135,6 +136,26 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                 alert_notifier(settings.declared()).send(
                     f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}"
                 )
+
+    def get_openlineage_facets_on_complete(self, task_instance):  # -> OperatorLineage
+        """The run's lineage for Airflow's OpenLineage provider (:mod:`tidemark_airflow.lineage`): the topic and
+        the offset ranges its batches processed, the tables it wrote and how many rows; a reconcile's verdict."""
+        from spark_jobs import db
+        from spark_jobs.reconcile import history
+        from tidemark_airflow.lineage import WRITING_JOBS, job_lineage
+
+        settings, started = self._lineage_of
+        committed = committed_since(settings, started) if self.job in WRITING_JOBS else None
+        verdict = None
+        if self.job == "reconcile":
+            run_id = list(self.application_args or [])[1]  # --run-id RUN
+            with db.transaction(settings.pipeline_dsn) as cur:
+                verdict = history.run_verdict(cur, run_id)
+        return job_lineage(self.job, settings, committed, verdict)
+
+    def get_openlineage_facets_on_failure(self, task_instance):  # -> OperatorLineage | None
+        """A failed run's lineage: what its batches committed before it failed (none before the job started)."""
+        return self.get_openlineage_facets_on_complete(task_instance) if hasattr(self, "_lineage_of") else None
 
     def _records(self, settings) -> int | None:  # Settings
         """About how many records the job will read, where that is known before it starts: a scheduled
@@ -266,6 +287,7 @@ class VerdictOperator(BaseOperator):
             row = history.run_verdict(cur, run_id)
         if row is None:
             raise AirflowFailException(f"reconcile run {run_id} recorded nothing: see the reconcile task's log")
+        self._verdict = (settings, row)  # the lineage's data-quality facet, found or not
         status, report, alert, checked, used_spark, opened = row
         self.log.info("%s", report)
         if status == "mismatch":
@@ -278,3 +300,15 @@ class VerdictOperator(BaseOperator):
         if status != "ok":
             raise AirflowFailException(alert)
         return {"run_id": run_id, "status": status, "ranges_checked": checked, "used_spark": used_spark}
+
+    def get_openlineage_facets_on_complete(self, task_instance):  # -> OperatorLineage | None
+        """The reconcile run's verdict as OpenLineage data-quality facets on the datasets it checked."""
+        from tidemark_airflow.lineage import job_lineage
+
+        return (
+            job_lineage("reconcile", *self._verdict[:1], verdict=self._verdict[1])
+            if hasattr(self, "_verdict")
+            else None
+        )
+
+    get_openlineage_facets_on_failure = get_openlineage_facets_on_complete  # a mismatch fails the task

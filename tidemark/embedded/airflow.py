@@ -55,6 +55,7 @@ class AirflowServices:
         metadata_database: str = "airflow",
         users: str = "admin:admin",  # the simple auth manager's NAME:ROLE,... (FAB: admin, then add_user)
         auth_manager: str = "simple",  # or "fab"
+        extra_env: dict[str, str] | None = None,  # more configuration, e.g. AIRFLOW__OPENLINEAGE__TRANSPORT
     ) -> None:
         if auth_manager not in AUTH_MANAGERS:
             raise ValueError(f"auth_manager must be one of {sorted(AUTH_MANAGERS)}, not {auth_manager!r}")
@@ -64,6 +65,7 @@ class AirflowServices:
         self.metadata_database = metadata_database
         self.users = users
         self.auth_manager = auth_manager
+        self.extra_env = dict(extra_env or {})
         self.home = settings.home / metadata_database
 
     @property
@@ -131,7 +133,7 @@ class AirflowServices:
             "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "False",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "30",
         }
-        return env
+        return env | self.extra_env
 
     def running(self) -> dict[str, int]:
         return {c: pid for c in COMPONENTS if (pid := read_pid(self._pid_file(c))) is not None}

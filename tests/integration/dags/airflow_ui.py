@@ -25,10 +25,15 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 @contextlib.contextmanager
 def own_airflow(
-    stack: Settings, port: int, prepare: Callable[[Settings], None] = lambda settings: None, **services
+    stack: Settings,
+    port: int,
+    prepare: Callable[[Settings], None] = lambda settings: None,
+    lineage: bool = False,
+    **services,
 ) -> Iterator[AirflowServices]:
     """Airflow on ``port`` with a tidemark database, topics and lake of its own (the page shows this module's
-    runs only), ``prepare``\\ d before it starts; its metadata database and files are dropped afterwards."""
+    runs only), ``prepare``\\ d before it starts; its metadata database and files are dropped afterwards. With
+    ``lineage``, OpenLineage's provider writes every task's events to :func:`lineage_file` (its file transport)."""
     from tidemark.migrations import migrate, migrate_pipelines
 
     suffix = uuid.uuid4().hex[:8]
@@ -49,6 +54,9 @@ def own_airflow(
     )
     migrate_pipelines(settings)
     prepare(settings)
+    if lineage:
+        transport = {"type": "file", "log_file_path": str(home / "openlineage.jsonl"), "append": True}
+        services["extra_env"] = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport)}
     airflow = AirflowServices(settings, port=port, parallelism=2, metadata_database=f"airflow_{suffix}", **services)
     airflow.start()
     try:
@@ -174,3 +182,10 @@ def scrape(airflow: AirflowServices, who: str = "admin", path: str = "/tidemark/
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def lineage_events(airflow: AirflowServices) -> list[dict]:
+    """The OpenLineage events the provider wrote so far (its file transport: one JSON document a line)."""
+    transport = json.loads(airflow.extra_env["AIRFLOW__OPENLINEAGE__TRANSPORT"])
+    path = Path(transport["log_file_path"])
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []

@@ -18,7 +18,7 @@ import pytest
 
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.settings import Settings
-from tests.integration.dags.airflow_ui import Api, own_airflow, scrape, sign_in
+from tests.integration.dags.airflow_ui import Api, lineage_events, own_airflow, scrape, sign_in
 from tests.integration.spark_jobs.checks import query
 from tidemark.embedded.airflow import AirflowServices
 from tidemark.producer import ProduceSpec, produce
@@ -41,8 +41,8 @@ def airflow(stack: Settings):
         _produce_yesterday(settings)
         [YESTERDAYS_PARTITION[settings.topic]] = [r.partition for r in latest_ranges(settings, settings.topic) if r.end]
 
-    # A viewer may read DAGs, not trigger them.
-    with own_airflow(stack, AIRFLOW_TEST_PORT, prepare, users="admin:admin,viewer:viewer") as services:
+    # A viewer may read DAGs, not trigger them. OpenLineage's provider writes every task's events to a file.
+    with own_airflow(stack, AIRFLOW_TEST_PORT, prepare, lineage=True, users="admin:admin,viewer:viewer") as services:
         yield services
 
 
@@ -112,6 +112,56 @@ def test_a_backfill_triggered_from_the_ui_form_succeeds(airflow: AirflowServices
         f"backfill:{settings.topic}",
     )
     assert planned == [(1, before[1], new.end)]
+
+
+def test_a_backfill_run_tells_openlineage_its_topic_offsets_and_the_tables_it_wrote(airflow: AirflowServices) -> None:
+    """Airflow's OpenLineage provider, configured with its file transport, gets from the backfill task the
+    topic and the offset ranges its batch processed, and the Delta and PostgreSQL tables it wrote with their
+    rows, as the ledger records them."""
+    settings = airflow.settings
+    before = {r.partition: r.end for r in latest_ranges(settings, settings.topic)}
+    spec = ProduceSpec(count=40, entities=3, malformed_rate=0.1, seed=12, id_prefix="ol-")
+    produce(settings, spec, topic=settings.topic, partitions=2)
+    [new] = [r for r in latest_ranges(settings, settings.topic) if r.partition == 0]
+    offsets = f"0:{before[0]}-{new.end}"
+    api = Api(airflow)
+    api.patch("/api/v2/dags/tidemark_backfill", {"is_paused": False})
+    try:
+        conf = {"topic": settings.topic, "offsets": offsets}
+        run_id = api.post("/api/v2/dags/tidemark_backfill/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+        [run] = [r for r in api.wait_for_runs("tidemark_backfill", "manual", 1) if r["dag_run_id"] == run_id]
+    finally:
+        api.patch("/api/v2/dags/tidemark_backfill", {"is_paused": True})
+    assert run["state"] == "success", run
+    [(accepted, duplicates, quarantined)] = query(
+        settings,
+        """SELECT b.accepted, b.duplicates, b.quarantined FROM ledger_batches AS b
+           JOIN ledger_ranges AS r USING (pipeline, batch_id)
+           WHERE b.pipeline = %s AND r.kafka_partition = 0 AND r.start_offset = %s""",
+        f"backfill:{settings.topic}",
+        before[0],
+    )
+    events = [
+        e for e in lineage_events(airflow)
+        if e["job"]["name"] == "tidemark_backfill.backfill" and e["eventType"] == "COMPLETE"
+        and e["run"]["facets"].get("airflow", {}).get("dagRun", {}).get("run_id") == run_id
+    ]  # fmt: skip
+    assert len(events) == 1, [e["job"]["name"] for e in lineage_events(airflow)]
+    [topic] = events[0]["inputs"]
+    assert (topic["namespace"], topic["name"]) == (f"kafka://{settings.bootstrap_servers}", settings.topic)
+    assert topic["inputFacets"]["tidemark_offsetRanges"]["ranges"] == [
+        {"partition": 0, "start": before[0], "end": new.end}
+    ]
+    outputs = events[0]["outputs"]
+    delta = {o["name"].rsplit("/", 1)[-1]: o for o in outputs if o["namespace"] == "file"}
+    rows = {t: o["outputFacets"].get("outputStatistics", {}).get("rowCount") for t, o in delta.items()}
+    assert rows == {"events": accepted, "duplicates": duplicates, "quarantine": quarantined, "sessions": None}
+    assert accepted + duplicates + quarantined == new.end - before[0] and quarantined > 0
+    assert delta["events"]["name"] == settings.table_path("events")
+    [postgres] = [o for o in outputs if o["namespace"].startswith("postgres://")]
+    assert postgres["name"].endswith(".public.sessions"), postgres["name"]
+    fields = [f["name"] for f in delta["events"]["facets"]["schema"]["fields"]]
+    assert fields[:3] == ["topic", "partition", "offset"], fields
 
 
 def test_airflows_own_backfill_of_the_ingest_dag_rereads_each_interval(airflow: AirflowServices) -> None:
