@@ -33,7 +33,7 @@ class Series:
     name: str
     colour: str
     points: str  # the polyline's points
-    dot: Dot | None  # a series of one sample: a polyline of one point draws nothing
+    dot: Dot | None  # a series of one sample is a dot (a polyline of one point would draw nothing)
 
 
 @dataclass(frozen=True)

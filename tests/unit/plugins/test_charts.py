@@ -9,10 +9,10 @@ from tidemark_airflow.charts import Point, line_chart
 T0 = datetime(2026, 11, 21, 8, tzinfo=UTC)
 
 
-def test_a_line_chart_draws_one_polyline_per_series_scaled_to_the_largest_value() -> None:
+def test_a_line_chart_draws_a_line_per_series_of_samples_scaled_to_the_largest_value() -> None:
     svg = line_chart("Lag (records)", "records", {"events p0": [Point(T0, 0), Point(T0 + timedelta(hours=1), 50)],
                                                   "events p1": [Point(T0, 100)]})  # fmt: skip
-    assert svg.count("<polyline") == 2 and 'data-chart="Lag (records)"' in svg
+    assert svg.count("<polyline") == 1 and svg.count("<circle") == 1 and 'data-chart="Lag (records)"' in svg
     assert ">100 records</text>" in svg  # the y axis tops at the largest value
     assert "events p0" in svg and "events p1" in svg
     assert "no runs yet" in line_chart("Lag", "min", {})
@@ -31,6 +31,7 @@ def test_a_series_of_one_sample_is_drawn_as_a_point() -> None:
     assert alone.count(f"{T0.astimezone():%Y-%m-%d %H:%M}</text>") == 1, "one time, said once"
     two = line_chart("Lag", "min", {"p0": [Point(T0, 1), Point(T0 + timedelta(hours=1), 2)], "p1": [Point(T0, 3)]})
     assert two.count('<circle class="sample"') == 1, "only the series of one sample gets a dot"
+    assert two.count("<polyline") == 1, "and no polyline of one point, which would draw nothing"
 
 
 def test_a_chart_draws_steps_and_keeps_its_axis_label_whole() -> None:
