@@ -108,6 +108,8 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                               "from there)", option.removeprefix(WRITE_CLASSES))  # fmt: skip
         self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
         started = datetime.now(UTC)
+        self._lineage_of = (settings, started)  # the lineage, on success or failure, reads what the run did
+        self._committed: dict[str, object] | None = None
         with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:
             cause = Path(scratch) / "error"
             self.env_vars[ERROR_FILE] = str(cause)
@@ -122,9 +124,8 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                 raise
             finally:
                 self.env_vars.pop(ERROR_FILE, None)
-        self._lineage_of = (settings, started)  # get_openlineage_facets_on_complete reads what the run did
         if self.outlets:
-            extra = committed_since(settings, started)
+            extra = self._batches_committed()
             self.log.info("batches committed: %s", extra)
             for outlet in self.outlets:
                 context["outlet_events"][outlet].extra = extra
@@ -144,8 +145,8 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         from spark_jobs.reconcile import history
         from tidemark_airflow.lineage import WRITING_JOBS, job_lineage
 
-        settings, started = self._lineage_of
-        committed = committed_since(settings, started) if self.job in WRITING_JOBS else None
+        settings, _started = self._lineage_of
+        committed = self._batches_committed() if self.job in WRITING_JOBS else None
         verdict = None
         if self.job == "reconcile":
             run_id = list(self.application_args or [])[1]  # --run-id RUN
@@ -156,6 +157,12 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     def get_openlineage_facets_on_failure(self, task_instance):  # -> OperatorLineage | None
         """A failed run's lineage: what its batches committed before it failed (none before the job started)."""
         return self.get_openlineage_facets_on_complete(task_instance) if hasattr(self, "_lineage_of") else None
+
+    def _batches_committed(self) -> dict[str, object]:
+        """What the run's batches committed (:func:`committed_since`), read once for the asset and the lineage."""
+        if self._committed is None:
+            self._committed = committed_since(*self._lineage_of)
+        return self._committed
 
     def _records(self, settings) -> int | None:  # Settings
         """About how many records the job will read, where that is known before it starts: a scheduled
