@@ -6,12 +6,13 @@ from __future__ import annotations
 import functools
 import gc
 import operator
+import statistics
 import time
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from benchmarks.context import BenchContext, ensure
+from benchmarks.context import BenchContext, ensure, session_rules
 from benchmarks.figures import median
 from benchmarks.workloads import (
     HOTKEY_SPREAD_ENTITIES,
@@ -43,15 +44,19 @@ def stage_hotkey(ctx: BenchContext) -> None:
     )
     inputs = {key: steady_events(ctx.spark, count, entities) for key, _, count, entities in cases}
     ms = {key: ctx.record.measurement(key, label, count) for key, label, count, _ in cases}
-    rules = ctx.settings.session_rules
+    rules = session_rules(ctx.settings)
 
     def sessions_of(events: DataFrame) -> Row:  # as the writer runs it: burst summaries frozen, then released
         with FrozenFrames(ctx.spark) as frozen:
-            return sessionize(events, rules, frozen).agg(F.count("*"), F.sum("event_count")).first()
+            row = sessionize(events, rules, frozen).agg(F.count("*"), F.sum("event_count")).first()
+        assert row is not None  # an aggregate without groups is one row
+        return row
 
     for _ in range(ctx.options.repeat):
         for key, _, count, _ in cases:
-            row = ctx.record.measure(ms[key], lambda k=key: sessions_of(inputs[k]), lambda r: f"{r[0]:,} sessions")
+            row = ctx.record.measure(
+                ms[key], functools.partial(sessions_of, inputs[key]), lambda r: f"{r[0]:,} sessions"
+            )
             ensure(row[1] == count, f"{key}: the sessions hold {row[1]} of {count} events")
             ms[key].details = {"sessions": row[0]}
     for events in inputs.values():
@@ -102,7 +107,7 @@ def stage_contract(ctx: BenchContext) -> None:
             check_all(frame)
     for _ in range(o.repeat):
         for key, _, frame in checks:
-            ctx.record.measure(ms[key], lambda f=frame: check_all(f))
+            ctx.record.measure(ms[key], functools.partial(check_all, frame))
     columns = ("event_id", "entity_id", "event_type", "event_time", "properties", "quarantine_reason")
     before = variant.select("offset", *[F.col(c).alias(f"b_{c}") for c in columns])
     same = [F.col(f"b_{c}").eqNullSafe(F.col(c)) for c in columns]
@@ -178,13 +183,16 @@ def stage_soak(ctx: BenchContext) -> None:
         "files_before_maintenance": files,
         "files_at_end": {name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS},
         "maintenance_seconds": maintenance_seconds,
-        # Which step grows: the median of each writer step over consecutive windows of runs.
+        # Which step grows: the median of each writer step over consecutive windows of runs (none empty).
         # "run" is the whole scheduled run; what the steps leave of it is the stream's own work.
         "step_medians_by_window": [
             {
                 "runs": f"{i + 1}-{min(i + window, len(steps))}",
-                "run": round(median(m.seconds[i : i + window]), 3),
-                **{step: round(median([s.get(step, 0.0) for s in steps[i : i + window]]), 3) for step in steps[i]},
+                "run": round(statistics.median(m.seconds[i : i + window]), 3),
+                **{
+                    step: round(statistics.median([s.get(step, 0.0) for s in steps[i : i + window]]), 3)
+                    for step in steps[i]
+                },
             }
             for i in range(0, len(steps), window)
         ],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from benchmarks.context import session_rules
 from spark_jobs.contract import SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.settings import Settings
 
@@ -47,7 +48,7 @@ def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_pe
     events_path, sessions_path = settings.table_path(PEER_EVENTS), settings.table_path(PEER_SESSIONS)
     create_table(spark, events_path, TABLE_SCHEMAS["events"])
     create_table(spark, sessions_path, TABLE_SCHEMAS["sessions"])
-    gap_seconds = int(settings.session_rules.gap.total_seconds())
+    gap_seconds = int(session_rules(settings).gap.total_seconds())
     read = [0]
 
     def batch(df: DataFrame, batch_id: int) -> None:

@@ -71,7 +71,7 @@ def start(ctx: BenchContext) -> None:
     spark_jars(ctx.settings)  # fail early with "run make jars"
     ctx.services.start(ctx.record.progress)
     started = time.perf_counter()
-    ctx.spark = build_session(ctx.settings, "tidemark-bench")
+    ctx.session = build_session(ctx.settings, "tidemark-bench")
     ctx.meta["spark_session_start_seconds"] = round(time.perf_counter() - started, 2)
     ctx.record.progress(f"Spark session started in {ctx.meta['spark_session_start_seconds']:.1f} s")
 
@@ -86,7 +86,7 @@ def results(ctx: BenchContext, error: str | None = None) -> dict[str, Any]:
         "total_seconds": round(ctx.record.elapsed, 1),
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(ctx.options).items()},
         "machine": machine_info(),
-        "versions": versions(ctx.settings, ctx.spark, ctx.services.postgres_version()),
+        "versions": versions(ctx.settings, ctx.session, ctx.services.postgres_version()),
         **ctx.meta,
     }
     if error:
@@ -96,9 +96,9 @@ def results(ctx: BenchContext, error: str | None = None) -> dict[str, Any]:
 
 def clean_up(ctx: BenchContext) -> None:
     """Stop Spark; remove the run's topics, databases and files unless ``--keep``; stop what the run started."""
-    if ctx.spark is not None:
+    if ctx.session is not None:
         try:
-            ctx.spark.stop()
+            ctx.session.stop()
         except Exception as exc:  # clean-up continues whatever failed
             ctx.record.progress(f"stopping Spark failed: {exc}")
     if not ctx.options.keep:

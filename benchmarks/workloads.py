@@ -16,7 +16,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.context import ensure
+from benchmarks.context import ensure, session_rules
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -62,19 +62,21 @@ def drain(settings: Settings, ranges: list[PartitionRange], idle_timeout: float 
             idle = 0.0
             for message in messages:
                 error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        ends.pop(message.partition(), None)
-                        continue
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise KafkaException(error)
-                end = ends.get(message.partition())
-                if end is None or message.offset() >= end:
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None  # set on every record and partition end
+                if error is not None:  # the partition's end
+                    ends.pop(partition, None)
+                    continue
+                end = ends.get(partition)
+                if end is None or offset >= end:
                     continue
                 count += 1
                 value = message.value()
                 size += len(value) if value else 0
-                if message.offset() >= end - 1:
-                    ends.pop(message.partition(), None)
+                if offset >= end - 1:
+                    ends.pop(partition, None)
         return count, size
     finally:
         consumer.close()
@@ -241,7 +243,7 @@ def prepopulate(
     sample = [f"{prefix}entity-{e:06d}" for e in sorted({0, entities // 2, entities - 1})]
     stored_events = spark.read.format("delta").load(settings.table_path("events"))
     stored_events = stored_events.where(F.col("entity_id").isin(sample))
-    expected = {tuple(r) for r in sessionize(stored_events, settings.session_rules).collect()}
+    expected = {tuple(r) for r in sessionize(stored_events, session_rules(settings)).collect()}
     actual = {tuple(r) for r in stored.where(F.col("entity_id").isin(sample)).select(*SESSION_COLUMNS).collect()}
     ensure(expected == actual, "the pre-populated sessions differ from what sessionize computes")
     rows = rows_as_text(stored, SESSION_COLUMNS)
