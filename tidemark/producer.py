@@ -282,6 +282,7 @@ def generate(spec: ProduceSpec) -> Iterator[Record]:
     hot = max(1, spec.entities // 100)
     clocks: dict[int, datetime] = {}
     sent: list[tuple[bytes, bytes]] = []  # valid records that a duplicate may resend
+    key: bytes | None  # None: a malformed record without a key
     arrival = spec.start
     for i in range(spec.count):
         entity_index = rng.randrange(hot) if rng.random() < spec.skew else rng.randrange(spec.entities)
@@ -393,8 +394,9 @@ def produce(
             producer.begin_transaction()
         while True:
             try:
-                kwargs = {"timestamp": record.timestamp_ms} if record.timestamp_ms is not None else {}
-                producer.produce(topic, key=record.key, value=record.value, on_delivery=on_delivery, **kwargs)
+                # timestamp 0: librdkafka stamps the record with the time it is sent
+                timestamp = record.timestamp_ms if record.timestamp_ms is not None else 0
+                producer.produce(topic, key=record.key, value=record.value, on_delivery=on_delivery, timestamp=timestamp)
                 break
             except BufferError:
                 producer.poll(0.1)  # local queue full: let it drain
