@@ -31,7 +31,7 @@ written with the Prometheus client library in its text format. Every series has 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -52,7 +52,7 @@ class State:
     verdict: tuple | None  # run_id, status, counted_at
     open_findings: dict[str, int]
     lost: dict[tuple[str, int], int]  # (topic, partition) -> offsets
-    last_runs: list[tuple] = ()  # ledger pipeline, topic, when its latest run finished
+    last_runs: Sequence[tuple] = ()  # ledger pipeline, topic, when its latest run finished
     pipeline: str = "events"  # the pipelines file's name
     quarantined: dict[str, int] = field(default_factory=dict)  # reason -> records still quarantined
     problems: tuple[str, ...] = ()  # its entry's problems in the pipelines file (it cannot run)
@@ -97,7 +97,7 @@ def run_kind(ledger_pipeline: str) -> str:
 class StateCollector:
     """A Prometheus collector of the :class:`State` of each pipeline."""
 
-    def __init__(self, states: list[State], file_problems: list[str] = ()) -> None:
+    def __init__(self, states: list[State], file_problems: Sequence[str] = ()) -> None:
         self.states = states
         self.file_problems = file_problems
 
@@ -209,7 +209,7 @@ class StateCollector:
         yield from (problems, ok)
 
 
-def exposition(states: list[State], file_problems: list[str] = ()) -> bytes:
+def exposition(states: list[State], file_problems: Sequence[str] = ()) -> bytes:
     """The pipelines' ``states`` and the pipelines file's problems in Prometheus' text format."""
     from prometheus_client import CollectorRegistry, generate_latest
 

@@ -21,6 +21,7 @@ from tidemark_airflow.notifiers import StillOpen
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pydantic import JsonValue  # what an asset event's extra holds
 
 JOBS = ("ingest", "reconcile", "repair", "readmit", "maintenance")
 
@@ -62,8 +63,9 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
         hook = super()._get_hook()
         log_output = hook._process_spark_submit_log
-        hook._process_spark_submit_log = lambda lines: log_output(
-            line for line in lines if line.rstrip("\r\n") != JVM_INCUBATOR_NOTICE
+        # The provider has no filter for the lines it logs: this hook's own reader is replaced.
+        hook._process_spark_submit_log = lambda itr: log_output(  # type: ignore[method-assign]
+            line for line in itr if line.rstrip("\r\n") != JVM_INCUBATOR_NOTICE
         )
         return hook
 
@@ -109,7 +111,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
         started = datetime.now(UTC)
         self._lineage_of = (settings, started)  # the lineage, on success or failure, reads what the run did
-        self._committed: dict[str, object] | None = None
+        self._committed: dict[str, JsonValue] | None = None
         with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:
             cause = Path(scratch) / "error"
             self.env_vars[ERROR_FILE] = str(cause)
@@ -158,7 +160,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         """A failed run's lineage: what its batches committed before it failed (none before the job started)."""
         return self.get_openlineage_facets_on_complete(task_instance) if hasattr(self, "_lineage_of") else None
 
-    def _batches_committed(self) -> dict[str, object]:
+    def _batches_committed(self) -> dict[str, JsonValue]:
         """What the run's batches committed (:func:`committed_since`), read once for the asset and the lineage."""
         if self._committed is None:
             self._committed = committed_since(*self._lineage_of)
@@ -200,7 +202,7 @@ def producer_alert(extra: dict, threshold: int) -> str | None:
     )
 
 
-def committed_since(settings, started: datetime) -> dict[str, object]:  # Settings
+def committed_since(settings, started: datetime) -> dict[str, JsonValue]:  # Settings
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
     from spark_jobs import db, ledger
 
@@ -286,11 +288,11 @@ class VerdictOperator(BaseOperator):
         with db.transaction(settings.pipeline_dsn) as cur:
             run_id = self.reconcile_run_id
             if self.repair:
-                row = history.repair_recheck(cur, run_id)
-                if row is None or row[0] is None:
+                recheck = history.repair_recheck(cur, run_id)
+                if recheck is None or recheck[0] is None:
                     raise AirflowFailException(f"repair {run_id} recorded no re-check: see the repair task's log")
-                run_id = row[0]
-                self.log.info("repair actions:\n%s", "\n".join(f"- {a}" for a in row[1]))
+                run_id = recheck[0]
+                self.log.info("repair actions:\n%s", "\n".join(f"- {a}" for a in recheck[1]))
             row = history.run_verdict(cur, run_id)
         if row is None:
             raise AirflowFailException(f"reconcile run {run_id} recorded nothing: see the reconcile task's log")
