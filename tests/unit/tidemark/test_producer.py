@@ -1,6 +1,7 @@
 import json
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,9 @@ def test_simulated_arrival_times_increase_by_the_step() -> None:
 
     records = list(generate(ProduceSpec(count=5, arrival_step=timedelta(minutes=10))))
     stamps = [r.timestamp_ms for r in records]
-    assert stamps == [stamps[0] + i * 600_000 for i in range(5)]
+    first = stamps[0]
+    assert first is not None
+    assert stamps == [first + i * 600_000 for i in range(5)]
 
 
 @pytest.mark.parametrize(
@@ -108,7 +111,7 @@ def test_bad_specs_fail_with_the_argument_named(kwargs: dict, message: str) -> N
         ProduceSpec(**kwargs)
 
 
-WEB_SCHEMA = {
+WEB_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "required": ["messageId", "userId", "timestamp", "event", "context"],
@@ -162,7 +165,7 @@ def test_every_malformed_kind_breaks_a_pipelines_contract() -> None:
             value = json.loads(record.value)
         except ValueError:  # not JSON, or not UTF-8
             continue
-        broken = not isinstance(value, dict) or list(validator.iter_errors(value))
+        broken = not isinstance(value, dict) or bool(list(validator.iter_errors(value)))
         if not broken:
             broken = not isinstance(value["timestamp"], str) or "tuesday" in value["timestamp"]
         assert broken, record.kind
