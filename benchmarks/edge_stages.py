@@ -138,7 +138,7 @@ def stage_soak(ctx: BenchContext) -> None:
     """S: ``--soak-batches`` scheduled runs of ``--soak-events`` new events each into one sink (months
     of 15-minute runs, compressed), the maintenance DAG's work after every ``--soak-maintenance-every``
     runs (not timed). The last runs' median must be within 1.2x of the first's, and each table's file
-    count bounded (the targets in ``figures``)."""
+    count bounded (the targets in ``checks``)."""
     from spark_jobs import ingest
     from spark_jobs.contract import TABLE_SCHEMAS, SessionRules
     from spark_jobs.maintenance import live_files, maintain

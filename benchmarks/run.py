@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.checks import build_checks
 from benchmarks.context import BenchContext, CpuMeter, Recorder
 from benchmarks.edge_stages import stage_contract, stage_floor, stage_hotkey, stage_soak
-from benchmarks.figures import build_checks, format_table, machine_info, results_document, versions
+from benchmarks.figures import format_table, machine_info, results_document, versions
 from benchmarks.options import BenchOptions
 from benchmarks.services import BenchServices
 from benchmarks.stages import NEEDS_MAIN_TOPIC, produce_main, stage_b1, stage_slope, stage_spark
