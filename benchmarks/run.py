@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -108,30 +109,26 @@ def clean_up(ctx: BenchContext) -> None:
     ctx.services.stop_started(ctx.record.progress)
 
 
+# Each step of a run, in :data:`~benchmarks.options.STAGES` order, and the stages whose selection runs it.
+STEPS: tuple[tuple[frozenset[str], Callable[[BenchContext], None]], ...] = (
+    (frozenset(NEEDS_MAIN_TOPIC), produce_main),
+    (frozenset({"b1"}), stage_b1),
+    (frozenset({"b2", "b2l", "peer", "p1"}), stage_spark),
+    (frozenset({"slope"}), stage_slope),
+    (frozenset({"replay"}), stage_replay),
+    (frozenset({"empty"}), stage_empty),
+    (frozenset({"pg"}), stage_pg),
+    (frozenset({"growth"}), stage_growth),
+    (frozenset({"hotkey"}), stage_hotkey),
+    (frozenset({"contract"}), stage_contract),
+    (frozenset({"floor"}), stage_floor),
+    (frozenset({"soak"}), stage_soak),
+)
+
+
 def run_stages(ctx: BenchContext) -> None:
     """Run the selected stages, in :data:`~benchmarks.options.STAGES` order."""
-    stages = set(ctx.options.stages)
-    if stages & NEEDS_MAIN_TOPIC:
-        produce_main(ctx)
-    if "b1" in stages:
-        stage_b1(ctx)
-    if stages & {"b2", "b2l", "peer", "p1"}:
-        stage_spark(ctx)
-    if "slope" in stages:
-        stage_slope(ctx)
-    if "replay" in stages:
-        stage_replay(ctx)
-    if "empty" in stages:
-        stage_empty(ctx)
-    if "pg" in stages:
-        stage_pg(ctx)
-    if "growth" in stages:
-        stage_growth(ctx)
-    if "hotkey" in stages:
-        stage_hotkey(ctx)
-    if "contract" in stages:
-        stage_contract(ctx)
-    if "floor" in stages:
-        stage_floor(ctx)
-    if "soak" in stages:
-        stage_soak(ctx)
+    selected = set(ctx.options.stages)
+    for stages, step in STEPS:
+        if selected & stages:
+            step(ctx)
