@@ -5,7 +5,8 @@ from typing import Any
 
 import pytest
 
-from tidemark.producer import MALFORMED_KINDS, MAX_VALUE_BYTES, ProduceSpec, generate
+from spark_jobs.contract import MAX_VALUE_BYTES
+from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
 
 REQUIRED = ("event_id", "entity_id", "event_type", "event_time")
 
