@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
     from pydantic import JsonValue  # what an asset event's extra holds
 
+    from spark_jobs.settings import Settings
+
 JOBS = ("ingest", "reconcile", "repair", "readmit", "maintenance")
 
 
@@ -70,21 +72,22 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         return hook
 
     def execute(self, context: Context) -> None:
+        settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
+        self._prepare_submit(settings, context)
+        started = datetime.now(UTC)
+        self._lineage_of = (settings, started)  # the lineage, on success or failure, reads what the run did
+        self._committed: dict[str, JsonValue] | None = None
+        self._submit(context)
+        if self.outlets:
+            self._announce_batches(settings, context)
+
+    def _prepare_submit(self, settings: Settings, context: Context) -> None:
+        """The job's application, jars, environment and Spark configuration, from ``settings`` and the task."""
         from airflow.sdk import BaseHook
 
-        from spark_jobs.errors import ERROR_FILE
         from spark_jobs.runs import STARTED_BY
-        from spark_jobs.spark import (
-            MAP_CLASSES,
-            QUICK_COMPILER,
-            THROUGHPUT_COLLECTOR,
-            WRITE_CLASSES,
-            driver_conf,
-            folder_on_class_path,
-            spark_jars,
-        )
+        from spark_jobs.spark import driver_conf, spark_jars
 
-        settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
         # Python workers and the driver run this interpreter's environment unless told otherwise.
@@ -96,6 +99,21 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         records = self._records(settings)
         submitted = {**os.environ, **self.env_vars}  # spark-submit's environment (SparkSubmitHook's)
         conf = driver_conf(settings, master, records, environ=submitted)
+        self._log_driver_jvm(settings, master, records, submitted, conf)
+        self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
+
+    def _log_driver_jvm(
+        self, settings: Settings, master: str, records: int | None, submitted: dict[str, str], conf: dict[str, str]
+    ) -> None:
+        """Say how the driver JVM loads its classes, compiles and collects garbage (its Java options in ``conf``)."""
+        from spark_jobs.spark import (
+            MAP_CLASSES,
+            QUICK_COMPILER,
+            THROUGHPUT_COLLECTOR,
+            WRITE_CLASSES,
+            folder_on_class_path,
+        )
+
         if master.startswith("local") and settings.class_archive and (folder := folder_on_class_path(submitted)):
             self.log.info("the driver JVM loads its classes from their jars: %s, a folder Spark puts on its class "
                           "path, is not empty (a JVM archives no classes then)", folder)  # fmt: skip
@@ -108,13 +126,16 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
             elif option.startswith(WRITE_CLASSES):
                 self.log.info("the driver JVM writes the classes it loads to %s when it exits (later runs map them "
                               "from there)", option.removeprefix(WRITE_CLASSES))  # fmt: skip
-        self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
-        started = datetime.now(UTC)
-        self._lineage_of = (settings, started)  # the lineage, on success or failure, reads what the run did
-        self._committed: dict[str, JsonValue] | None = None
+
+    def _submit(self, context: Context) -> None:
+        """spark-submit the job; when it fails, the job's one-line cause leads the task's error."""
+        from spark_jobs.errors import ERROR_FILE
+
+        env_vars = self.env_vars
+        assert env_vars is not None  # _prepare_submit set them
         with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:
             cause = Path(scratch) / "error"
-            self.env_vars[ERROR_FILE] = str(cause)
+            env_vars[ERROR_FILE] = str(cause)
             try:
                 super().execute(context)
             except AirflowException:
@@ -125,20 +146,23 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                     ) from None
                 raise
             finally:
-                self.env_vars.pop(ERROR_FILE, None)
-        if self.outlets:
-            extra = self._batches_committed()
-            self.log.info("batches committed: %s", extra)
-            for outlet in self.outlets:
-                context["outlet_events"][outlet].extra = extra
-            alert = producer_alert(extra, settings.producer_alert_threshold)
-            if alert:
-                from tidemark_airflow.pipelines import alert_notifier
+                env_vars.pop(ERROR_FILE, None)
 
-                self.log.warning("%s", alert)
-                alert_notifier(settings.declared()).send(
-                    f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}"
-                )
+    def _announce_batches(self, settings: Settings, context: Context) -> None:
+        """What the run's batches committed, on the task's outlets; an alert when they broke the producer
+        requirements too often."""
+        extra = self._batches_committed()
+        self.log.info("batches committed: %s", extra)
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = extra
+        alert = producer_alert(extra, settings.producer_alert_threshold)
+        if alert:
+            from tidemark_airflow.pipelines import alert_notifier
+
+            self.log.warning("%s", alert)
+            alert_notifier(settings.declared()).send(
+                f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}"
+            )
 
     def get_openlineage_facets_on_complete(self, task_instance):  # -> OperatorLineage
         """The run's lineage for Airflow's OpenLineage provider (:mod:`tidemark_airflow.lineage`): the topic and
