@@ -575,20 +575,25 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
         trial.fail(f"reconcile did not find the damage ({step.what}): {report.headline()}")
     if step.undo:
         undo()
+    repairs = []  # the repairs that ran to their end: a crash that did not strike leaves the work to the first
     if step.crash is not None:
         try:
-            repair.repair(spark, settings, report.run_id, fault=step.crash.hook())
+            repairs.append(repair.repair(spark, settings, report.run_id, fault=step.crash.hook()))
             trial.note("(the repair wrote fewer batches than the crash needs: it did not crash)")
         except Exception as exc:
             if "injected crash" not in str(exc):
                 raise
     fixed = repair.repair(spark, settings, report.run_id)
+    repairs.append(fixed)
     trial.note(f"reconcile: {report.headline()}; repaired: {fixed.recheck.headline()}")
     if not fixed.recheck.consistent:
         trial.fail(f"the repair left findings:\n{fixed.describe()}")
-    if trial.fixed:  # the repair readmitted first the release's quarantined records in what it cleared
+    if trial.fixed:  # each repair readmitted first the release's quarantined records in what it cleared
         lows = {p: low for p, (low, _) in watermarks(settings, settings.topic).items()}
-        cleared = {(r.partition, o) for r in fixed.plan.clear for o in range(max(r.start, lows[r.partition]), r.end)}
+        cleared = {
+            (r.partition, o) for done in repairs for r in done.plan.clear
+            for o in range(max(r.start, lows[r.partition]), r.end)
+        }  # fmt: skip
         trial.admitted |= {r.coordinates for r in trial.records if r.pending} & trial.processed & cleared
 
 
