@@ -81,7 +81,7 @@ def stage_empty(ctx: BenchContext) -> None:
     that starts a SparkSession and stops, a scheduled run with nothing new to read, and a scheduled
     run of :data:`COLD_EVENTS` new events into a lake that holds earlier ones."""
     from spark_jobs import ingest
-    from spark_jobs.runs import unread_records
+    from spark_jobs.store.runs import unread_records
 
     def scheduled_run(settings: Settings) -> str:
         """A scheduled run submitted as a DAG's task submits it: for the records it will read."""

@@ -12,9 +12,9 @@ Scheduled runs are Structured Streaming with ``Trigger.AvailableNow``: Spark's o
 log in the checkpoint fixes each batch's range before it is processed, so a retried batch reads
 the same offsets whatever arrived since. A backfill resolves its range to offsets up front (a
 recorded plan) and processes it as one bounded batch. Both hold the lake's fenced writer lock in
-PostgreSQL (``spark_jobs.lock``), so only one run writes the sinks at a time. Before a scheduled
+PostgreSQL (``spark_jobs.store.lock``), so only one run writes the sinks at a time. Before a scheduled
 run's stream starts, the offsets it needs are checked against what the broker still holds
-(``spark_jobs.retention``).
+(``spark_jobs.store.retention``).
 """
 
 from __future__ import annotations
@@ -26,16 +26,17 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, jvm, ledger, retention, runs
+from spark_jobs import db, jvm
 from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError, TidemarkError, run_job
 from spark_jobs.kafka_source import read_range, stream_reader
-from spark_jobs.lock import WriterLease, check_writer_free, single_writer
 from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
+from spark_jobs.store import ledger, retention, runs
+from spark_jobs.store.lock import WriterLease, check_writer_free, single_writer
 from spark_jobs.writer import BatchResult, BatchWriter, Fault, recompute_sessions
 
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def run_scheduled(
     within the cap (see :func:`unfreeze_batch`).
 
     ``allow_data_loss`` acknowledges offsets Kafka's retention removed before the pipeline read
-    them (otherwise such a run fails before any work; see ``spark_jobs.retention``).
+    them (otherwise such a run fails before any work; see ``spark_jobs.store.retention``).
     ``rebuild_sessions`` first recomputes every stored session when the settings' session rules
     differ from the stored ones (otherwise such a run fails). ``fault`` is for tests (see writer).
     ``unread``: the caller's :func:`runs.unread_records` of the topic, looked up here when not given.

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 from spark_jobs import db, jvm
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.errors import run_job
-from spark_jobs.lock import single_writer
 from spark_jobs.settings import Settings
-from spark_jobs.sinks import delta
+from spark_jobs.sinks import delta, delta_tables
+from spark_jobs.store.lock import single_writer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,7 +115,7 @@ def checkpoint(spark: SparkSession, path: str) -> None:
 
 def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> MaintenanceReport:
     """Compact, checkpoint and vacuum every sink table, then prune reconcile history."""
-    delta.ensure_tables(spark, settings)
+    delta_tables.ensure_tables(spark, settings)
     done = []
     for name in TABLE_SCHEMAS:
         path = settings.table_path(name)
@@ -165,7 +165,7 @@ def set_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -> No
 def prune_history(settings: Settings) -> int:
     """Delete reconcile runs older than ``settings.history_days`` (their ranges, lags and repairs go
     with them), keeping the latest run, which the next reconcile compares itself with."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     with db.transaction(settings.pipeline_dsn) as cur:
         return history.prune(cur, settings.history_days)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES
+from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 
@@ -79,3 +80,15 @@ def unfinished(spark: SparkSession, settings: Settings, rows: list[Moved], movin
 def rows_of(spark: SparkSession, rows: list[Moved]) -> DataFrame:
     """``rows`` as a frame with :data:`~spark_jobs.contract.COORDINATES`, for a MERGE by coordinates."""
     return spark.createDataFrame(rows, MOVED_SCHEMA).select(*COORDINATES)
+
+
+def moved_spans(rows: list[Moved]) -> list[PartitionRange]:
+    """Per partition, first to last offset of the stored rows a takeover moves: the verified ranges
+    there get a new baseline."""
+    spans: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, partition, offset, _ in rows:
+        first, last = spans.get((topic, partition), (offset, offset))
+        spans[(topic, partition)] = (min(first, offset), max(last, offset))
+    return [
+        PartitionRange(topic, partition, first, last + 1) for (topic, partition), (first, last) in sorted(spans.items())
+    ]

@@ -10,9 +10,13 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from spark_jobs.errors import ConfigError, DataLossError, ServiceUnavailable, TopicError
 from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 @dataclass(frozen=True, order=True)
@@ -291,3 +295,20 @@ def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60
                 count += 1
     finally:
         consumer.close()
+
+
+def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:
+    """The runs of consecutive offsets ``records`` hold, per topic and partition (one small job):
+    in a stream that skips removed offsets, what lies between them may have been skipped."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_offset = Window.partitionBy("topic", "partition").orderBy("offset")
+    runs = (
+        records.select("topic", "partition", "offset")
+        .withColumn("run", F.col("offset") - F.row_number().over(by_offset))
+        .groupBy("topic", "partition", "run")
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
+        .collect()
+    )
+    return sorted(PartitionRange(r["topic"], r["partition"], r["first"], r["last"] + 1) for r in runs)

@@ -29,15 +29,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, runs
+from spark_jobs import db
 from spark_jobs.contract import COORDINATES
 from spark_jobs.errors import ConfigError, run_job
-from spark_jobs.lock import single_writer
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.planning import parse_offsets
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.spark import FrozenFrames
+from spark_jobs.store import ledger, runs
+from spark_jobs.store.lock import single_writer
 from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
@@ -320,7 +321,7 @@ def records_scope(counted: dict) -> str:
 def refuse_unmatched_reason(settings: Settings, selection: Selection) -> None:
     """Before Spark starts: a ``--reason`` that selects no record quarantined now fails with one line that lists the
     pipeline's reasons and their codes (from PostgreSQL's counts)."""
-    from spark_jobs import quarantine
+    from spark_jobs.store import quarantine
 
     if not selection.reason:
         return

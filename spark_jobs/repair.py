@@ -33,17 +33,19 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, readmit, reconcile, runs
+from spark_jobs import db, readmit, reconcile
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
-from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
-from spark_jobs.reconcile import history
-from spark_jobs.reconcile.findings import CHANGED, MOVED, Report
-from spark_jobs.reconcile.ranges import LedgerRange, compare_ranges, merged_spans, range_counts, reason_to_check
+from spark_jobs.reconcile.ranges import compare_ranges, merged_spans, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
+from spark_jobs.store import history, ledger, runs, verified
+from spark_jobs.store.findings import CHANGED, MOVED
+from spark_jobs.store.lock import WriterLease, batch_commit, single_writer
+from spark_jobs.store.report import Report
+from spark_jobs.store.verified import LedgerRange
 from spark_jobs.writer import BatchWriter, Fault, recompute_sessions
 
 if TYPE_CHECKING:
@@ -207,10 +209,10 @@ def still_found(spark: SparkSession, settings: Settings, findings: list[dict]) -
         for f in ranges
     ]
     with db.transaction(settings.pipeline_dsn) as cur:
-        verified = history.verified_ranges(cur)
-    to_check = [(e, reason_to_check(e, verified, CHANGED)) for e in entries]
+        baselines = verified.verified_ranges(cur)
+    to_check = [(e, reason_to_check(e, baselines, CHANGED)) for e in entries]
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
-    checks = compare_ranges(settings, to_check, range_counts(spark, tables, entries), verified)
+    checks = compare_ranges(settings, to_check, range_counts(spark, tables, entries), baselines)
     kept, notes = [f for f in findings if f["kind"] != "range"], []
     for finding, check, (_, reason) in zip(ranges, checks, to_check, strict=True):
         if reason == MOVED:

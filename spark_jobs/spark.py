@@ -8,9 +8,9 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import jvm
 from spark_jobs.errors import ConfigError
@@ -370,3 +370,18 @@ class FrozenFrames:
         # checkpoint cannot be recomputed: frames are released on purpose, so without the warning.
         while self._rdd_ids:
             jvm.unpersist_rdd(self._spark, self._rdd_ids.pop())
+
+
+T = TypeVar("T")
+
+
+def run_concurrently(steps: list[Callable[[], T]]) -> list[T]:
+    """Run Spark/Delta steps in threads (one Spark job queue each); wait for all, raise the first
+    failure; their results, in order."""
+    if len(steps) <= 1:
+        return [step() for step in steps]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="tidemark-spark") as pool:
+        futures = [pool.submit(step) for step in steps]
+    return [future.result() for future in futures]

@@ -26,17 +26,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_jobs import db, ledger, moves, producers, quarantine, retention, session_changes
+from spark_jobs import db, moves, session_changes
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
 from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, TABLE_SCHEMAS
 from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
-from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange, watermarks
-from spark_jobs.reconcile import history
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
-from spark_jobs.sinks import delta, postgres
-from spark_jobs.spark import FrozenFrames
+from spark_jobs.sinks import delta, delta_tables, postgres
+from spark_jobs.spark import FrozenFrames, run_concurrently
+from spark_jobs.store import ledger, producers, quarantine, retention, verified
+from spark_jobs.store.lock import WriterLease, batch_commit
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,7 +100,7 @@ class BatchWriter:
     (:class:`spark_jobs.batch_plan.BatchPlanner` says what that saves).
 
     ``rewrites``: a repair's batches, which write ranges again from Kafka: every verified range they
-    overlap is marked moved (``history.mark_moved``), so reconcile takes what they wrote as its new
+    overlap is marked moved (``verified.mark_moved``), so reconcile takes what they wrote as its new
     baseline once it holds each offset once (the old baseline may predate a takeover whose mark a
     PostgreSQL restore lost).
 
@@ -145,10 +145,10 @@ class BatchWriter:
         # were recorded (ledger.write_floor).
         # The pipeline's contract, read from its file once a run: every batch checks records against it.
         self.contract = settings.contract()
-        created = delta.ensure_tables(spark, settings, self.contract)
+        created = delta_tables.ensure_tables(spark, settings, self.contract)
         created_lake = set(RECORD_TABLES) <= set(created)
         if "events" not in created and self._contract_changed():
-            delta.add_typed_columns(spark, settings, self.contract)
+            delta_tables.add_typed_columns(spark, settings, self.contract)
         self.planner = BatchPlanner(
             spark, settings, self.contract, pipeline, self.rules, self._frozen, self._on_ledger, scheduled,
             created_lake, watch_losses, readmitting, rewrites,
@@ -283,7 +283,7 @@ class BatchWriter:
         )
         # A repair's batch marks the ranges it rewrites beside those its takeovers move rows of
         # (a displaced row may lie outside the batch's ranges).
-        history.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)
+        verified.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)
 
     def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
         """``work`` in one PostgreSQL transaction of its own."""
@@ -379,7 +379,7 @@ class BatchWriter:
             leave = lambda: delta.delete_rows(spark, path("quarantine"), readmitted, since)  # noqa: E731
             final.append(self._guard("quarantine:readmitted", fence, leave))
         for stage in [*stages, after, final]:
-            delta.run_concurrently(stage)
+            run_concurrently(stage)
 
     def _guard(self, table: str, fence: Callable[[], None], write: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -443,7 +443,7 @@ def recompute_sessions(
     """
     from pyspark.sql import functions as F
 
-    delta.ensure_tables(spark, settings)
+    delta_tables.ensure_tables(spark, settings)
     with FrozenFrames(spark) as frozen:
         events = delta.table(spark, settings.table_path("events")).toDF()
         sessions = delta.table(spark, settings.table_path("sessions")).toDF()

@@ -106,7 +106,7 @@ async def trigger_repair(request: Request, pipeline: str = "", user=Depends(get_
 
 
 def run(run_id: str, pipeline: str = "", user=Depends(get_user)) -> str:  # noqa: B008
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     def read(cur) -> tuple:
         return history.run_report(cur, run_id), history.run_ranges(cur, run_id)

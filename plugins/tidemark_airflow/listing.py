@@ -81,7 +81,7 @@ def _file(settings: Settings) -> str:
 
 
 def lag_of_each(settings: Settings, listing: Listing, timeout_s: float = 2.0) -> dict:  # name -> runs.LagNow
-    """Each shown pipeline's lag now (:func:`spark_jobs.runs.lag_now`), measured side by side so that a Kafka
+    """Each shown pipeline's lag now (:func:`spark_jobs.store.runs.lag_now`), measured side by side so that a Kafka
     that does not answer costs one ``timeout_s``, not one per pipeline. A pipeline whose schema cannot be read
     (not migrated yet) says so as its problem."""
     from concurrent.futures import ThreadPoolExecutor
@@ -90,7 +90,7 @@ def lag_of_each(settings: Settings, listing: Listing, timeout_s: float = 2.0) ->
     import psycopg2
 
     from spark_jobs.errors import TidemarkError
-    from spark_jobs.runs import LagNow, lag_now
+    from spark_jobs.store.runs import LagNow, lag_now
 
     def measure(pipeline) -> LagNow:
         if getattr(pipeline, "problems", None) is not None:  # an Unrunnable: its topic is not known for sure

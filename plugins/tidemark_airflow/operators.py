@@ -71,7 +71,6 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         from airflow.sdk import BaseHook
 
         from spark_jobs.errors import ERROR_FILE
-        from spark_jobs.runs import STARTED_BY
         from spark_jobs.spark import (
             MAP_CLASSES,
             QUICK_COMPILER,
@@ -81,6 +80,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
             folder_on_class_path,
             spark_jars,
         )
+        from spark_jobs.store.runs import STARTED_BY
 
         settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
@@ -142,7 +142,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         """The run's lineage for Airflow's OpenLineage provider (:mod:`tidemark_airflow.lineage`): the topic and
         the offset ranges its batches processed, the tables it wrote and how many rows; a reconcile's verdict."""
         from spark_jobs import db
-        from spark_jobs.reconcile import history
+        from spark_jobs.store import history
         from tidemark_airflow.lineage import WRITING_JOBS, job_lineage
 
         settings, _started = self._lineage_of
@@ -167,7 +167,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     def _records(self, settings) -> int | None:  # Settings
         """About how many records the job will read, where that is known before it starts: a scheduled
         ingest's (what Kafka holds beyond what the ledger says was processed)."""
-        from spark_jobs.runs import unread_records
+        from spark_jobs.store.runs import unread_records
 
         args = list(self.application_args or [])
         if self.job == "ingest" and args[:1] == ["scheduled"]:
@@ -202,7 +202,8 @@ def producer_alert(extra: dict, threshold: int) -> str | None:
 
 def committed_since(settings, started: datetime) -> dict[str, object]:  # Settings
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
-    from spark_jobs import db, ledger
+    from spark_jobs import db
+    from spark_jobs.store import ledger
 
     with db.transaction(settings.pipeline_dsn) as cur:
         batches = ledger.committed_batches(cur, settings.topic, started)
@@ -280,7 +281,7 @@ class VerdictOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, object]:
         from spark_jobs import db
-        from spark_jobs.reconcile import history
+        from spark_jobs.store import history
 
         settings = tidemark_settings(self.pipeline, postgres_conn_id=self.postgres_conn_id)
         with db.transaction(settings.pipeline_dsn) as cur:

@@ -28,20 +28,20 @@ class Summary:
 
 def read_summary(cur, name: str, topic: str) -> Summary:  # psycopg2 cursor on the pipeline's schema
     """The pipeline's line of the list, but its lag (:func:`with_lag_now`)."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history, open_findings
 
     coverage = history.coverage(cur)
     return Summary(
         name,
         topic,
         history.latest_verdict(cur),
-        sum(history.open_findings_by_kind(cur).values()),
+        sum(open_findings.open_findings_by_kind(cur).values()),
         ledger_offsets=sum(row[2] for row in coverage),
         verified_offsets=sum(row[3] for row in coverage),
     )
 
 
-def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.runs.LagNow
+def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.store.runs.LagNow
     """``summary`` with the lag measured ``now``: records behind summed over partitions, the oldest's age."""
     if now.problem:
         return replace(summary, lag_problem=now.problem)

@@ -36,9 +36,9 @@ class Overview:
     #                        findings, lost offsets
     mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
     findings: list[tuple] = ()  # finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why
-    ingest_runs: list = ()  # spark_jobs.runs.Run, newest first
-    quarantine: list = ()  # spark_jobs.quarantine.ReasonTotal, most records first
-    quarantine_samples: dict | None = None  # reason -> its latest spark_jobs.quarantine.Sample
+    ingest_runs: list = ()  # spark_jobs.store.runs.Run, newest first
+    quarantine: list = ()  # spark_jobs.store.quarantine.ReasonTotal, most records first
+    quarantine_samples: dict | None = None  # reason -> its latest spark_jobs.store.quarantine.Sample
     quarantine_days: list[tuple] = ()  # day, reason, records
     pipeline: str = "events"  # whose page this is
     pipelines: list[Summary] = ()  # every declared pipeline
@@ -48,9 +48,8 @@ class Overview:
 
 def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
     """The overview's rows from the reconcile history (the latest ``limit`` runs), the ledger's
-    coverage and the offsets lost to retention (spark_jobs/retention.py), per partition."""
-    from spark_jobs import quarantine, retention, runs
-    from spark_jobs.reconcile import history
+    coverage and the offsets lost to retention (spark_jobs/store/retention.py), per partition."""
+    from spark_jobs.store import history, open_findings, quarantine, retention, runs
 
     reconciles = history.recent_runs(cur, limit)
     lag = history.recent_lag(cur, limit)
@@ -63,8 +62,8 @@ def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
         reconciles,
         lag,
         coverage,
-        history.latest_findings(cur),
-        history.recent_findings(cur, 20),
+        open_findings.latest_findings(cur),
+        open_findings.recent_findings(cur, 20),
         runs.recent(cur, limit),
         reasons,
         {r.reason: quarantine.latest_samples(cur, r.reason, quarantine.SAMPLES) for r in reasons},
@@ -110,7 +109,7 @@ def render_overview(o: Overview) -> str:
     )
 
 
-def render_ingest_runs(runs: list) -> str:  # spark_jobs.runs.Run, newest first
+def render_ingest_runs(runs: list) -> str:  # spark_jobs.store.runs.Run, newest first
     """The runs (ingest, backfill, readmit, repair): what each did and how fast, as charts and a table. A readmit's
     row: the quarantined records it checked again (read), those that came back (accepted), those that stay."""
     records: dict[str, list[Point]] = defaultdict(list)
@@ -164,7 +163,7 @@ def pipeline_flag(pipeline: str) -> str:
 
 def render_findings(findings: list[tuple], pipeline: str) -> str:
     """The open findings (and the latest closed ones): what is still wrong, since when, how it closed."""
-    from spark_jobs.reconcile.open_findings import describe
+    from spark_jobs.store.findings import describe
 
     return render("findings.html", findings=findings, pipeline=pipeline, describe=describe, **helpers())
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.settings import Settings
-from spark_jobs.sinks import delta
+from spark_jobs.sinks import delta, delta_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,7 +47,7 @@ def local_versions(settings: Settings) -> dict[str, int] | None:
 
 
 def spark_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    delta.ensure_tables(spark, settings)
+    delta_tables.ensure_tables(spark, settings)
     return delta.table_versions(spark, settings)
 
 

@@ -329,9 +329,9 @@ def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spar
     """
     from spark_jobs.contract import TABLE_SCHEMAS
     from spark_jobs.kafka_source import read_range
-    from spark_jobs.lock import single_writer
     from spark_jobs.offsets import PartitionRange
     from spark_jobs.sinks.delta import fingerprint
+    from spark_jobs.store.lock import single_writer
     from spark_jobs.writer import BatchWriter
 
     settings, prefix = run

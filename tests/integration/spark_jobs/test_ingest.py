@@ -14,15 +14,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spark_jobs import db, dedupe, ingest, runs
+from spark_jobs import db, dedupe, ingest
 from spark_jobs.errors import DataLossError, TopicError
 from spark_jobs.kafka_source import read_range
-from spark_jobs.lock import single_writer
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
 from spark_jobs.sinks.delta import files_rewritten_since, table_versions
 from spark_jobs.spark import broadcastable
+from spark_jobs.store import runs
+from spark_jobs.store.lock import single_writer
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sinks_agree,

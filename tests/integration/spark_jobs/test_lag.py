@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 from spark_jobs import ingest
 from spark_jobs.offsets import ensure_topic
-from spark_jobs.runs import lag_now
 from spark_jobs.settings import Settings
+from spark_jobs.store.runs import lag_now
 from tests.integration.spark_jobs.checks import send
 
 

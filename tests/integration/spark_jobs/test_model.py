@@ -58,15 +58,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import ingest, maintenance, quarantine, readmit, reconcile, repair
+from spark_jobs import ingest, maintenance, readmit, reconcile, repair
 from spark_jobs.db import transaction
 from spark_jobs.errors import ConfigError, ContractChanged, DataLossError, SessionRulesChanged, TopicRecreated
 from spark_jobs.offsets import ensure_topic, watermarks
 from spark_jobs.pipelines import PipelinesError
 from spark_jobs.planning import plan_backfill
-from spark_jobs.reconcile import history
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+from spark_jobs.store import open_findings, quarantine
 from tests.integration.spark_jobs.checks import (
     delete_records,
     delta_rows,
@@ -751,7 +751,7 @@ def _reconcile_and_repair(trial: Trial, index: int) -> None:
     # read again to rewrite it). The operator acknowledges exactly those; nothing else may be left.
     lows = {p: low for p, (low, _) in watermarks(settings, settings.topic).items()}
     with transaction(settings.pipeline_dsn) as cur:
-        still = history.open_findings(cur)
+        still = open_findings.read_open(cur)
     gone = [f.finding_id for f in still if f.kind == "range" and f.finding["end"] <= lows[f.finding["partition"]]]
     if len(gone) < len(still):
         trial.fail(f"the repair after a restore left findings:\n{fixed.describe()}")

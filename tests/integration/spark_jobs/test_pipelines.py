@@ -21,9 +21,9 @@ import yaml
 from spark_jobs import ingest, reconcile
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import WriterBusy
-from spark_jobs.lock import check_writer_free, single_writer
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
+from spark_jobs.store.lock import check_writer_free, single_writer
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sessions_follow_events,

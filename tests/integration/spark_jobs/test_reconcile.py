@@ -16,8 +16,8 @@ from spark_jobs import db, ingest, reconcile, repair
 from spark_jobs.errors import ConfigError
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.planning import plan_backfill
-from spark_jobs.reconcile.findings import SessionsSummary
 from spark_jobs.sinks import delta
+from spark_jobs.store.findings import SessionsSummary
 from tests.integration.spark_jobs.checks import (
     assert_sessions_follow_events,
     crash_at,
@@ -252,7 +252,7 @@ def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fres
     checksums compared milliseconds), a session only PostgreSQL holds (the rebuild took its entities
     from Delta only, so repair never removed it), and a record held twice beside a missing one in a
     new range (the first check counted rows, so the damage became the verified baseline)."""
-    from spark_jobs.lock import single_writer
+    from spark_jobs.store.lock import single_writer
     from spark_jobs.writer import recompute_sessions
 
     settings = fresh
@@ -528,7 +528,7 @@ def test_a_finding_stays_open_until_a_repairs_recheck_closes_it_and_a_run_that_c
 ) -> None:
     """Rows deleted from Delta ``events``; the next ingest brings nothing new and its reconcile
     checks nothing: it must stay red (verdict, CLI, exit codes, coverage), not turn green."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     settings = fresh
     ingest_some(spark, settings, seed=21)
@@ -615,7 +615,7 @@ def test_a_finding_no_repair_can_fix_stays_open_until_an_operator_acknowledges_i
 
 def test_coverage_counts_each_offset_once_however_many_ranges_read_it(spark, fresh) -> None:
     """A backfill replays offsets an ingest read: the partition still has 5 offsets, all verified."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     settings = fresh
     five_events_of_one_entity(spark, settings)

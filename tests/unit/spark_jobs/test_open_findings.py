@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from spark_jobs.reconcile.findings import CHANGED, Gap, RangeCheck, Report, SessionDifference, SessionsSummary
-from spark_jobs.reconcile.open_findings import OpenFinding, finding_key, follow_up
+from spark_jobs.store.findings import CHANGED, Gap, RangeCheck, SessionDifference, SessionsSummary, finding_key
+from spark_jobs.store.open_findings import OpenFinding, follow_up
+from spark_jobs.store.report import Report
 
 T0 = datetime(2026, 11, 26, tzinfo=UTC)
 SAME = SessionsSummary(10, 99)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.quarantine import REASON_CODES, reason_code, selects
+from spark_jobs.store.quarantine import REASON_CODES, reason_code, selects
 
 ENUM = 'schema: enum at /status: does not have a value in the enumeration ["new", "paid"]'
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from spark_jobs.reconcile.findings import (
+from spark_jobs.store.findings import (
     CHANGED,
     Gap,
     LedgerEntry,
@@ -111,7 +111,7 @@ def test_a_long_list_of_differing_sessions_is_bounded_in_the_text_but_counted() 
 
 
 def test_a_run_too_far_behind_kafka_is_lagging_not_a_mismatch() -> None:
-    from spark_jobs.reconcile.findings import Lag
+    from spark_jobs.store.findings import Lag
 
     fresh = Lag("events", 0, high_watermark=100, processed_to=100, oldest_unprocessed=None, behind_seconds=0)
     late = Lag("events", 1, 500, 200, datetime(2026, 11, 21, 9, tzinfo=UTC), behind_seconds=2 * 3600)
@@ -127,7 +127,7 @@ def test_a_run_too_far_behind_kafka_is_lagging_not_a_mismatch() -> None:
 
 
 def test_the_headline_counts_the_records_waiting_even_when_they_arrived_a_moment_ago() -> None:
-    from spark_jobs.reconcile.findings import Lag
+    from spark_jobs.store.findings import Lag
 
     summary = SessionsSummary(1, 1)
     just_now = Lag("events", 0, 2_100, 100, datetime(2026, 11, 21, 9, tzinfo=UTC), behind_seconds=12)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ContractChanged, LedgerConflict, SessionRulesChanged, TopicRecreated
 from spark_jobs.offsets import PartitionRange
-from spark_jobs.producers import ProducerChecks
+from spark_jobs.store.producers import ProducerChecks
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract

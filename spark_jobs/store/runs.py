@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import db
 from spark_jobs.errors import TidemarkError
-from spark_jobs.reconcile.findings import Lag
-from spark_jobs.reconcile.ranges import NOT_CHECKED, lag_behind, unprocessed
 from spark_jobs.settings import Settings
+from spark_jobs.store.findings import Lag
+from spark_jobs.store.lag import lag_behind, unprocessed
+from spark_jobs.store.verified import NOT_CHECKED
 
 if TYPE_CHECKING:
     from spark_jobs.writer import BatchResult
