@@ -42,7 +42,7 @@ def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_pe
     from pyspark.sql import functions as F
 
     from spark_jobs.kafka_source import stream_reader
-    from spark_jobs.sinks.delta import create_table
+    from spark_jobs.sinks.delta_tables import create_table
 
     events_path, sessions_path = settings.table_path(PEER_EVENTS), settings.table_path(PEER_SESSIONS)
     create_table(spark, events_path, TABLE_SCHEMAS["events"])

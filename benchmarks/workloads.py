@@ -181,7 +181,7 @@ def prepopulate(
     from spark_jobs import db
     from spark_jobs.contract import EVENT_COLUMNS, SESSION_COLUMNS
     from spark_jobs.sessionize import SESSION_ID_SPARK_SQL, sessionize
-    from spark_jobs.sinks.delta import ensure_tables
+    from spark_jobs.sinks.delta_tables import ensure_tables
     from spark_jobs.sinks.postgres import copy_rows, rows_as_text
 
     m = EVENTS_PER_PREPOP_SESSION

@@ -38,17 +38,6 @@ SESSIONS_CHECKSUM = (
 )
 
 
-# Table properties beyond Delta's defaults, set when a table is created and by maintenance on tables
-# created before them. ``sessions``: a batch replaces a few open sessions. Without deletion
-# vectors Delta rewrites every file holding one, copying all its other sessions, and the new file
-# holds the open sessions again: after a compaction, every batch copied all of history. With them,
-# it marks the old rows deleted and writes only the changed ones. Its change data feed gives
-# reconcile exactly the rows commits changed (files marked by deletion vectors hold many others).
-TABLE_PROPERTIES: dict[str, dict[str, str]] = {
-    "sessions": {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"},
-}
-
-
 @dataclass(frozen=True)
 class WriteId:
     """A write's Delta transaction identifier (``txnAppId``, ``txnVersion``): a table that committed a

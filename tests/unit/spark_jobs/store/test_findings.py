@@ -9,11 +9,11 @@ from spark_jobs.store.findings import (
     Gap,
     LedgerEntry,
     RangeCheck,
-    Report,
     SessionDifference,
     SessionsSummary,
     find_gaps,
 )
+from spark_jobs.store.report import Report
 
 
 def entry(pipeline: str, batch: int, start: int, end: int, partition: int = 0) -> LedgerEntry:
