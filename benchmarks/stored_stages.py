@@ -32,6 +32,7 @@ def stage_replay(ctx: BenchContext) -> None:
     from spark_jobs import db, ingest
     from spark_jobs.planning import plan_backfill
     from spark_jobs.sinks.delta import files_rewritten_since, table_versions
+    from spark_jobs.store import ledger
 
     main = ctx.main
     s = ingested_sink(ctx).settings
@@ -45,7 +46,7 @@ def stage_replay(ctx: BenchContext) -> None:
             with db.transaction(s.postgres_dsn) as cur:
                 cur.execute(
                     "DELETE FROM ledger_batches WHERE pipeline = %s",
-                    (ingest.pipeline_name(ingest.BACKFILL, main.name),),
+                    (ledger.pipeline_name(ledger.BACKFILL, main.name),),
                 )
         versions = table_versions(ctx.spark, s)
         before = _postgres_sessions(s)

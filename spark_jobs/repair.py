@@ -41,7 +41,7 @@ from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.reconcile.ranges import compare_ranges, merged_spans, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
-from spark_jobs.store import history, ledger, runs, verified
+from spark_jobs.store import history, ledger, runs, stored_rules, verified
 from spark_jobs.store.findings import CHANGED, MOVED
 from spark_jobs.store.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.store.report import Report
@@ -165,7 +165,8 @@ def repair(
     try:
         recorded = runs.recorded(settings, f"{REPAIR}:{settings.topic}", settings.topic, measure_lag=False)
         with recorded as run, single_writer(settings, f"{REPAIR}:{run_id}", wait=True) as lease:
-            ledger.verify_contract(settings)  # re-read records are checked with the contract the stored ones follow
+            # Re-read records are checked with the contract the stored ones follow.
+            stored_rules.verify_contract(settings)
             # Under the writer lock: nothing changes between the re-check and the writes.
             findings, notes = still_found(spark, settings, findings)
             actions += notes

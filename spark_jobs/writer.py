@@ -35,7 +35,7 @@ from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, delta_tables, postgres
 from spark_jobs.spark import FrozenFrames, run_concurrently
-from spark_jobs.store import ledger, producers, quarantine, retention, verified
+from spark_jobs.store import ledger, producers, quarantine, retention, stored_rules, verified
 from spark_jobs.store.lock import WriterLease, batch_commit
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ class BatchWriter:
         if not self.contract.columns:
             return False
         with db.transaction(self.settings.pipeline_dsn) as cur:
-            stored = ledger.stored_contract(cur)
+            stored = stored_rules.stored_contract(cur)
         return stored is None or stored[0] != self.contract.digest
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -251,8 +251,8 @@ class BatchWriter:
             ledger.lock_batches(cur)
             if ledger.batch_exists(cur, self.pipeline, batch_id):
                 raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
-            ledger.check_session_rules(cur, self.rules)
-            ledger.check_contract(cur, self.planner.contract, self.settings.pipeline)
+            stored_rules.check_session_rules(cur, self.rules)
+            stored_rules.check_contract(cur, self.planner.contract, self.settings.pipeline)
             written = deleted = 0
             if plan.session_rows is not None and plan.anchor_rows is not None:
                 anchors, sessions = postgres.pulled(plan.session_rows, plan.anchor_rows)
@@ -275,8 +275,8 @@ class BatchWriter:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
         rows of (committed first, so no reconcile sees a move without its mark). What the batch's commit
         would refuse (other session rules, an incompatible contract) is refused here, before any write."""
-        ledger.refuse_other_rules(cur, self.rules)
-        ledger.refuse_incompatible_contract(cur, self.planner.contract, self.settings.pipeline)
+        stored_rules.refuse_other_rules(cur, self.rules)
+        stored_rules.refuse_incompatible_contract(cur, self.planner.contract, self.settings.pipeline)
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
         quarantine.record_attempt(
             cur, self.pipeline, plan.batch_id, plan.quarantine_reasons, plan.readmitted_reasons, plan.held_quarantined
@@ -482,5 +482,5 @@ def recompute_sessions(
             anchor_rows, session_rows = postgres.pulled(session_changes.surviving(compared), anchors)
             written = postgres.upsert_sessions(cur, session_rows, anchor_rows, every_entity=entities is None)
             if entities is None:
-                ledger.record_session_rules(cur, settings.session_rules, "rebuild")
+                stored_rules.record_session_rules(cur, settings.session_rules, "rebuild")
         return written

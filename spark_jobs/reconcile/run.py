@@ -33,7 +33,7 @@ from spark_jobs.reconcile.snapshot import Snapshot, read_snapshot, snapshot_time
 from spark_jobs.settings import Settings
 from spark_jobs.sinks.delta_log import local_versions, spark_versions, touched_since
 from spark_jobs.spark import FrozenFrames
-from spark_jobs.store import history, ledger, open_findings
+from spark_jobs.store import history, ledger, open_findings, stored_rules
 from spark_jobs.store.findings import (
     CHANGED,
     MOVED,
@@ -215,7 +215,7 @@ def _check_with_spark(
     if delta_sessions != snapshot.postgres_sessions:
         pairs = sessions_differing_from_postgres(tables["sessions"], buckets, cur)
         differences.append(SessionDifference.of("sinks", pairs))
-    recorded = ledger.recorded_session_rules(cur)
+    recorded = stored_rules.recorded_session_rules(cur)
     rules = recorded.rules if recorded else settings.session_rules
     checked = 0
     if rules is not None:  # else the pipeline cuts no sessions: both sinks must hold none, as compared above
