@@ -33,11 +33,12 @@ from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
 from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
+from spark_jobs.rebuild import recompute_sessions
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.store import ledger, retention, runs, stored_rules
 from spark_jobs.store.lock import WriterLease, check_writer_free, single_writer
-from spark_jobs.writer import BatchResult, BatchWriter, Fault, recompute_sessions
+from spark_jobs.writer import BatchResult, BatchWriter, Fault
 
 if TYPE_CHECKING:
     from collections.abc import Callable

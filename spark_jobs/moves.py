@@ -38,7 +38,7 @@ def _path(settings: Settings, batch: str) -> str:
 
 
 def recorded(spark: SparkSession, settings: Settings, batch: str) -> list[Moved]:
-    """The rows earlier attempts of ``batch`` (:func:`spark_jobs.writer.batch_key`) set out to move."""
+    """The rows earlier attempts of ``batch`` (:func:`spark_jobs.batch_writes.batch_key`) set out to move."""
     text = jvm.read_text(spark, _path(settings, batch))
     return [] if text is None else [tuple(row) for row in json.loads(text)["rows"]]  # type: ignore[misc]
 

@@ -38,6 +38,7 @@ from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
 from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.rebuild import recompute_sessions
 from spark_jobs.reconcile.ranges import compare_ranges, merged_spans, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
@@ -46,7 +47,7 @@ from spark_jobs.store.findings import CHANGED, MOVED
 from spark_jobs.store.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.store.report import Report
 from spark_jobs.store.verified import LedgerRange
-from spark_jobs.writer import BatchWriter, Fault, recompute_sessions
+from spark_jobs.writer import BatchWriter, Fault
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

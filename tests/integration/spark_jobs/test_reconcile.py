@@ -252,8 +252,8 @@ def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fres
     checksums compared milliseconds), a session only PostgreSQL holds (the rebuild took its entities
     from Delta only, so repair never removed it), and a record held twice beside a missing one in a
     new range (the first check counted rows, so the damage became the verified baseline)."""
+    from spark_jobs.rebuild import recompute_sessions
     from spark_jobs.store.lock import single_writer
-    from spark_jobs.writer import recompute_sessions
 
     settings = fresh
     ingest_some(spark, settings, seed=5, count=200)
