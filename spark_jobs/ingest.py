@@ -38,7 +38,8 @@ from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.store import ledger, retention, runs, stored_rules
 from spark_jobs.store.lock import WriterLease, check_writer_free, single_writer
-from spark_jobs.writer import BatchResult, BatchWriter, Fault
+from spark_jobs.store.runs import BatchResult
+from spark_jobs.writer import BatchWriter, Fault
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import batch_writes, db, moves
@@ -33,8 +32,9 @@ from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta_tables, postgres
 from spark_jobs.spark import FrozenFrames, run_concurrently
-from spark_jobs.store import ledger, producers, quarantine, retention, stored_rules, verified
+from spark_jobs.store import ledger, quarantine, retention, stored_rules, verified
 from spark_jobs.store.lock import WriterLease, batch_commit
+from spark_jobs.store.runs import BatchResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,23 +56,6 @@ FAULT_POINTS = (
     "after_postgres",
 )
 Fault = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    pipeline: str
-    batch_id: int
-    ranges: list[PartitionRange]
-    read: int
-    accepted: int
-    duplicates: int
-    quarantined: int
-    sessions_written: int
-    sessions_deleted: int
-    skipped: bool  # the ledger already had this batch
-    seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
-    producer: producers.ProducerChecks = field(default_factory=producers.ProducerChecks)
-    lost: list[retention.Loss] = field(default_factory=list)  # offsets retention removed before the batch read them
 
 
 # What Spark's Kafka source says when offsets it must read are gone (failOnDataLoss on).
