@@ -36,48 +36,14 @@ spark.stop()
 
 def drain(settings: Settings, ranges: list[PartitionRange], idle_timeout: float = 30.0) -> tuple[int, int]:
     """Read every committed record of ``ranges`` with one consumer; returns (records, value bytes)."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from spark_jobs.offsets import committed_records
 
-    ends = {r.partition: r.end for r in ranges if r.size}
-    consumer = Consumer(
-        settings.kafka_client_config(
-            **{
-                "group.id": f"tidemark-bench-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
-    )
-    try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges if r.size])
-        count, size, idle = 0, 0, 0.0
-        while ends:
-            messages = consumer.consume(num_messages=10_000, timeout=1.0)
-            if not messages:
-                idle += 1.0
-                if idle >= idle_timeout:
-                    raise TimeoutError(f"no records for {idle_timeout:.0f} s; partitions left {sorted(ends)}")
-                continue
-            idle = 0.0
-            for message in messages:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        ends.pop(message.partition(), None)
-                        continue
-                    raise KafkaException(error)
-                end = ends.get(message.partition())
-                if end is None or message.offset() >= end:
-                    continue
-                count += 1
-                value = message.value()
-                size += len(value) if value else 0
-                if message.offset() >= end - 1:
-                    ends.pop(message.partition(), None)
-        return count, size
-    finally:
-        consumer.close()
+    count, size = 0, 0
+    for message in committed_records(settings, ranges, idle_timeout, group_id=f"tidemark-bench-{uuid.uuid4().hex[:8]}"):
+        count += 1
+        value = message.value()
+        size += len(value) if value else 0
+    return count, size
 
 
 def append_available_now(spark: SparkSession, settings: Settings, topic: str, max_offsets_per_trigger: int) -> None:

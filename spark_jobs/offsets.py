@@ -7,7 +7,7 @@ replay reads exactly the same records whatever arrived since.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -16,6 +16,7 @@ from spark_jobs.errors import ConfigError, DataLossError, ServiceUnavailable, To
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
+    from confluent_kafka import Message
     from pyspark.sql import DataFrame
 
 
@@ -254,14 +255,25 @@ def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60
     offsets, and compaction leaves gaps. The count stops at the first record at or past ``end``
     or at the partition's end (its last stable offset).
     """
+    return sum(1 for _ in committed_records(settings, [r], timeout_s))
+
+
+def committed_records(
+    settings: Settings, ranges: list[PartitionRange], timeout_s: float = 60.0, group_id: str = "tidemark-reconcile"
+) -> Iterator[Message]:
+    """Every committed record of ``ranges`` (``read_committed``), read with one consumer, each partition in
+    offset order. A partition's read stops at its range's end or at the partition's end (its last stable
+    offset). A start the broker no longer holds is a :class:`DataLossError`; no record for ``timeout_s``
+    seconds a ``TimeoutError``."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    if r.size == 0:
-        return 0
+    wanted = {(r.topic, r.partition): r for r in ranges if r.size}
+    if not wanted:
+        return
     consumer = Consumer(
         settings.kafka_client_config(
             **{
-                "group.id": "tidemark-reconcile",
+                "group.id": group_id,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
@@ -272,27 +284,35 @@ def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60
         )
     )
     try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-        count, idle = 0, 0.0
-        while True:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in wanted.values()])
+        left, idle = dict(wanted), 0.0
+        while left:
             messages = consumer.consume(num_messages=10_000, timeout=1.0)
             if not messages:
                 idle += 1.0
                 if idle >= timeout_s:
-                    raise TimeoutError(f"no records from {r} for {timeout_s:.0f} s; is the broker up?")
+                    reading = ", ".join(str(r) for r in left.values())
+                    raise TimeoutError(f"no records from {reading} for {timeout_s:.0f} s; is the broker up?")
                 continue
             idle = 0.0
             for message in messages:
+                where = (message.topic(), message.partition())
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        return count
+                        left.pop(where, None)
+                        continue
                     if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                        r = wanted.get(where, ranges[0])
                         raise DataLossError(f"{r}: offset {r.start} is no longer on the broker (retention)")
                     raise KafkaException(error)
-                if message.offset() >= r.end:
-                    return count
-                count += 1
+                r = left.get(where)
+                if r is None or message.offset() >= r.end:
+                    left.pop(where, None)
+                    continue
+                yield message
+                if message.offset() >= r.end - 1:
+                    left.pop(where, None)
     finally:
         consumer.close()
 
