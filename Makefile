@@ -85,9 +85,10 @@ bench-long: system-bench-long venv jars  ## the long benchmarks: 1M events (B2, 
 
 test: system-test lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
 
-lint: system-lint venv  ## ruff: the rules of pyproject.toml, and the formatting
+lint: system-lint venv  ## ruff (the rules of pyproject.toml, and the formatting), then mypy (the whole tree, as pyproject.toml says)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 test-unit: system-test-unit venv jars  ## unit tests (no services; the DataFrame tests start a local Spark)
 	$(BIN)/pytest -m "not integration and not compose" tests

@@ -40,9 +40,10 @@ The bench runs its own Kafka and PostgreSQL (ports 39092/39093/35432, state in
 stops what it started, and gives every stage its own topic, lake, checkpoints and PostgreSQL
 database (copied from a migrated template), dropped at the end unless ``--keep``.
 
-The package: ``options`` (flags and the bench's settings), ``figures`` (ratios, targets, table,
-JSON), ``services`` (its Kafka and PostgreSQL), ``context`` (what the stages share, and timing),
-``workloads`` (baselines and set-up), ``stages`` (the stages), ``run`` (a run from start to end).
+The package: ``options`` (flags and the bench's settings), ``figures`` (medians, ratios, table, JSON),
+``checks`` (the figures held to targets), ``services`` (its Kafka and PostgreSQL), ``context`` (what the
+stages share, and timing), ``workloads`` (baselines and set-up), ``stages`` (the stages), ``run`` (a run
+from start to end).
 
 Run: ``make bench``, or ``python -m benchmarks`` from the checkout (the benchmarks are not part of
 the installed product); ``--help`` lists the options.

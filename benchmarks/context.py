@@ -24,6 +24,7 @@ from spark_jobs.settings import Settings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from spark_jobs.contract import SessionRules
     from spark_jobs.offsets import PartitionRange
     from tidemark.producer import ProduceReport
 
@@ -34,6 +35,13 @@ def ensure(condition: bool, message: str) -> None:
     """Stop the run when a workload did not do what it is measured for (a wrong count is no figure)."""
     if not condition:
         raise RuntimeError(f"bench: {message}")
+
+
+def session_rules(settings: Settings) -> SessionRules:
+    """The rules the bench cuts sessions with: the settings' (the bench's sinks cut sessions)."""
+    if settings.session_rules is None:
+        raise RuntimeError("bench: the bench cuts sessions, but the settings' session gap is off")
+    return settings.session_rules
 
 
 class CpuMeter:
@@ -141,21 +149,35 @@ class MainTopic:
 
 @dataclass
 class BenchContext:
-    """The state the stages share; the stages fill in ``spark``, ``main`` and ``ingested``."""
+    """The state the stages share; the run fills in ``session``, the stages ``main_topic`` and ``ingested``."""
 
     settings: Settings
     options: BenchOptions
     services: BenchServices
     record: Recorder
     work: Path  # this run's lakes, checkpoints and scratch files
-    spark: SparkSession | None = None
-    main: MainTopic | None = None
+    session: SparkSession | None = None  # started by benchmarks.run.start, before any stage
+    main_topic: MainTopic | None = None  # produced by K0 (benchmarks.stages.produce_main)
     ingested: Sink | None = None  # a sink that processed the main topic (P1's last)
     meta: dict[str, Any] = field(default_factory=dict)  # extra top-level fields of the JSON document
 
     @property
     def run_id(self) -> str:
         return self.services.run_id
+
+    @property
+    def spark(self) -> SparkSession:
+        """The run's Spark session: every stage runs after the run started it."""
+        if self.session is None:
+            raise RuntimeError("bench: no Spark session (a stage ran before benchmarks.run.start)")
+        return self.session
+
+    @property
+    def main(self) -> MainTopic:
+        """The main topic: the stages that read it run after K0 produced it."""
+        if self.main_topic is None:
+            raise RuntimeError("bench: no main topic (a stage that reads it ran before K0)")
+        return self.main_topic
 
     def new_sink(self, name: str, topic: str, template: str | None = None, lake_from: Path | None = None) -> Sink:
         """A fresh sink under ``work/name`` reading ``topic``: a database copied from ``template`` (default

@@ -6,13 +6,14 @@ from __future__ import annotations
 import functools
 import gc
 import operator
+import statistics
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from benchmarks.context import BenchContext, ensure
-from benchmarks.figures import median
+from benchmarks.context import BenchContext, ensure, session_rules
+from benchmarks.figures import Measurement, median
 from benchmarks.workloads import (
     HOTKEY_SPREAD_ENTITIES,
     steady_events,
@@ -20,6 +21,8 @@ from benchmarks.workloads import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, Row
+
+    from spark_jobs.settings import Settings
 
 SOAK_RULES_GAP = timedelta(seconds=10)
 SOAK_RULES_MAX = timedelta(minutes=5)
@@ -43,15 +46,19 @@ def stage_hotkey(ctx: BenchContext) -> None:
     )
     inputs = {key: steady_events(ctx.spark, count, entities) for key, _, count, entities in cases}
     ms = {key: ctx.record.measurement(key, label, count) for key, label, count, _ in cases}
-    rules = ctx.settings.session_rules
+    rules = session_rules(ctx.settings)
 
     def sessions_of(events: DataFrame) -> Row:  # as the writer runs it: burst summaries frozen, then released
         with FrozenFrames(ctx.spark) as frozen:
-            return sessionize(events, rules, frozen).agg(F.count("*"), F.sum("event_count")).first()
+            row = sessionize(events, rules, frozen).agg(F.count("*"), F.sum("event_count")).first()
+        assert row is not None  # an aggregate without groups is one row
+        return row
 
     for _ in range(ctx.options.repeat):
         for key, _, count, _ in cases:
-            row = ctx.record.measure(ms[key], lambda k=key: sessions_of(inputs[k]), lambda r: f"{r[0]:,} sessions")
+            row = ctx.record.measure(
+                ms[key], functools.partial(sessions_of, inputs[key]), lambda r: f"{r[0]:,} sessions"
+            )
             ensure(row[1] == count, f"{key}: the sessions hold {row[1]} of {count} events")
             ms[key].details = {"sessions": row[0]}
     for events in inputs.values():
@@ -102,7 +109,7 @@ def stage_contract(ctx: BenchContext) -> None:
             check_all(frame)
     for _ in range(o.repeat):
         for key, _, frame in checks:
-            ctx.record.measure(ms[key], lambda f=frame: check_all(f))
+            ctx.record.measure(ms[key], functools.partial(check_all, frame))
     columns = ("event_id", "entity_id", "event_type", "event_time", "properties", "quarantine_reason")
     before = variant.select("offset", *[F.col(c).alias(f"b_{c}") for c in columns])
     same = [F.col(f"b_{c}").eqNullSafe(F.col(c)) for c in columns]
@@ -133,61 +140,103 @@ def stage_soak(ctx: BenchContext) -> None:
     """S: ``--soak-batches`` scheduled runs of ``--soak-events`` new events each into one sink (months
     of 15-minute runs, compressed), the maintenance DAG's work after every ``--soak-maintenance-every``
     runs (not timed). The last runs' median must be within 1.2x of the first's, and each table's file
-    count bounded (the targets in ``figures``)."""
-    from spark_jobs import ingest
-    from spark_jobs.contract import TABLE_SCHEMAS, SessionRules
-    from spark_jobs.maintenance import live_files, maintain
+    count bounded (the targets in ``checks``)."""
+    from spark_jobs.contract import SessionRules
 
     o = ctx.options
     topic = f"bench-{ctx.run_id}-soak"
     sink = ctx.new_sink("soak", topic)
     settings = replace(sink.settings, session_rules=SessionRules(SOAK_RULES_GAP, SOAK_RULES_MAX))
     m = ctx.record.measurement("S", f"soak: a scheduled run of {o.soak_events:,} new events", o.soak_events)
-    files: list[dict[str, int]] = []  # live files of each table before each maintenance
-    maintenance_seconds: list[float] = []
-    steps: list[dict[str, float]] = []  # each run's time per writer step (summed over its batches)
+    soak = Soak()
     for run in range(o.soak_batches):
-        # New event_ids every run (the seed), the same entities (the prefix).
-        report = ctx.produce(topic, o.soak_events, o.entities, f"{ctx.run_id}-soak-", o.seed * 100_000 + run)
-        ensure(report.committed == o.soak_events, f"soak run {run}: produced {report.committed} of {o.soak_events}")
-        results = ctx.record.measure(m, lambda: ingest.run_scheduled(ctx.spark, settings))
-        read = sum(r.read for r in results)
-        ensure(read == o.soak_events, f"soak run {run} read {read} of {o.soak_events} records")
-        # A scheduled run is a process of its own; here all runs share one driver. py4j caches each
-        # method Python calls on a JVM object in that object's proxy, and the method refers back to
-        # it: a cycle, so the JVM objects a finished run used (its query, plans, datasets) stay
-        # referenced until Python's cycle collector runs: without this, 14 finished queries and 190
-        # query executions were alive at run 120 of a soak; with it, 1 and 44 at run 91.
-        gc.collect()
-        names = {step for r in results for step in r.seconds}
-        steps.append({step: sum(r.seconds.get(step, 0.0) for r in results) for step in names})
+        soak.steps.append(_soak_run(ctx, m, settings, topic, run))
         if (run + 1) % o.soak_maintenance_every == 0:
-            files.append({name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS})
-            started = time.perf_counter()
-            maintain(ctx.spark, settings)
-            maintenance_seconds.append(round(time.perf_counter() - started, 2))
-            ctx.record.progress(
-                f"S maintenance after run {run + 1}: {maintenance_seconds[-1]:.1f} s; files {files[-1]}"
-            )
+            _soak_maintenance(ctx, settings, run, soak)
+    m.details = _soak_details(ctx, m, settings, soak)
+    ctx.discard(sink)
+
+
+@dataclass
+class Soak:
+    """What the soak saw besides its runs' times."""
+
+    files: list[dict[str, int]] = field(default_factory=list)  # live files of each table before each maintenance
+    maintenance_seconds: list[float] = field(default_factory=list)
+    steps: list[dict[str, float]] = field(default_factory=list)  # each run's time per writer step (its batches')
+
+
+def _soak_run(ctx: BenchContext, m: Measurement, settings: Settings, topic: str, run: int) -> dict[str, float]:
+    """One soak run: new events produced (not timed), then a scheduled run of them (timed in ``m``); returns the
+    run's seconds per writer step, summed over its batches."""
+    from spark_jobs import ingest
+
+    o = ctx.options
+    # New event_ids every run (the seed), the same entities (the prefix).
+    report = ctx.produce(topic, o.soak_events, o.entities, f"{ctx.run_id}-soak-", o.seed * 100_000 + run)
+    ensure(report.committed == o.soak_events, f"soak run {run}: produced {report.committed} of {o.soak_events}")
+    results = ctx.record.measure(m, lambda: ingest.run_scheduled(ctx.spark, settings))
+    read = sum(r.read for r in results)
+    ensure(read == o.soak_events, f"soak run {run} read {read} of {o.soak_events} records")
+    # A scheduled run is a process of its own; here all runs share one driver. py4j caches each
+    # method Python calls on a JVM object in that object's proxy, and the method refers back to
+    # it: a cycle, so the JVM objects a finished run used (its query, plans, datasets) stay
+    # referenced until Python's cycle collector runs: without this, 14 finished queries and 190
+    # query executions were alive at run 120 of a soak; with it, 1 and 44 at run 91.
+    gc.collect()
+    names = {step for r in results for step in r.seconds}
+    return {step: sum(r.seconds.get(step, 0.0) for r in results) for step in names}
+
+
+def _live_files(ctx: BenchContext, settings: Settings) -> dict[str, int]:
+    """The live files of each of the sink's tables."""
+    from spark_jobs.contract import TABLE_SCHEMAS
+    from spark_jobs.maintenance import live_files
+
+    return {name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS}
+
+
+def _soak_maintenance(ctx: BenchContext, settings: Settings, run: int, soak: Soak) -> None:
+    """The maintenance DAG's work after ``run`` (not timed in S): the live files before it, and how long it took."""
+    from spark_jobs.maintenance import maintain
+
+    soak.files.append(_live_files(ctx, settings))
+    started = time.perf_counter()
+    maintain(ctx.spark, settings)
+    soak.maintenance_seconds.append(round(time.perf_counter() - started, 2))
+    ctx.record.progress(
+        f"S maintenance after run {run + 1}: {soak.maintenance_seconds[-1]:.1f} s; files {soak.files[-1]}"
+    )
+
+
+def _soak_details(ctx: BenchContext, m: Measurement, settings: Settings, soak: Soak) -> dict[str, Any]:
+    """S's details: the medians of its first and last runs, the files before each maintenance and at the end, and
+    the median of each writer step over consecutive windows of runs."""
     window = min(SOAK_WINDOW, max(1, len(m.seconds) // 2))
-    m.details = {
+    return {
         "runs": len(m.seconds),
         "window": window,
         "first_median_seconds": median(m.seconds[:window]),
         "last_median_seconds": median(m.seconds[-window:]),
-        "files_before_maintenance": files,
-        "files_at_end": {name: live_files(ctx.spark, settings.table_path(name)) for name in TABLE_SCHEMAS},
-        "maintenance_seconds": maintenance_seconds,
-        # Which step grows: the median of each writer step over consecutive windows of runs.
-        # "run" is the whole scheduled run; what the steps leave of it is the stream's own work.
-        "step_medians_by_window": [
-            {
-                "runs": f"{i + 1}-{min(i + window, len(steps))}",
-                "run": round(median(m.seconds[i : i + window]), 3),
-                **{step: round(median([s.get(step, 0.0) for s in steps[i : i + window]]), 3) for step in steps[i]},
-            }
-            for i in range(0, len(steps), window)
-        ],
+        "files_before_maintenance": soak.files,
+        "files_at_end": _live_files(ctx, settings),
+        "maintenance_seconds": soak.maintenance_seconds,
+        "step_medians_by_window": step_medians(m.seconds, soak.steps, window),
         "session_rules": {"gap_seconds": SOAK_RULES_GAP.total_seconds(), "max_seconds": SOAK_RULES_MAX.total_seconds()},
     }
-    ctx.discard(sink)
+
+
+def step_medians(run_seconds: list[float], steps: list[dict[str, float]], window: int) -> list[dict[str, Any]]:
+    """Which step grows: the median of each writer step over consecutive windows of runs (none empty).
+    "run" is the whole scheduled run; what the steps leave of it is the stream's own work."""
+    return [
+        {
+            "runs": f"{i + 1}-{min(i + window, len(steps))}",
+            "run": round(statistics.median(run_seconds[i : i + window]), 3),
+            **{
+                step: round(statistics.median([s.get(step, 0.0) for s in steps[i : i + window]]), 3)
+                for step in steps[i]
+            },
+        }
+        for i in range(0, len(steps), window)
+    ]

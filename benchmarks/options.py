@@ -122,6 +122,14 @@ class BenchOptions:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The bench's command-line flags."""
     d = BenchOptions()
+    _what_to_run(parser, d)
+    _produced_events(parser, d)
+    _stage_sizes(parser, d)
+    _where_it_runs(parser, d)
+
+
+def _what_to_run(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """The events of the main topic, the repetitions, and the stages."""
     stages = "; ".join(f"{k}: {v}" for k, v in STAGE_HELP.items())
     parser.add_argument(
         "--events",
@@ -156,6 +164,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stages", type=parse_stages, default=d.stages, help=f"comma-separated subset to run (default all). {stages}"
     )
+
+
+def _produced_events(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """What the produced events are like, and how many records a batch reads at most."""
     parser.add_argument(
         "--entities",
         type=positive,
@@ -174,6 +186,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="records per batch at most, the same for B2, PEER and P1 (default: TIDEMARK_MAX_OFFSETS_PER_TRIGGER, "
         "as `tidemark ingest`)",
     )
+
+
+def _stage_sizes(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """The sizes of the growth, hot key, soak, slope and contract stages."""
     parser.add_argument(
         "--growth-sessions",
         type=positive,
@@ -219,6 +235,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.soak_maintenance_every,
         help=f"soak: the maintenance DAG's work after every this many runs (default {d.soak_maintenance_every})",
     )
+
+
+def _where_it_runs(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """The bench's state folder, results file and ports, and what it keeps and how it exits."""
     parser.add_argument(
         "--home", type=Path, default=None, help="the bench's state folder (default .tidemark/bench in the checkout)"
     )

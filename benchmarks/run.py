@@ -11,14 +11,16 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.checks import build_checks
 from benchmarks.context import BenchContext, CpuMeter, Recorder
 from benchmarks.edge_stages import stage_contract, stage_floor, stage_hotkey, stage_soak
-from benchmarks.figures import build_checks, format_table, machine_info, results_document, versions
+from benchmarks.figures import format_table, machine_info, results_document, versions
 from benchmarks.options import BenchOptions
 from benchmarks.services import BenchServices
 from benchmarks.stages import NEEDS_MAIN_TOPIC, produce_main, stage_b1, stage_slope, stage_spark
@@ -71,7 +73,7 @@ def start(ctx: BenchContext) -> None:
     spark_jars(ctx.settings)  # fail early with "run make jars"
     ctx.services.start(ctx.record.progress)
     started = time.perf_counter()
-    ctx.spark = build_session(ctx.settings, "tidemark-bench")
+    ctx.session = build_session(ctx.settings, "tidemark-bench")
     ctx.meta["spark_session_start_seconds"] = round(time.perf_counter() - started, 2)
     ctx.record.progress(f"Spark session started in {ctx.meta['spark_session_start_seconds']:.1f} s")
 
@@ -86,7 +88,7 @@ def results(ctx: BenchContext, error: str | None = None) -> dict[str, Any]:
         "total_seconds": round(ctx.record.elapsed, 1),
         "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(ctx.options).items()},
         "machine": machine_info(),
-        "versions": versions(ctx.settings, ctx.spark, ctx.services.postgres_version()),
+        "versions": versions(ctx.settings, ctx.session, ctx.services.postgres_version()),
         **ctx.meta,
     }
     if error:
@@ -96,9 +98,9 @@ def results(ctx: BenchContext, error: str | None = None) -> dict[str, Any]:
 
 def clean_up(ctx: BenchContext) -> None:
     """Stop Spark; remove the run's topics, databases and files unless ``--keep``; stop what the run started."""
-    if ctx.spark is not None:
+    if ctx.session is not None:
         try:
-            ctx.spark.stop()
+            ctx.session.stop()
         except Exception as exc:  # clean-up continues whatever failed
             ctx.record.progress(f"stopping Spark failed: {exc}")
     if not ctx.options.keep:
@@ -107,30 +109,26 @@ def clean_up(ctx: BenchContext) -> None:
     ctx.services.stop_started(ctx.record.progress)
 
 
+# Each step of a run, in :data:`~benchmarks.options.STAGES` order, and the stages whose selection runs it.
+STEPS: tuple[tuple[frozenset[str], Callable[[BenchContext], None]], ...] = (
+    (frozenset(NEEDS_MAIN_TOPIC), produce_main),
+    (frozenset({"b1"}), stage_b1),
+    (frozenset({"b2", "b2l", "peer", "p1"}), stage_spark),
+    (frozenset({"slope"}), stage_slope),
+    (frozenset({"replay"}), stage_replay),
+    (frozenset({"empty"}), stage_empty),
+    (frozenset({"pg"}), stage_pg),
+    (frozenset({"growth"}), stage_growth),
+    (frozenset({"hotkey"}), stage_hotkey),
+    (frozenset({"contract"}), stage_contract),
+    (frozenset({"floor"}), stage_floor),
+    (frozenset({"soak"}), stage_soak),
+)
+
+
 def run_stages(ctx: BenchContext) -> None:
     """Run the selected stages, in :data:`~benchmarks.options.STAGES` order."""
-    stages = set(ctx.options.stages)
-    if stages & NEEDS_MAIN_TOPIC:
-        produce_main(ctx)
-    if "b1" in stages:
-        stage_b1(ctx)
-    if stages & {"b2", "b2l", "peer", "p1"}:
-        stage_spark(ctx)
-    if "slope" in stages:
-        stage_slope(ctx)
-    if "replay" in stages:
-        stage_replay(ctx)
-    if "empty" in stages:
-        stage_empty(ctx)
-    if "pg" in stages:
-        stage_pg(ctx)
-    if "growth" in stages:
-        stage_growth(ctx)
-    if "hotkey" in stages:
-        stage_hotkey(ctx)
-    if "contract" in stages:
-        stage_contract(ctx)
-    if "floor" in stages:
-        stage_floor(ctx)
-    if "soak" in stages:
-        stage_soak(ctx)
+    selected = set(ctx.options.stages)
+    for stages, step in STEPS:
+        if selected & stages:
+            step(ctx)

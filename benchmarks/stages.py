@@ -32,7 +32,7 @@ def produce_main(ctx: BenchContext) -> None:
     topic = f"bench-{ctx.run_id}-main"
     m = ctx.record.measurement("K0", "produce (confluent-kafka producer)", o.events)
     report = ctx.record.measure(m, lambda: ctx.produce(topic, o.events, o.entities, f"{ctx.run_id}-", o.seed))
-    ctx.main = MainTopic(topic, latest_ranges(ctx.settings, topic), report.committed)
+    ctx.main_topic = MainTopic(topic, latest_ranges(ctx.settings, topic), report.committed)
     m.details = {"produced_by_kind": dict(report.produced), "topic": topic}
     ensure(report.committed == o.events, f"produced {report.committed} of {o.events} events")
 

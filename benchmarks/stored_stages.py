@@ -3,12 +3,13 @@ sink's writes, and how a batch's cost grows with the stored events."""
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.context import BenchContext, ensure
+from benchmarks.context import BenchContext, Sink, ensure
 from benchmarks.workloads import (
     EVENTS_PER_PREPOP_SESSION,
     TRIVIAL_APP,
@@ -19,7 +20,7 @@ from benchmarks.workloads import (
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    pass
+    from spark_jobs.store.findings import Report
 
 from benchmarks.stages import ingested_sink
 
@@ -105,7 +106,7 @@ def stage_empty(ctx: BenchContext) -> None:
     plain = replace(settings, class_archive=False)  # Spark's own start: every class from its jar
     for rep in range(o.repeat):
         for measurement, submitted in ((e0, plain), (e0a, settings)):
-            out = ctx.record.measure(measurement, lambda s=submitted: spark_submit(s, app, []))
+            out = ctx.record.measure(measurement, functools.partial(spark_submit, submitted, app, []))
             ensure(out.strip().endswith("1"), f"the trivial job printed {out!r}")
         out = ctx.record.measure(e1, lambda: scheduled_run(settings))
         ensure("no new records" in out, f"the empty scheduled run processed something: {out!r}")
@@ -176,7 +177,7 @@ def stage_pg(ctx: BenchContext) -> None:
 def stage_growth(ctx: BenchContext) -> None:
     """G1 / G10: ``--growth-events`` new events ingested into sinks already holding N and 10xN sessions;
     RC1 / RC10: a reconcile of each right after (writers blocked: how long it held the lake lock)."""
-    from spark_jobs import ingest, reconcile
+    from spark_jobs import ingest
 
     o = ctx.options
     entities = max(1, o.growth_events // EVENTS_PER_PREPOP_SESSION)
@@ -202,7 +203,7 @@ def stage_growth(ctx: BenchContext) -> None:
             sink = ctx.new_sink(f"g{scale}_{rep}", topic, template=database, lake_from=lake)
             results = ctx.record.measure(
                 ms[scale],
-                lambda s=sink: ingest.run_scheduled(ctx.spark, s.settings),
+                functools.partial(ingest.run_scheduled, ctx.spark, sink.settings),
                 lambda rs: f"{sum(r.sessions_written for r in rs):,} sessions written",
             )
             read = sum(r.read for r in results)
@@ -215,18 +216,27 @@ def stage_growth(ctx: BenchContext) -> None:
                 "sessions_deleted": sum(r.sessions_deleted for r in results),
             }
             # RC: reconcile the sink after that ingest (its new ranges, the sessions of their entities).
-            report = ctx.record.measure(
+            checked = ctx.record.measure(
                 rc[scale],
-                lambda s=sink, name=f"bench-rc{scale}-{rep}": reconcile.run(s.settings, name, lambda: ctx.spark),
+                functools.partial(_reconcile, ctx, sink, f"bench-rc{scale}-{rep}"),
                 lambda rep_: f"{rep_.status}, lake lock held {rep_.snapshot_seconds:.2f} s",
             )
-            ensure(report.ok, f"reconcile of the growth sink found something:\n{report.summary()}")
+            ensure(checked.ok, f"reconcile of the growth sink found something:\n{checked.summary()}")
             rc[scale].details = {
-                "lock_seconds": rc[scale].details.get("lock_seconds", []) + [round(report.snapshot_seconds, 3)],
-                "ranges_checked": len(report.checks),
-                "entities_checked": report.entities_checked,
+                "lock_seconds": rc[scale].details.get("lock_seconds", []) + [round(checked.snapshot_seconds, 3)],
+                "ranges_checked": len(checked.checks),
+                "entities_checked": checked.entities_checked,
             }
             ctx.discard(sink)
+
+
+def _reconcile(ctx: BenchContext, sink: Sink, run_id: str) -> Report:
+    """A reconcile run of ``sink`` with the run's Spark session."""
+    from spark_jobs import reconcile
+
+    report = reconcile.run(sink.settings, run_id, lambda: ctx.spark)
+    assert report is not None  # only a run without Spark at hand leaves the report to the Spark job
+    return report
 
 
 def _growth_template(ctx: BenchContext, scale: int, entities: int, prefix: str) -> tuple[Path, str, int]:

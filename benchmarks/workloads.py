@@ -16,11 +16,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from benchmarks.context import ensure
+from benchmarks.context import ensure, session_rules
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from spark_jobs.offsets import PartitionRange
 
@@ -142,51 +142,87 @@ def prepopulate(
     sessions are checked against the pipeline's own ``sessionize`` (with ``settings.session_rules``)
     for a few entities. Returns the number of sessions.
     """
-    from pyspark.sql import functions as F
-
-    from spark_jobs import db
-    from spark_jobs.contract import EVENT_COLUMNS, SESSION_COLUMNS
-    from spark_jobs.sessionize import SESSION_ID_SPARK_SQL, sessionize
     from spark_jobs.sinks.delta_tables import ensure_tables
-    from spark_jobs.sinks.postgres import copy_rows, rows_as_text
 
     m = EVENTS_PER_PREPOP_SESSION
     day_ms = 86_400_000
     base_ms = (int(time.time() * 1000) // day_ms - sessions_per_entity - 1) * day_ms
     total = entities * sessions_per_entity * m
     ensure_tables(spark, settings)
+    grid = _prepop_grid(spark, total, entities, base_ms)
+    files = max(1, total // 50_000)
+    (
+        _prepop_events(grid, prefix, partitions)
+        .repartitionByRange(files, "arrival_time")
+        .sortWithinPartitions("arrival_time")
+        .write.format("delta")
+        .mode("append")
+        .save(settings.table_path("events"))
+    )
+    (
+        _prepop_sessions(grid, prefix)
+        .repartitionByRange(max(1, files // m), "started_at")
+        .write.format("delta")
+        .mode("append")
+        .save(settings.table_path("sessions"))
+    )
+    _check_prepop_sessions(spark, settings, entities, prefix)
+    return _copy_prepop_sessions(spark, settings)
+
+
+def _prepop_grid(spark: SparkSession, total: int, entities: int, base_ms: int) -> DataFrame:
+    """The ``total`` events as (id, entity e, day s, event j of its session, arrival_ms): a day apart from
+    ``base_ms`` per session, a minute apart within one, 50 ms apart per entity."""
+    from pyspark.sql import functions as F
+
+    m, day_ms = EVENTS_PER_PREPOP_SESSION, 86_400_000
     base = spark.range(total).select(
         F.col("id"),
         (F.col("id") % entities).alias("e"),
         F.floor(F.col("id") / (entities * m)).alias("s"),
         (F.floor(F.col("id") / entities) % m).alias("j"),
     )
-    base = base.withColumn("arrival_ms", F.lit(base_ms) + F.col("s") * day_ms + F.col("j") * 60_000 + F.col("e") * 50)
-    entity_id = F.format_string("%sentity-%06d", F.lit(prefix), F.col("e"))
-    events = base.select(
+    return base.withColumn("arrival_ms", F.lit(base_ms) + F.col("s") * day_ms + F.col("j") * 60_000 + F.col("e") * 50)
+
+
+def _prepop_entity_id(prefix: str) -> Column:
+    """Entity ``e``'s ID, as the producer names it."""
+    from pyspark.sql import functions as F
+
+    return F.format_string("%sentity-%06d", F.lit(prefix), F.col("e"))
+
+
+def _prepop_events(grid: DataFrame, prefix: str, partitions: int) -> DataFrame:
+    """The grid's events as the ``events`` table holds them."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.contract import EVENT_COLUMNS
+
+    return grid.select(
         F.lit(f"bench-prepop-{prefix}").alias("topic"),
         (F.col("e") % partitions).cast("int").alias("partition"),
         F.col("id").cast("long").alias("offset"),
         F.timestamp_millis("arrival_ms").alias("arrival_time"),
         F.concat(F.lit(f"{prefix}pre-"), F.col("id").cast("string")).alias("event_id"),
-        entity_id.alias("entity_id"),
+        _prepop_entity_id(prefix).alias("entity_id"),
         F.lit("page_view").alias("event_type"),
         F.timestamp_millis(F.col("arrival_ms") - 5000).alias("event_time"),
         F.lit('{"page":"/p/1","value":1}').alias("properties"),
     ).select(*EVENT_COLUMNS)
-    files = max(1, total // 50_000)
-    (
-        events.repartitionByRange(files, "arrival_time")
-        .sortWithinPartitions("arrival_time")
-        .write.format("delta")
-        .mode("append")
-        .save(settings.table_path("events"))
-    )
-    sessions = (
-        base.groupBy("e", "s")
+
+
+def _prepop_sessions(grid: DataFrame, prefix: str) -> DataFrame:
+    """The grid's sessions (an entity's events of one day) as the ``sessions`` table holds them."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.contract import SESSION_COLUMNS
+    from spark_jobs.sessionize import SESSION_ID_SPARK_SQL
+
+    return (
+        grid.groupBy("e", "s")
         .agg(F.min("arrival_ms").alias("start_ms"), F.max("arrival_ms").alias("end_ms"), F.count("*").alias("n"))
         .select(
-            entity_id.alias("entity_id"),
+            _prepop_entity_id(prefix).alias("entity_id"),
             F.timestamp_millis("start_ms").alias("started_at"),
             F.timestamp_millis("end_ms").alias("ended_at"),
             F.timestamp_millis(F.col("start_ms") - 5000).alias("first_event_time"),
@@ -197,19 +233,31 @@ def prepopulate(
         .withColumn("session_id", F.expr(SESSION_ID_SPARK_SQL))
         .select(*SESSION_COLUMNS)
     )
-    (
-        sessions.repartitionByRange(max(1, files // m), "started_at")
-        .write.format("delta")
-        .mode("append")
-        .save(settings.table_path("sessions"))
-    )
+
+
+def _check_prepop_sessions(spark: SparkSession, settings: Settings, entities: int, prefix: str) -> None:
+    """The stored sessions of the first, middle and last entity are those ``sessionize`` computes from their events."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.contract import SESSION_COLUMNS
+    from spark_jobs.sessionize import sessionize
+
     stored = spark.read.format("delta").load(settings.table_path("sessions"))
     sample = [f"{prefix}entity-{e:06d}" for e in sorted({0, entities // 2, entities - 1})]
     stored_events = spark.read.format("delta").load(settings.table_path("events"))
     stored_events = stored_events.where(F.col("entity_id").isin(sample))
-    expected = {tuple(r) for r in sessionize(stored_events, settings.session_rules).collect()}
+    expected = {tuple(r) for r in sessionize(stored_events, session_rules(settings)).collect()}
     actual = {tuple(r) for r in stored.where(F.col("entity_id").isin(sample)).select(*SESSION_COLUMNS).collect()}
     ensure(expected == actual, "the pre-populated sessions differ from what sessionize computes")
+
+
+def _copy_prepop_sessions(spark: SparkSession, settings: Settings) -> int:
+    """The stored sessions copied to PostgreSQL (then analyzed); returns how many."""
+    from spark_jobs import db
+    from spark_jobs.contract import SESSION_COLUMNS
+    from spark_jobs.sinks.postgres import copy_rows, rows_as_text
+
+    stored = spark.read.format("delta").load(settings.table_path("sessions"))
     rows = rows_as_text(stored, SESSION_COLUMNS)
     with db.transaction(settings.postgres_dsn) as cur:
         copy_rows(cur, "sessions", SESSION_COLUMNS, rows)

@@ -23,14 +23,14 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
 if TYPE_CHECKING:
-    from tidemark_airflow.pipelines import Pipeline
+    from tidemark_airflow.pipelines import Pipeline, Unrunnable
 
 # Runs that may be active at once: a form is checked when it is triggered, not after the backfill
 # before it (their Spark tasks still run one at a time).
 BACKFILLS_AT_ONCE = 8
 
 
-def backfill_dag(pipeline: Pipeline) -> None:
+def backfill_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The backfill DAG of ``pipeline``."""
 
     @dag(
@@ -83,7 +83,9 @@ def backfill_dag(pipeline: Pipeline) -> None:
             # One backfill writes at a time; the plans of runs triggered meanwhile are checked at once.
             max_active_tis_per_dag=1,
         )
-        anything_to_do(arguments) >> backfill
+        # Airflow types a task's call with the function's own parameters, but at parse time it is given the
+        # plan task's XComArg (the list it returns, resolved when the task runs).
+        anything_to_do(arguments) >> backfill  # type: ignore[arg-type]
 
     tidemark_backfill()
 

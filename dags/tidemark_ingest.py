@@ -35,10 +35,10 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
 if TYPE_CHECKING:
-    from tidemark_airflow.pipelines import Pipeline
+    from tidemark_airflow.pipelines import Pipeline, Unrunnable
 
 
-def ingest_dag(pipeline: Pipeline) -> None:
+def ingest_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The ingest DAG of ``pipeline``."""
 
     @dag(

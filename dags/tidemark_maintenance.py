@@ -26,12 +26,12 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines
 
 if TYPE_CHECKING:
-    from tidemark_airflow.pipelines import Pipeline
+    from tidemark_airflow.pipelines import Pipeline, Unrunnable
 
 SCHEDULE = os.environ.get("TIDEMARK_MAINTENANCE_SCHEDULE", "30 3 * * *")
 
 
-def maintenance_dag(pipeline: Pipeline) -> None:
+def maintenance_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The maintenance DAG of ``pipeline``."""
 
     @dag(

@@ -25,10 +25,10 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
 if TYPE_CHECKING:
-    from tidemark_airflow.pipelines import Pipeline
+    from tidemark_airflow.pipelines import Pipeline, Unrunnable
 
 
-def readmit_dag(pipeline: Pipeline) -> None:
+def readmit_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The readmit DAG of ``pipeline``."""
 
     @dag(

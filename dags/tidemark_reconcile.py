@@ -30,10 +30,10 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOpera
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
 if TYPE_CHECKING:
-    from tidemark_airflow.pipelines import Pipeline
+    from tidemark_airflow.pipelines import Pipeline, Unrunnable
 
 
-def reconcile_dag(pipeline: Pipeline) -> None:
+def reconcile_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The reconcile DAG of ``pipeline``."""
 
     @dag(

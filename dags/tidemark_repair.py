@@ -24,10 +24,10 @@ from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOpera
 from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
 
 if TYPE_CHECKING:
-    from tidemark_airflow.pipelines import Pipeline
+    from tidemark_airflow.pipelines import Pipeline, Unrunnable
 
 
-def repair_dag(pipeline: Pipeline) -> None:
+def repair_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The repair DAG of ``pipeline``."""
 
     @dag(

@@ -63,7 +63,7 @@ def stack(settings: Settings):
     from tidemark.embedded import KafkaBroker, PostgresServer
     from tidemark.migrations import migrate
 
-    services = [PostgresServer(settings), KafkaBroker(settings)]
+    services: list[PostgresServer | KafkaBroker] = [PostgresServer(settings), KafkaBroker(settings)]
     started = [service for service in services if not service.is_running()]
     try:
         for service in services:

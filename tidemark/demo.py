@@ -150,6 +150,7 @@ def second_pipeline(spark, settings: Settings, run_id: str, count: int) -> Setti
     print(f"   produced {produced:,} Segment-style records in {WAVES} waves {WAVE_SECONDS:g} s apart")
     print("   scheduled run:\n   " + ingest.describe(ingest.run_scheduled(spark, web)).replace("\n", "\n   "))
     report = reconcile.run(web, f"{run_id}web", lambda: spark)
+    assert report is not None  # only a run without Spark at hand leaves the report to the Spark job
     print(f"   reconcile: {report.status.upper()}")
     late = late_record(spark, web)
     visitor = late["entity_id"] if late else f"{run_id}entity-000001"
@@ -158,6 +159,7 @@ def second_pipeline(spark, settings: Settings, run_id: str, count: int) -> Setti
         rows = entity_sessions(cur, visitor)
     for total in reasons:
         print(f"   quarantined {total.records:,}: {total.reason}")
+    assert web.session_rules is not None  # WEB cuts sessions
     print(f"   sessions of visitor {visitor} (a new one after {web.session_rules.gap.total_seconds():g} s idle):")
     print("\n".join(f"     {line}" for line in sessions_table(rows)))
     if late:
@@ -225,4 +227,5 @@ def readmit_after_a_fix(spark, web: Settings, run_id: str) -> None:  # SparkSess
     print("   " + readmit.readmit(spark, web, everything, dry_run=True).describe().replace("\n", "\n   "))
     print("   " + readmit.readmit(spark, web, everything).describe().replace("\n", "\n   "))
     report = reconcile.run(web, f"{run_id}readmit", lambda: spark)
+    assert report is not None  # only a run without Spark at hand leaves the report to the Spark job
     print(f"   reconcile after the readmit: {report.status.upper()}")

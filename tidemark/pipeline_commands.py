@@ -97,6 +97,7 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
         return 0 if stored[1] == "ok" else 1
     run_id = args.run_id or reconcile.new_run_id()
     report = reconcile.run(settings, run_id, lambda: build_session(settings, "tidemark-reconcile"), wait=args.wait)
+    assert report is not None  # only a run without Spark at hand leaves the report to the Spark job
     print(report.summary())
     return 0 if report.ok else 1
 

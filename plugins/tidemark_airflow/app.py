@@ -108,11 +108,12 @@ async def trigger_repair(request: Request, pipeline: str = "", user=Depends(get_
 def run(run_id: str, pipeline: str = "", user=Depends(get_user)) -> str:  # noqa: B008
     from spark_jobs.store import history
 
-    def read(cur) -> tuple:
+    def read(cur) -> tuple[tuple[str, str, str] | None, list[tuple]]:
         return history.run_report(cur, run_id), history.run_ranges(cur, run_id)
 
     settings = pipeline_settings(pipeline, user)
-    return render_run(*read_schema(read, settings), pipeline=settings.pipeline)
+    report, ranges = read_schema(read, settings)
+    return render_run(report, ranges, pipeline=settings.pipeline)
 
 
 def pipeline_settings(pipeline: str, user=None):  # -> Settings

@@ -49,7 +49,7 @@ def postgres_dsn(host: str | None, port: int | None, database: str | None, login
         raise ValueError("the PostgreSQL connection needs a host and a database (schema) name")
     params = {"host": host, "port": port or 5432, "dbname": database, "user": login, "password": password}
     params |= {k: v for k, v in (extra or {}).items() if k in ("sslmode", "sslrootcert", "sslcert", "sslkey")}
-    return make_dsn(**{k: v for k, v in params.items() if v not in (None, "")})
+    return make_dsn(None, **{k: v for k, v in params.items() if v not in (None, "")})  # None: no DSN to extend
 
 
 def connections_env(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID) -> dict[str, str]:

@@ -22,7 +22,9 @@ from typing import Any
 import attr
 from openlineage.client.event_v2 import InputDataset, OutputDataset
 from openlineage.client.facet_v2 import (
+    DatasetFacet,
     InputDatasetFacet,
+    OutputDatasetFacet,
     RunFacet,
     data_quality_assertions_dataset,
     output_statistics_output_dataset,
@@ -71,7 +73,9 @@ def job_lineage(job: str, settings, committed: dict | None = None, verdict: tupl
     if job == "reconcile":
         status, _report, _alert, checked, used_spark, _opened = verdict or ("unknown", "", "", 0, False, 0)
         checks = [data_quality_assertions_dataset.Assertion(assertion="tidemark_reconcile", success=status == "ok")]
-        facet = {"dataQualityAssertions": data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(checks)}
+        facet: dict[str, InputDatasetFacet] = {
+            "dataQualityAssertions": data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(checks)
+        }
         inputs = [topic_dataset(settings, None, facet)]
         inputs += [
             InputDataset(d.namespace, d.name, facets=d.facets, inputFacets=facet) for d in table_datasets(settings, {})
@@ -112,9 +116,9 @@ def table_datasets(settings, rows: dict[str, int]) -> list[OutputDataset]:
     datasets = []
     for table in DELTA_TABLES:
         namespace, name = delta_name(settings.table_path(table))
-        facets = {"schema": schema_facet(contract.table_schema(table))}
+        facets: dict[str, DatasetFacet] = {"schema": schema_facet(contract.table_schema(table))}
         written = rows.get(table)
-        stats = (
+        stats: dict[str, OutputDatasetFacet] = (
             {}
             if written is None
             else {"outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(written)}

@@ -52,7 +52,9 @@ def readable(listing: Listing, allowed) -> Listing:  # allowed: Callable[[str], 
 
 def settings_of(settings: Settings, pipeline: Pipeline | Unrunnable) -> Settings:
     """The deployment's ``settings`` for reading ``pipeline``'s schema (its runs are another matter)."""
-    if getattr(pipeline, "problems", None) is not None:
+    from tidemark_airflow.pipelines import Unrunnable
+
+    if isinstance(pipeline, Unrunnable):
         return replace(settings, pipeline=pipeline.name, topic=pipeline.topic)
     return settings.for_pipeline(pipeline)
 

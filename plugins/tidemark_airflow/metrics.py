@@ -31,7 +31,7 @@ written with the Prometheus client library in its text format. Every series has 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -52,7 +52,7 @@ class State:
     verdict: tuple | None  # run_id, status, counted_at
     open_findings: dict[str, int]
     lost: dict[tuple[str, int], int]  # (topic, partition) -> offsets
-    last_runs: list[tuple] = ()  # ledger pipeline, topic, when its latest run finished
+    last_runs: Sequence[tuple] = ()  # ledger pipeline, topic, when its latest run finished
     pipeline: str = "events"  # the pipelines file's name
     quarantined: dict[str, int] = field(default_factory=dict)  # reason -> records still quarantined
     problems: tuple[str, ...] = ()  # its entry's problems in the pipelines file (it cannot run)
@@ -96,11 +96,21 @@ def run_kind(ledger_pipeline: str) -> str:
 class StateCollector:
     """A Prometheus collector of the :class:`State` of each pipeline."""
 
-    def __init__(self, states: list[State], file_problems: list[str] = ()) -> None:
+    def __init__(self, states: list[State], file_problems: Sequence[str] = ()) -> None:
         self.states = states
         self.file_problems = file_problems
 
     def collect(self) -> Iterator:
+        yield from self._batches()
+        yield from self._lag()
+        yield from self._reconcile()
+        yield from self._lost()
+        yield from self._quarantine()
+        yield from self._measured()
+        yield from self._config()
+
+    def _batches(self) -> Iterator:
+        """The committed batches' records and counts, and when the last batch and the last run of each kind were."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         records = CounterMetricFamily(
@@ -120,6 +130,22 @@ class StateCollector:
             "When a run of the pipeline of this kind (ingest, backfill, readmit, repair) last finished",
             labels=["pipeline", "topic", "run"],
         )
+        for s in self.states:
+            for ledger_pipeline, topic, n, read, accepted, duplicates, quarantined, at in s.totals:
+                labels = [s.pipeline, topic, run_kind(ledger_pipeline)]
+                if run_kind(ledger_pipeline) in LANDING_RUNS:
+                    for outcome, value in zip(OUTCOMES, (read, accepted, duplicates, quarantined), strict=True):
+                        records.add_metric([*labels, outcome], float(value))
+                batches.add_metric(labels, float(n))
+                last.add_metric(labels, at.timestamp())
+            for ledger_pipeline, topic, at in s.last_runs:
+                finished.add_metric([s.pipeline, topic, run_kind(ledger_pipeline)], at.timestamp())
+        yield from (records, batches, last, finished)
+
+    def _lag(self) -> Iterator:
+        """What Kafka holds that no batch processed yet, per partition: offsets and the oldest record's age."""
+        from prometheus_client.core import GaugeMetricFamily
+
         lag_records = GaugeMetricFamily(
             "tidemark_lag_records", "Offsets Kafka holds that no batch processed yet, measured at this scrape",
             labels=["pipeline", "topic", "partition"],
@@ -128,6 +154,16 @@ class StateCollector:
             "tidemark_lag_seconds", "Age of the oldest record not processed yet, measured at this scrape",
             labels=["pipeline", "topic", "partition"],
         )  # fmt: skip
+        for s in self.states:
+            for topic, partition, behind, seconds in s.lag:
+                lag_records.add_metric([s.pipeline, topic, str(partition)], float(behind))
+                lag_seconds.add_metric([s.pipeline, topic, str(partition)], float(seconds))
+        yield from (lag_records, lag_seconds)
+
+    def _reconcile(self) -> Iterator:
+        """The open findings by kind, and the latest reconcile run's status and when it counted."""
+        from prometheus_client.core import GaugeMetricFamily
+
         findings = GaugeMetricFamily("tidemark_open_findings", "Open reconcile findings", labels=["pipeline", "kind"])
         verdict = GaugeMetricFamily(
             "tidemark_verdict", "The latest reconcile run's status (1)", labels=["pipeline", "status"]
@@ -135,47 +171,45 @@ class StateCollector:
         when = GaugeMetricFamily(
             "tidemark_verdict_timestamp_seconds", "When the latest reconcile run counted", labels=["pipeline"]
         )
+        for s in self.states:
+            for kind in sorted({*FINDING_KINDS, *s.open_findings}):
+                findings.add_metric([s.pipeline, kind], float(s.open_findings.get(kind, 0)))
+            if s.verdict is not None:
+                _, status, counted_at = s.verdict
+                for each in sorted({*STATUSES, status}):
+                    verdict.add_metric([s.pipeline, each], 1.0 if each == status else 0.0)
+                when.add_metric([s.pipeline], counted_at.timestamp())
+        yield from (findings, verdict, when)
+
+    def _lost(self) -> Iterator:
+        """The offsets acknowledged as lost to retention, per partition."""
+        from prometheus_client.core import CounterMetricFamily
+
         lost = CounterMetricFamily(
             "tidemark_lost_offsets",
             "Offsets acknowledged as lost to retention",
             labels=["pipeline", "topic", "partition"],
         )
+        for s in self.states:
+            # Every partition the pipeline reads has a series, at 0 until it loses offsets.
+            partitions = {(topic, partition): 0 for topic, partition, *_ in s.lag} | dict(s.lost)
+            for (topic, partition), n in sorted(partitions.items()):
+                lost.add_metric([s.pipeline, topic, str(partition)], float(n))
+        yield lost
+
+    def _quarantine(self) -> Iterator:
+        """The records in quarantine now, per reason."""
+        from prometheus_client.core import GaugeMetricFamily
+
         in_quarantine = GaugeMetricFamily(
             "tidemark_quarantined_records",
             "Records in quarantine now, per reason (net of readmits: what tidemark quarantine lists)",
             labels=["pipeline", "reason"],
         )
         for s in self.states:
-            name = s.pipeline
             for reason, n in sorted(s.quarantined.items()):
-                in_quarantine.add_metric([name, reason], float(n))
-            for ledger_pipeline, topic, n, read, accepted, duplicates, quarantined, at in s.totals:
-                labels = [name, topic, run_kind(ledger_pipeline)]
-                if run_kind(ledger_pipeline) in LANDING_RUNS:
-                    for outcome, value in zip(OUTCOMES, (read, accepted, duplicates, quarantined), strict=True):
-                        records.add_metric([*labels, outcome], float(value))
-                batches.add_metric(labels, float(n))
-                last.add_metric(labels, at.timestamp())
-            for ledger_pipeline, topic, at in s.last_runs:
-                finished.add_metric([name, topic, run_kind(ledger_pipeline)], at.timestamp())
-            for topic, partition, behind, seconds in s.lag:
-                lag_records.add_metric([name, topic, str(partition)], float(behind))
-                lag_seconds.add_metric([name, topic, str(partition)], float(seconds))
-            for kind in sorted({*FINDING_KINDS, *s.open_findings}):
-                findings.add_metric([name, kind], float(s.open_findings.get(kind, 0)))
-            if s.verdict is not None:
-                _, status, counted_at = s.verdict
-                for each in sorted({*STATUSES, status}):
-                    verdict.add_metric([name, each], 1.0 if each == status else 0.0)
-                when.add_metric([name], counted_at.timestamp())
-            # Every partition the pipeline reads has a series, at 0 until it loses offsets.
-            partitions = {(topic, partition): 0 for topic, partition, *_ in s.lag} | dict(s.lost)
-            for (topic, partition), n in sorted(partitions.items()):
-                lost.add_metric([name, topic, str(partition)], float(n))
-        yield from (records, batches, last, finished, lag_records, lag_seconds, findings, verdict, when, lost)
+                in_quarantine.add_metric([s.pipeline, reason], float(n))
         yield in_quarantine
-        yield from self._measured()
-        yield from self._config()
 
     def _measured(self) -> Iterator:
         from prometheus_client.core import GaugeMetricFamily
@@ -208,7 +242,7 @@ class StateCollector:
         yield from (problems, ok)
 
 
-def exposition(states: list[State], file_problems: list[str] = ()) -> bytes:
+def exposition(states: list[State], file_problems: Sequence[str] = ()) -> bytes:
     """The pipelines' ``states`` and the pipelines file's problems in Prometheus' text format."""
     from prometheus_client import CollectorRegistry, generate_latest
 

@@ -21,6 +21,9 @@ from tidemark_airflow.notifiers import StillOpen
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+    from pydantic import JsonValue  # what an asset event's extra holds
+
+    from spark_jobs.settings import Settings
 
 JOBS = ("ingest", "reconcile", "repair", "readmit", "maintenance")
 
@@ -62,27 +65,29 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
         hook = super()._get_hook()
         log_output = hook._process_spark_submit_log
-        hook._process_spark_submit_log = lambda lines: log_output(
-            line for line in lines if line.rstrip("\r\n") != JVM_INCUBATOR_NOTICE
+        # The provider has no filter for the lines it logs: this hook's own reader is replaced.
+        hook._process_spark_submit_log = lambda itr: log_output(  # type: ignore[method-assign]
+            line for line in itr if line.rstrip("\r\n") != JVM_INCUBATOR_NOTICE
         )
         return hook
 
     def execute(self, context: Context) -> None:
+        settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
+        self._prepare_submit(settings, context)
+        started = datetime.now(UTC)
+        self._lineage_of = (settings, started)  # the lineage, on success or failure, reads what the run did
+        self._committed: dict[str, JsonValue] | None = None
+        self._submit(context)
+        if self.outlets:
+            self._announce_batches(settings, context)
+
+    def _prepare_submit(self, settings: Settings, context: Context) -> None:
+        """The job's application, jars, environment and Spark configuration, from ``settings`` and the task."""
         from airflow.sdk import BaseHook
 
-        from spark_jobs.errors import ERROR_FILE
-        from spark_jobs.spark import (
-            MAP_CLASSES,
-            QUICK_COMPILER,
-            THROUGHPUT_COLLECTOR,
-            WRITE_CLASSES,
-            driver_conf,
-            folder_on_class_path,
-            spark_jars,
-        )
         from spark_jobs.store.runs import STARTED_BY
+        from spark_jobs.spark import driver_conf, spark_jars
 
-        settings = tidemark_settings(self.pipeline, self.kafka_conn_id, self.postgres_conn_id)
         self.application = self.application or job_application(self.job)
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
         # Python workers and the driver run this interpreter's environment unless told otherwise.
@@ -94,6 +99,21 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         records = self._records(settings)
         submitted = {**os.environ, **self.env_vars}  # spark-submit's environment (SparkSubmitHook's)
         conf = driver_conf(settings, master, records, environ=submitted)
+        self._log_driver_jvm(settings, master, records, submitted, conf)
+        self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
+
+    def _log_driver_jvm(
+        self, settings: Settings, master: str, records: int | None, submitted: dict[str, str], conf: dict[str, str]
+    ) -> None:
+        """Say how the driver JVM loads its classes, compiles and collects garbage (its Java options in ``conf``)."""
+        from spark_jobs.spark import (
+            MAP_CLASSES,
+            QUICK_COMPILER,
+            THROUGHPUT_COLLECTOR,
+            WRITE_CLASSES,
+            folder_on_class_path,
+        )
+
         if master.startswith("local") and settings.class_archive and (folder := folder_on_class_path(submitted)):
             self.log.info("the driver JVM loads its classes from their jars: %s, a folder Spark puts on its class "
                           "path, is not empty (a JVM archives no classes then)", folder)  # fmt: skip
@@ -106,13 +126,16 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
             elif option.startswith(WRITE_CLASSES):
                 self.log.info("the driver JVM writes the classes it loads to %s when it exits (later runs map them "
                               "from there)", option.removeprefix(WRITE_CLASSES))  # fmt: skip
-        self.conf = {"spark.pyspark.python": python, **conf, **(self.conf or {})}
-        started = datetime.now(UTC)
-        self._lineage_of = (settings, started)  # the lineage, on success or failure, reads what the run did
-        self._committed: dict[str, object] | None = None
+
+    def _submit(self, context: Context) -> None:
+        """spark-submit the job; when it fails, the job's one-line cause leads the task's error."""
+        from spark_jobs.errors import ERROR_FILE
+
+        env_vars = self.env_vars
+        assert env_vars is not None  # _prepare_submit set them
         with tempfile.TemporaryDirectory(prefix="tidemark-task-") as scratch:
             cause = Path(scratch) / "error"
-            self.env_vars[ERROR_FILE] = str(cause)
+            env_vars[ERROR_FILE] = str(cause)
             try:
                 super().execute(context)
             except AirflowException:
@@ -123,20 +146,23 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
                     ) from None
                 raise
             finally:
-                self.env_vars.pop(ERROR_FILE, None)
-        if self.outlets:
-            extra = self._batches_committed()
-            self.log.info("batches committed: %s", extra)
-            for outlet in self.outlets:
-                context["outlet_events"][outlet].extra = extra
-            alert = producer_alert(extra, settings.producer_alert_threshold)
-            if alert:
-                from tidemark_airflow.pipelines import alert_notifier
+                env_vars.pop(ERROR_FILE, None)
 
-                self.log.warning("%s", alert)
-                alert_notifier(settings.declared()).send(
-                    f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}"
-                )
+    def _announce_batches(self, settings: Settings, context: Context) -> None:
+        """What the run's batches committed, on the task's outlets; an alert when they broke the producer
+        requirements too often."""
+        extra = self._batches_committed()
+        self.log.info("batches committed: %s", extra)
+        for outlet in self.outlets:
+            context["outlet_events"][outlet].extra = extra
+        alert = producer_alert(extra, settings.producer_alert_threshold)
+        if alert:
+            from tidemark_airflow.pipelines import alert_notifier
+
+            self.log.warning("%s", alert)
+            alert_notifier(settings.declared()).send(
+                f"tidemark alert: {context['dag'].dag_id} run {context['run_id']}\n{alert}"
+            )
 
     def get_openlineage_facets_on_complete(self, task_instance):  # -> OperatorLineage
         """The run's lineage for Airflow's OpenLineage provider (:mod:`tidemark_airflow.lineage`): the topic and
@@ -158,7 +184,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         """A failed run's lineage: what its batches committed before it failed (none before the job started)."""
         return self.get_openlineage_facets_on_complete(task_instance) if hasattr(self, "_lineage_of") else None
 
-    def _batches_committed(self) -> dict[str, object]:
+    def _batches_committed(self) -> dict[str, JsonValue]:
         """What the run's batches committed (:func:`committed_since`), read once for the asset and the lineage."""
         if self._committed is None:
             self._committed = committed_since(*self._lineage_of)
@@ -200,7 +226,7 @@ def producer_alert(extra: dict, threshold: int) -> str | None:
     )
 
 
-def committed_since(settings, started: datetime) -> dict[str, object]:  # Settings
+def committed_since(settings, started: datetime) -> dict[str, JsonValue]:  # Settings
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
     from spark_jobs import db
     from spark_jobs.store import ledger
@@ -287,11 +313,11 @@ class VerdictOperator(BaseOperator):
         with db.transaction(settings.pipeline_dsn) as cur:
             run_id = self.reconcile_run_id
             if self.repair:
-                row = history.repair_recheck(cur, run_id)
-                if row is None or row[0] is None:
+                recheck = history.repair_recheck(cur, run_id)
+                if recheck is None or recheck[0] is None:
                     raise AirflowFailException(f"repair {run_id} recorded no re-check: see the repair task's log")
-                run_id = row[0]
-                self.log.info("repair actions:\n%s", "\n".join(f"- {a}" for a in row[1]))
+                run_id = recheck[0]
+                self.log.info("repair actions:\n%s", "\n".join(f"- {a}" for a in recheck[1]))
             row = history.run_verdict(cur, run_id)
         if row is None:
             raise AirflowFailException(f"reconcile run {run_id} recorded nothing: see the reconcile task's log")

@@ -4,6 +4,7 @@ Airflow lets the user read."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from urllib.parse import urlencode
 
@@ -61,7 +62,7 @@ def pipeline_href(path: str, pipeline: str, **params: str | None) -> str:
     return path + (f"?{urlencode(query)}" if query else "")
 
 
-def render_pipelines(summaries: list[Summary], shown: str) -> str:
+def render_pipelines(summaries: Sequence[Summary], shown: str) -> str:
     """The pipelines list: each with its verdict, open findings, lag and coverage, linking to its page."""
     from tidemark_airflow.templating import render
 
@@ -69,7 +70,7 @@ def render_pipelines(summaries: list[Summary], shown: str) -> str:
     return render("pipelines.html", summaries=summaries, shown=shown, **context)
 
 
-def render_file_problems(file: str, problems: list[str]) -> str:
+def render_file_problems(file: str, problems: Sequence[str]) -> str:
     """The banner of a pipelines file with problems: each line (file, line, pipeline, field, what is wrong)."""
     from tidemark_airflow.templating import render
 

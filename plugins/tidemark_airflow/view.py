@@ -10,7 +10,9 @@ and who may see what, are :mod:`tidemark_airflow.app`'s.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tidemark_airflow.charts import Point, line_chart
 from tidemark_airflow.metrics import run_kind
@@ -35,14 +37,15 @@ class Overview:
     coverage: list[tuple]  # topic, partition, ledger offsets, verified offsets, ranges, verified ranges, open
     #                        findings, lost offsets
     mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
-    findings: list[tuple] = ()  # finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why
-    ingest_runs: list = ()  # spark_jobs.store.runs.Run, newest first
-    quarantine: list = ()  # spark_jobs.store.quarantine.ReasonTotal, most records first
+    findings: Sequence[tuple] = ()  # finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at,
+    #                                 closed_why
+    ingest_runs: Sequence[Any] = ()  # spark_jobs.store.runs.Run, newest first
+    quarantine: Sequence[Any] = ()  # spark_jobs.store.quarantine.ReasonTotal, most records first
     quarantine_samples: dict | None = None  # reason -> its latest spark_jobs.store.quarantine.Sample
-    quarantine_days: list[tuple] = ()  # day, reason, records
+    quarantine_days: Sequence[tuple] = ()  # day, reason, records
     pipeline: str = "events"  # whose page this is
-    pipelines: list[Summary] = ()  # every declared pipeline
-    file_problems: list[str] = ()  # the pipelines file's problems, one line each
+    pipelines: Sequence[Summary] = ()  # every declared pipeline
+    file_problems: Sequence[str] = ()  # the pipelines file's problems, one line each
     file: str = "pipelines.yaml"  # the pipelines file's path
 
 
@@ -109,7 +112,7 @@ def render_overview(o: Overview) -> str:
     )
 
 
-def render_ingest_runs(runs: list) -> str:  # spark_jobs.store.runs.Run, newest first
+def render_ingest_runs(runs: Sequence[Any]) -> str:  # spark_jobs.store.runs.Run, newest first
     """The runs (ingest, backfill, readmit, repair): what each did and how fast, as charts and a table. A readmit's
     row: the quarantined records it checked again (read), those that came back (accepted), those that stay."""
     records: dict[str, list[Point]] = defaultdict(list)
@@ -140,7 +143,7 @@ def started_by(who: str) -> str:
     return render("started_by.html", dag_id=None, run_id=None, href=None, who=who)
 
 
-def render_quarantine(totals: list, samples: dict, days: list[tuple]) -> str:
+def render_quarantine(totals: Sequence[Any], samples: dict, days: Sequence[tuple]) -> str:
     """Quarantine by reason: per day as a chart, and per reason its count and latest sample records."""
     per_day: dict[str, list[Point]] = defaultdict(list)
     for day, reason, n in days:
@@ -161,7 +164,7 @@ def pipeline_flag(pipeline: str) -> str:
     return "" if pipeline == DEFAULT_PIPELINE else f" --pipeline {pipeline}"
 
 
-def render_findings(findings: list[tuple], pipeline: str) -> str:
+def render_findings(findings: Sequence[tuple], pipeline: str) -> str:
     """The open findings (and the latest closed ones): what is still wrong, since when, how it closed."""
     from spark_jobs.store.findings import describe
 

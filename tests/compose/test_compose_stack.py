@@ -36,6 +36,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import TypeVar
 
 import pytest
 import yaml
@@ -46,6 +47,7 @@ from spark_jobs.pipelines import DAG_KINDS, dag_id
 # towards the first test, ingest and reconcile (two Spark applications) towards the second.
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(2700)]
 
+T = TypeVar("T")
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / ".tidemark" / "compose-test"
 ENV_FILE = WORK / "compose.env"
@@ -98,7 +100,8 @@ def psql(sql: str, user: str = "postgres", password: str | None = None, check: b
     )  # fmt: skip
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str) -> object:
+def wait_for(condition: Callable[[], T | None], timeout: float, what: str) -> T:
+    """The first true answer of ``condition``, asked every 3 s for ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = condition()
@@ -287,7 +290,9 @@ def read_topic(stack: Stack, topic: str, committed: int) -> list[tuple[int, int,
             message = consumer.poll(1)
             if message is None or message.error():
                 continue
-            records.append((message.partition(), message.offset(), message.timestamp()[1], json.loads(message.value())))
+            partition, offset, value = message.partition(), message.offset(), message.value()
+            assert partition is not None and offset is not None and value is not None  # a record has all three
+            records.append((partition, offset, message.timestamp()[1], json.loads(value)))
         assert len(records) == committed
         return records
     finally:

@@ -73,6 +73,13 @@ def test_an_unknown_target_is_an_error_naming_it() -> None:
     assert run.returncode == 2 and "no-such-target" in run.stderr
 
 
+def found(tool: str) -> str:
+    """The path of ``tool`` on this machine's PATH."""
+    path = shutil.which(tool)
+    assert path is not None, f"{tool} is not on PATH"
+    return path
+
+
 @pytest.fixture
 def bare_path() -> Iterator[str]:
     """A PATH with make, bash and apt-get but no Python, JDK, Maven, Chromium or sudo (in a folder
@@ -80,14 +87,14 @@ def bare_path() -> Iterator[str]:
     with tempfile.TemporaryDirectory() as folder:
         os.chmod(folder, 0o755)
         for tool in ("make", "bash", "env", "id", "sed", "grep", "head", "apt-get"):
-            (Path(folder) / tool).symlink_to(shutil.which(tool))
+            (Path(folder) / tool).symlink_to(found(tool))
         yield folder
 
 
 def as_a_user_without_sudo(command: list[str], path: str) -> tuple[subprocess.CompletedProcess[str], float]:
     """Run as `nobody` when the tests run as root (CI does), else as the user running them."""
     if os.geteuid() == 0:
-        command = [shutil.which("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        command = [found("setpriv"), "--reuid=65534", "--regid=65534", "--clear-groups", *command]
     env = {"PATH": path, "PYTHON": "/nonexistent/python3", "HOME": "/nonexistent"}
     started = time.monotonic()
     run = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
@@ -100,7 +107,7 @@ def test_a_user_who_cannot_install_gets_one_line_with_the_command(bare_path: str
     server, where this machine has it: it is found off PATH)."""
     has_postgres = Path("/usr/lib/postgresql").exists() or shutil.which("pg_ctl")
     lacking = " ".join(p for p in listed(target) if not (has_postgres and p == "postgresql"))
-    run, seconds = as_a_user_without_sudo([shutil.which("make"), target], bare_path)
+    run, seconds = as_a_user_without_sudo([found("make"), target], bare_path)
     assert run.returncode != 0
     ours = [line for line in run.stderr.splitlines() if line.startswith("tidemark:")]
     assert len(ours) == 1, run.stderr

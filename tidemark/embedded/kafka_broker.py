@@ -142,7 +142,9 @@ class KafkaBroker:
     def _answers_metadata(self) -> bool:
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(self.settings.kafka_client_config())
+        # confluent-kafka's stub types AdminClient's configuration without the `logger` object it documents
+        # (and Producer and Consumer take): the configuration is the one they get.
+        admin = AdminClient(self.settings.kafka_client_config())  # type: ignore[arg-type]
         try:
             admin.list_topics(timeout=2)
         except Exception:  # any failure here means "not ready yet"; we poll again

@@ -123,7 +123,9 @@ class ListeningSockets:
     command lines of the processes that start them."""
 
     def __init__(self, name: str) -> None:
-        self.name, self.seen, self.commands = name, set(), set()
+        self.name = name
+        self.seen: set[tuple[str, int]] = set()
+        self.commands: set[tuple[str, ...]] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 

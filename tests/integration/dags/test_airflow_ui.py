@@ -244,8 +244,8 @@ def test_the_tidemark_page_in_the_airflow_ui_shows_real_reconcile_numbers_and_ch
     page = browser.page_source
     assert "ui-first" in page and "ui-second" in page
     coverage = browser.find_element(By.ID, "coverage").text
-    for topic, partition, offsets in verified:  # every offset processed is verified: the same number twice
-        assert f"{topic} {partition} {offsets:,} {offsets:,}" in coverage, coverage
+    for topic, partition, count in verified:  # every offset processed is verified: the same number twice
+        assert f"{topic} {partition} {count:,} {count:,}" in coverage, coverage
     lines = browser.find_elements(By.CSS_SELECTOR, "svg polyline")
     assert lines and all(line.size["width"] > 0 for line in lines), "the charts draw a line per partition"
     browser.find_element(By.LINK_TEXT, "ui-first").click()
@@ -272,7 +272,8 @@ def test_the_page_lists_every_pipeline_and_each_pipelines_link_opens_its_own_pag
     spec = ProduceSpec(count=80, entities=4, malformed_rate=0.1, seed=21, contract=web.contract())
     produce(web, spec, topic=web.topic, partitions=2)
     ingest.run_scheduled(spark, web, wait=True)
-    assert reconcile.run(web, "ui-web", lambda: spark).status == "ok"
+    checked = reconcile.run(web, "ui-web", lambda: spark)
+    assert checked is not None and checked.status == "ok"
     # Airflow parsed web's own DAGs from the pipelines file, and no import error.
     api = Api(airflow)
     assert {api.get(f"/api/v2/dags/{kind}__web")["dag_id"] for kind in ("tidemark_ingest", "tidemark_reconcile")} == {
@@ -326,6 +327,7 @@ def test_the_alerts_repair_link_opens_a_form_with_the_run_filled_in_whose_button
         "RETURNING session_id",
     )
     found = reconcile.run(settings, "link-found", lambda: spark)
+    assert found is not None
     assert found.status == "mismatch", found.summary()
     # The link the verdict's alert carries, under the api-server's base URL.
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", airflow.url)
@@ -478,7 +480,8 @@ def test_runs_of_two_pipelines_run_at_once_through_airflow_each_under_its_own_wr
     assert_offset_coverage(spark, web, sum(r.end for r in latest_ranges(web, web.topic)))
     assert_settings_sinks_agree(spark, web, "")
     report = reconcile.run(web, "both-web", lambda: spark)
-    assert report is not None and report.status == "ok", report.findings()
+    assert report is not None
+    assert report.status == "ok", report.findings()
 
 
 def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow: AirflowServices) -> None:

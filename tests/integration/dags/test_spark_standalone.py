@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 import pyspark
 import pytest
@@ -37,6 +38,7 @@ from tidemark.producer import ProduceSpec, produce
 # The distributed shape: `make test-deploy`, not `make test`.
 pytestmark = pytest.mark.deploy
 
+T = TypeVar("T")
 MASTER_PORT = 7077
 HOST = "127.0.0.1"
 APP_NAME = "tidemark-ingest"  # the operator's spark-submit --name (TidemarkSparkSubmitOperator: tidemark-<job>)
@@ -72,7 +74,7 @@ class Cluster:
             return json.load(response)
 
 
-def wait_for(condition: Callable[[], object], timeout: float, what: str, *logs: Path) -> object:
+def wait_for(condition: Callable[[], T | None], timeout: float, what: str, *logs: Path) -> T:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -86,7 +88,8 @@ def wait_for(condition: Callable[[], object], timeout: float, what: str, *logs: 
 
 
 def argv_name(process: subprocess.Popen) -> str:
-    return next((a for a in process.args if a.startswith("org.apache.spark.")), str(process.args))
+    argv = [str(a) for a in process.args] if isinstance(process.args, list) else [str(process.args)]
+    return next((a for a in argv if a.startswith("org.apache.spark.")), str(process.args))
 
 
 def stop(process: subprocess.Popen) -> None:

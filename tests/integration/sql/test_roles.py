@@ -245,9 +245,10 @@ def test_the_pipeline_role_ingests_and_reconciles_but_cannot_change_the_schema(
     [(sessions, events)] = fetch(roles.pipeline_dsn, "SELECT count(*), sum(event_count) FROM sessions")
     assert sessions > 0 and events == accepted
     # Reconcile also runs as the pipeline role (the lake lock, a REPEATABLE READ snapshot, its own rows).
-    report = reconcile.run(settings, f"roles-{topic}", lambda: spark)
-    assert report.ok, report.summary()
-    assert report.postgres_sessions.count == sessions == report.delta_sessions.count
+    checked = reconcile.run(settings, f"roles-{topic}", lambda: spark)
+    assert checked is not None
+    assert checked.ok, checked.summary()
+    assert checked.postgres_sessions.count == sessions == checked.delta_sessions.count
     assert owned_by(roles, roles.pipeline) == set()
 
     # No DDL of any kind.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import pytest
 from spark_jobs.settings import Settings
 
 CANARY = "canary-Pw-5f3a9e"
-TIDEMARK = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+TIDEMARK = str(Path(sys.executable).parent / "tidemark")  # the venv's command
 
 
 def free_port() -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -48,7 +47,7 @@ def test_taken_kafka_port_is_a_clear_error(tmp_path: Path, taken_port: int, stac
 
 def test_cli_up_on_a_taken_postgres_port_exits_2_and_says_what_to_do(tmp_path: Path, taken_port: int) -> None:
     env = {**os.environ, "TIDEMARK_HOME": str(tmp_path), "TIDEMARK_POSTGRES_PORT": str(taken_port)}
-    tidemark = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+    tidemark = str(Path(sys.executable).parent / "tidemark")
     result = subprocess.run([tidemark, "up"], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert f"port {taken_port} is already in use" in result.stderr
@@ -89,7 +88,7 @@ def test_migrations_apply_once_and_re_run_cleanly(stack: Settings) -> None:
         cur.execute("SELECT name FROM schema_migrations ORDER BY version")
         assert [row[0] for row in cur.fetchall()] == first
         cur.execute("SELECT to_regclass('ledger_batches') IS NOT NULL")
-        assert cur.fetchone()[0]
+        assert cur.fetchone() == (True,)
 
 
 def test_a_migration_edited_after_it_was_applied_is_refused(stack: Settings, tmp_path: Path) -> None:

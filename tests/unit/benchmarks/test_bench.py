@@ -7,11 +7,9 @@ import json
 
 import pytest
 
+from benchmarks.checks import Check, Target, build_checks
 from benchmarks.figures import (
-    Check,
     Measurement,
-    Target,
-    build_checks,
     format_table,
     median,
     per_second,

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -101,7 +102,7 @@ def test_parsing_imports_nothing_heavy(parsed: dict) -> None:
     assert set(parsed["jobs"]) <= LIGHT_JOB_MODULES
 
 
-WEB = {
+WEB: dict[str, Any] = {
     "name": "web",
     "schedule": "*/5 * * * *",
     "alerts": {"webhook": "web_alerts"},

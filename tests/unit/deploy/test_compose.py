@@ -74,9 +74,9 @@ def interpolate_string(text: str, env: Mapping[str, str]) -> str:
         value = env.get(name)
         unset_or_empty = not value if op and op.startswith(":") else value is None
         if op in (":-", "-"):
-            return arg if unset_or_empty else value
+            return arg if unset_or_empty or value is None else value
         if op in (":?", "?"):
-            if unset_or_empty:
+            if unset_or_empty or value is None:
                 raise InterpolationError(f"required variable {name} is missing a value: {arg}")
             return value
         if op in (":+", "+"):
@@ -195,7 +195,7 @@ def dependencies(service: dict[str, Any]) -> dict[str, str]:
 
 def volume_mounts(service: dict[str, Any]) -> list[tuple[str, str | None, str]]:
     """(type, source, target) for each mount; short syntax sources starting with . / ~ are binds."""
-    mounts = []
+    mounts: list[tuple[str, str | None, str]] = []
     for entry in service.get("volumes") or []:
         if isinstance(entry, str):
             parts = entry.split(":")
@@ -217,8 +217,8 @@ def published_ports(service: dict[str, Any]) -> list[tuple[str | None, str, str]
             ports.append((entry.get("host_ip"), str(entry.get("published", "")), str(entry["target"])))
             continue
         parts = str(entry).split("/")[0].split(":")  # [host_ip:][published:]target[/protocol]
-        parts = [None] * (3 - len(parts)) + parts
-        ports.append((parts[0], parts[1] or "", parts[2]))
+        padded: list[str | None] = [*[None] * (3 - len(parts)), *parts]
+        ports.append((padded[0], padded[1] or "", padded[2] or ""))
     return ports
 
 
@@ -241,7 +241,7 @@ def reference_problems(compose: dict[str, Any]) -> list[str]:
         for kind, source, target in volume_mounts(service):
             if kind == "volume" and source and source not in declared_volumes:
                 problems.append(f"{name}: volume {source!r} (at {target}) is not declared under volumes")
-            if kind == "bind" and source.startswith(".") and not (COMPOSE_FILE.parent / source).exists():
+            if kind == "bind" and source and source.startswith(".") and not (COMPOSE_FILE.parent / source).exists():
                 problems.append(f"{name}: bind source {source} does not exist")
         networks = service.get("networks") or {}
         for network in networks if isinstance(networks, list) else networks.keys():
@@ -308,10 +308,12 @@ def secret_leaks(raw: dict[str, Any]) -> list[str]:
 def pom_dependency_version(pom: Path, artifact_id: str) -> str:
     ns = {"m": "http://maven.apache.org/POM/4.0.0"}
     root = ET.parse(pom).getroot()
-    properties = {child.tag.split("}")[1]: child.text for child in root.find("m:properties", ns)}
+    declared = root.find("m:properties", ns)
+    assert declared is not None, f"{pom} has no properties"
+    properties = {child.tag.split("}")[1]: child.text or "" for child in declared}
     for dependency in root.iterfind("m:dependencies/m:dependency", ns):
         if dependency.findtext("m:artifactId", namespaces=ns) == artifact_id:
-            version = dependency.findtext("m:version", namespaces=ns)
+            version = dependency.findtext("m:version", default="", namespaces=ns)
             return re.sub(r"\$\{([^}]+)\}", lambda m: properties[m[1]], version)
     raise AssertionError(f"{pom} has no dependency {artifact_id}")
 
@@ -322,7 +324,7 @@ def pin(path: Path, package: str) -> str:
     return match[1]
 
 
-def dockerfile_instructions() -> list[tuple[str, str]]:
+def dockerfile_instructions() -> list[tuple[str, ...]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
     lines = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
     joined = re.sub(r"\\\n", " ", "\n".join(lines))

@@ -76,4 +76,5 @@ def test_names_follow_openlineages_conventions() -> None:
         "tidemark.public.sessions",
     )
     fields = schema_facet("a string, revenue decimal(18,2), n int").fields
+    assert fields is not None
     assert [(f.name, f.type) for f in fields] == [("a", "string"), ("revenue", "decimal(18,2)"), ("n", "int")]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, cast
 
 import pytest
 
 from tidemark_airflow.notifiers import AlertNotifier, webhook_url
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 def test_webhook_url_from_a_full_url_or_from_parts() -> None:
@@ -24,7 +28,9 @@ def test_alert_message_names_the_task_run_and_error() -> None:
     class TI:
         dag_id, task_id, run_id = "tidemark_reconcile", "compare", "manual__1"
 
-    text = AlertNotifier.message({"ti": TI(), "run_id": "manual__1", "exception": RuntimeError("partition 3 off")})
+    # A task instance of the three fields the message reads, in a context of those it reads.
+    context = cast("Context", {"ti": TI(), "run_id": "manual__1", "exception": RuntimeError("partition 3 off")})
+    text = AlertNotifier.message(context)
     assert text.splitlines()[0] == "tidemark alert: tidemark_reconcile.compare failed in run manual__1"
     assert "partition 3 off" in text
 

@@ -1,5 +1,4 @@
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -111,7 +110,7 @@ def test_help_shows_plain_text_not_restructuredtext() -> None:
 
 def run_installed(args: list[str], pipelines_file: Path) -> subprocess.CompletedProcess:
     """The installed ``tidemark`` script, as a user runs it, on ``pipelines_file`` (no service runs)."""
-    script = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+    script = str(Path(sys.executable).parent / "tidemark")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}
     env |= {"TIDEMARK_PIPELINES": str(pipelines_file), "TIDEMARK_HOME": str(pipelines_file.parent / "home")}
     return subprocess.run([script, *args], env=env, capture_output=True, text=True, timeout=60)

@@ -1,10 +1,12 @@
 import json
 from collections import Counter
 from datetime import datetime
+from typing import Any
 
 import pytest
 
-from tidemark.producer import MALFORMED_KINDS, MAX_VALUE_BYTES, ProduceSpec, generate
+from spark_jobs.contract import MAX_VALUE_BYTES
+from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
 
 REQUIRED = ("event_id", "entity_id", "event_type", "event_time")
 
@@ -91,7 +93,9 @@ def test_simulated_arrival_times_increase_by_the_step() -> None:
 
     records = list(generate(ProduceSpec(count=5, arrival_step=timedelta(minutes=10))))
     stamps = [r.timestamp_ms for r in records]
-    assert stamps == [stamps[0] + i * 600_000 for i in range(5)]
+    first = stamps[0]
+    assert first is not None
+    assert stamps == [first + i * 600_000 for i in range(5)]
 
 
 @pytest.mark.parametrize(
@@ -108,7 +112,7 @@ def test_bad_specs_fail_with_the_argument_named(kwargs: dict, message: str) -> N
         ProduceSpec(**kwargs)
 
 
-WEB_SCHEMA = {
+WEB_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "required": ["messageId", "userId", "timestamp", "event", "context"],
@@ -162,7 +166,7 @@ def test_every_malformed_kind_breaks_a_pipelines_contract() -> None:
             value = json.loads(record.value)
         except ValueError:  # not JSON, or not UTF-8
             continue
-        broken = not isinstance(value, dict) or list(validator.iter_errors(value))
+        broken = not isinstance(value, dict) or bool(list(validator.iter_errors(value)))
         if not broken:
             broken = not isinstance(value["timestamp"], str) or "tuesday" in value["timestamp"]
         assert broken, record.kind
