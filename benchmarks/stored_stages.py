@@ -20,7 +20,7 @@ from benchmarks.workloads import (
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from spark_jobs.store.findings import Report
+    from spark_jobs.store.report import Report
 
 from benchmarks.stages import ingested_sink
 

@@ -85,8 +85,8 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         """The job's application, jars, environment and Spark configuration, from ``settings`` and the task."""
         from airflow.sdk import BaseHook
 
-        from spark_jobs.store.runs import STARTED_BY
         from spark_jobs.spark import driver_conf, spark_jars
+        from spark_jobs.store.runs import STARTED_BY
 
         self.application = self.application or job_application(self.job)
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
