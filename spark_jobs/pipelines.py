@@ -29,15 +29,10 @@ from typing import Any
 
 from spark_jobs.contract import EVENT_COLUMNS, TABLE_SCHEMAS, WORKING_COLUMNS, SessionRules
 from spark_jobs.errors import ConfigError
+from spark_jobs.pipeline_names import DEFAULT_TOPIC, PipelineNames
 
-# A pipeline's name names its PostgreSQL schema, its folder of Delta tables and its DAGs.
+# A pipeline's name names its PostgreSQL schema, its folder of Delta tables and its DAGs (spark_jobs.pipeline_names).
 NAME_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
-# The pipeline of a deployment made before pipelines were declared: its tables keep their places
-# (the lake root's top level, PostgreSQL's `public` schema, the lock keys without a suffix), and its
-# DAGs their ids.
-DEFAULT_PIPELINE = "events"
-# The DAGs each pipeline has (dags/): tidemark_<kind> for the pipeline events, tidemark_<kind>__<name> for another.
-DAG_KINDS = ("ingest", "backfill", "reconcile", "repair", "readmit", "maintenance")
 # Names a pipeline may not have: PostgreSQL's schemas (and those starting pg_), `public` (the default
 # pipeline `events` keeps its tables there), and the lake root's own folders, where the default
 # pipeline keeps its Delta tables (`tidemark land` its raw_events).
@@ -317,6 +312,11 @@ class Pipeline:
     schedule: str | None  # None: manual runs only
     alerts: Alerts = field(default_factory=Alerts)
 
+    @property
+    def names(self) -> PipelineNames:
+        """Where the pipeline's state lives and what its parts (DAGs, locks, ...) are called."""
+        return PipelineNames(self.name)
+
 
 @dataclass(frozen=True)
 class Defaults:
@@ -329,15 +329,7 @@ class Defaults:
     alerts: Alerts = field(default_factory=Alerts)
     # A pipeline's topic is its name, but the default pipeline's is the setting TIDEMARK_TOPIC, as it
     # was before pipelines were declared.
-    default_pipeline: str = DEFAULT_PIPELINE
-    default_topic: str = "events"
-
-
-def dag_id(kind: str, pipeline: str) -> str:
-    """The id of ``pipeline``'s DAG of ``kind``: ``tidemark_<kind>`` for ``events``, ``tidemark_<kind>__<name>``."""
-    if kind not in DAG_KINDS:
-        raise ValueError(f"kind must be one of {DAG_KINDS}, got {kind!r}")
-    return f"tidemark_{kind}" if pipeline == DEFAULT_PIPELINE else f"tidemark_{kind}__{pipeline}"
+    events_topic: str = DEFAULT_TOPIC
 
 
 class PipelinesError(ConfigError):
@@ -451,7 +443,7 @@ def check(document: Any, path: Path, defaults: Defaults) -> Declared:
             problems.append(Problem(name, f"{where}: name: {name!r} {taken}, and a pipeline's name names its "
                                           "PostgreSQL schema and its folder of the lake; choose another"))  # fmt: skip
             continue
-        topic = entry.get("topic") or (defaults.default_topic if name == defaults.default_pipeline else name)
+        topic = PipelineNames(name).topic(entry.get("topic"), defaults.events_topic)
         lines = []
         claimed = topics.get(kafka_topic_key(topic))
         if claimed:

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
-from spark_jobs.pipelines import DEFAULT_PIPELINE, DEFAULT_SCHEDULE
+from spark_jobs.pipeline_names import DEFAULT_PIPELINE, DEFAULT_TOPIC, PipelineNames
+from spark_jobs.pipelines import DEFAULT_SCHEDULE
 from spark_jobs.settings_parsers import COUNT, FLAG, HORIZON, NUMBER, OPTIONS, PATH, PORT, RULES, TEXT, WHOLE, Parser
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract, Declared, Pipeline
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TOPIC = "events"
 
 
 def _checkout() -> Path:
@@ -203,10 +203,9 @@ class Settings:
         # (their topic is that pipeline's): to them, an events entry without a topic reads the default one.
         # Likewise the session rules are a pipeline's own once these settings are that pipeline's (for_pipeline):
         # of the file, such settings are asked for that pipeline's entry only.
-        topic = self.topic if self.pipeline == DEFAULT_PIPELINE else DEFAULT_TOPIC
         defaults = pipelines.Defaults(
             self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger,
-            schedule=self.ingest_schedule, default_pipeline=DEFAULT_PIPELINE, default_topic=topic,
+            schedule=self.ingest_schedule, events_topic=self.names.events_topic(self.topic),
         )  # fmt: skip
         return pipelines.load_each(self.pipelines_file, defaults)
 
@@ -273,18 +272,21 @@ class Settings:
         """Where the pipeline's Spark query of ``kind`` (``ingest``) keeps its checkpoint: the pipeline's own
         folder of the checkpoint root, named by the topic too (a pipeline given another topic starts afresh).
         The default pipeline's is at the root's top level, where deployments made before pipelines have it."""
-        root = self.checkpoint_root.rstrip("/")
-        folder = root if self.pipeline == DEFAULT_PIPELINE else f"{root}/{self.pipeline}"
-        return f"{folder}/{kind}-{self.topic}"
+        return f"{self.names.folder(self.checkpoint_root)}/{kind}-{self.topic}"
 
     def contract(self) -> Contract:
         """The contract :attr:`pipelines_file` declares for :attr:`pipeline`."""
         return self.declared().contract
 
     @property
+    def names(self) -> PipelineNames:
+        """Where the pipeline's state lives and what its parts are called (:class:`PipelineNames`)."""
+        return PipelineNames(self.pipeline)
+
+    @property
     def postgres_schema(self) -> str:
         """The PostgreSQL schema holding the pipeline's tables (ledger, sessions, reconcile history, ...)."""
-        return "public" if self.pipeline == DEFAULT_PIPELINE else self.pipeline
+        return self.names.postgres_schema
 
     @property
     def pipeline_dsn(self) -> str:
@@ -299,7 +301,7 @@ class Settings:
 
     def lock_key(self, name: str) -> str:
         """The advisory-lock key ``name`` (e.g. ``tidemark-writer``) of the pipeline: each has its own."""
-        return name if self.pipeline == DEFAULT_PIPELINE else f"{name}:{self.pipeline}"
+        return self.names.lock_key(name)
 
     @property
     def logs_dir(self) -> Path:
@@ -316,8 +318,7 @@ class Settings:
     def table_path(self, name: str) -> str:
         """Location of the pipeline's Delta table ``name`` (a path or an object-store URI): in its folder of
         the lake root, ``<lake root>/<pipeline>/<name>``; the default pipeline's at the lake root's top level."""
-        root = self.lake_root.rstrip("/")
-        return f"{root}/{name}" if self.pipeline == DEFAULT_PIPELINE else f"{root}/{self.pipeline}/{name}"
+        return f"{self.names.folder(self.lake_root)}/{name}"
 
     def secrets(self) -> list[str]:
         """The secret values these settings carry (for :func:`spark_jobs.secrets.redact`)."""

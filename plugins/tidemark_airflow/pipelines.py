@@ -10,7 +10,8 @@ with the problem's lines, so Airflow lists them under its import errors, while t
 pipelines load and run from what their entries say.
 
 The pipeline ``events`` keeps the DAG ids a deployment made before pipelines has (``tidemark_ingest``,
-...), as it keeps its tables; another pipeline's are suffixed with its name (``tidemark_ingest__web``).
+...), as it keeps its tables; another pipeline's are suffixed with its name (``tidemark_ingest__web``):
+``pipeline.names.dag_id(kind)`` (:class:`~spark_jobs.pipeline_names.PipelineNames`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_jobs.pipelines import DEFAULT_SCHEDULE, Alerts, dag_id  # noqa: F401  (dag_id: the DAG files' names)
+from spark_jobs.pipeline_names import PipelineNames
+from spark_jobs.pipelines import DEFAULT_SCHEDULE, Alerts
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -46,16 +48,23 @@ class Unrunnable:
     schedule: str | None = DEFAULT_SCHEDULE
     alerts: Alerts = field(default_factory=Alerts)
 
+    @property
+    def names(self) -> PipelineNames:
+        """Where the pipeline's state lives and what its parts (DAGs, locks, ...) are called."""
+        return PipelineNames(self.name)
+
 
 def unrunnable(found: Declared) -> list[Unrunnable]:
     """The pipelines ``found`` declares with a problem (:meth:`~spark_jobs.pipelines.Declared.broken`)."""
-    from spark_jobs.settings import DEFAULT_PIPELINE, Settings
+    from spark_jobs.settings import Settings
 
     deployment = Settings.from_env()
-    # The topic its entry names where it could be read; else the one it would have if it named none.
-    topic = {DEFAULT_PIPELINE: deployment.topic} | dict(found.topics)
+
+    def topic(name: str) -> str:  # the topic its entry names where it could be read; else the one it would have
+        return PipelineNames(name).topic(found.topics.get(name), deployment.topic)
+
     return [
-        Unrunnable(name, topic.get(name, name), tuple(found.problems_of(name)), deployment.ingest_schedule)
+        Unrunnable(name, topic(name), tuple(found.problems_of(name)), deployment.ingest_schedule)
         for name in found.broken()
     ]
 
@@ -90,11 +99,8 @@ def sinks(pipeline: str) -> Asset:
     """The Asset a successful ingest, backfill or repair of ``pipeline`` updates; its reconcile is scheduled on it."""
     from airflow.sdk import Asset
 
-    from spark_jobs.pipelines import DEFAULT_PIPELINE
-
-    if pipeline == DEFAULT_PIPELINE:
-        return Asset(name="tidemark_sinks", uri="tidemark://sinks")
-    return Asset(name=f"tidemark_sinks__{pipeline}", uri=f"tidemark://sinks/{pipeline}")
+    name, uri = PipelineNames(pipeline).asset
+    return Asset(name=name, uri=uri)
 
 
 def alert_notifier(pipeline: Pipeline | Unrunnable) -> AlertNotifier:

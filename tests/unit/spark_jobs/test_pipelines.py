@@ -332,7 +332,7 @@ def test_a_broken_entry_is_named_in_its_problems_and_leaves_the_others_usable(tm
 
 
 def test_the_events_pipelines_topic_is_the_setting_unless_its_entry_names_one(tmp_path: Path) -> None:
-    defaults = Defaults(default_topic="clicks")
+    defaults = Defaults(events_topic="clicks")
     [events] = pipelines.load(PROJECT_ROOT / "pipelines.yaml", defaults)
     events_, web, orders = pipelines.load(write(tmp_path, three_pipelines()), defaults)
     assert (events.topic, events_.topic, web.topic, orders.topic) == ("clicks", "clicks", "web-clicks", "orders")
