@@ -22,14 +22,26 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from dataclasses import MISSING, Field, dataclass, field, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from spark_jobs.contract import EVENT_COLUMNS, TABLE_SCHEMAS, WORKING_COLUMNS, SessionRules
 from spark_jobs.errors import ConfigError
 from spark_jobs.pipeline_names import DEFAULT_TOPIC, PipelineNames
+from spark_jobs.pipeline_options import (
+    ALERTS,
+    DAYS,
+    DEFAULT_SCHEDULE,
+    RECORDS,
+    SCHEDULE,
+    SESSIONS,
+    Alerts,
+    option,
+    option_problems,
+    options,
+    read_options,
+)
 
 # A pipeline's name names its PostgreSQL schema, its folder of Delta tables and its DAGs (spark_jobs.pipeline_names).
 NAME_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
@@ -50,126 +62,7 @@ DECIMAL_PATTERN = re.compile(r"decimal\((\d{1,2}),\s*(\d{1,2})\)")
 RESERVED_COLUMNS = EVENT_COLUMNS
 ROLES = ("event_id", "entity_id", "event_time", "event_type")
 REQUIRED_ROLES = ROLES[:3]
-SCHEDULE_PRESETS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
-DEFAULT_SCHEDULE = "*/15 * * * *"
-
-_EMAIL = "^[^@\\s]+@[^@\\s]+$"
 _POINTER = "^(/([^~]|~[01])*)*$"
-
-# The file's own shape. ``x-must`` is the one-line error shown when a value breaks its schema.
-CONFIG_SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "required": ["pipelines"],
-    "additionalProperties": False,
-    "x-must": "must be a mapping whose one field, pipelines, lists the pipelines",
-    "properties": {
-        "pipelines": {
-            "type": "array",
-            "minItems": 1,
-            "x-must": "must be a list of at least one pipeline",
-            "items": {
-                "type": "object",
-                "required": ["name", "contract"],
-                "additionalProperties": False,
-                "x-must": "must be a mapping (name, topic, contract, sessions, ...)",
-                "properties": {
-                    "name": {
-                        "type": "string",
-                        "pattern": NAME_PATTERN,
-                        "x-must": "must be lower-case letters, digits and _, starting with a letter, at most 40",
-                    },
-                    "topic": {
-                        "type": "string",
-                        "pattern": TOPIC_PATTERN,
-                        "x-must": "must be a Kafka topic name (letters, digits, '.', '_', '-')",
-                    },
-                    "contract": {
-                        "type": "object",
-                        "required": ["schema", "event_id", "entity_id", "event_time"],
-                        "additionalProperties": False,
-                        "x-must": "must be a mapping with schema, event_id, entity_id and event_time",
-                        "properties": {
-                            "schema": {
-                                "type": ["object", "string"],
-                                "x-must": "must be a JSON Schema, or the path of a file holding one",
-                            },
-                            **{
-                                role: {
-                                    "type": "string",
-                                    "pattern": _POINTER,
-                                    "x-must": "must be a JSON pointer into the value, e.g. '/user/id'",
-                                }
-                                for role in ROLES
-                            },
-                            "properties": {
-                                "type": "string",
-                                "pattern": _POINTER,
-                                "x-must": "must be a JSON pointer to an object of the value ('' for all of it)",
-                            },
-                            "key_is_entity_id": {"type": "boolean", "x-must": "must be true or false"},
-                            "columns": {
-                                "type": "object",
-                                "x-must": "must map dotted paths of the value to Spark SQL types",
-                                "additionalProperties": {
-                                    "type": "string",
-                                    "x-must": "must be a Spark SQL type: "
-                                    + ", ".join(COLUMN_TYPES)
-                                    + " or decimal(p,s)",
-                                },
-                            },
-                        },
-                    },
-                    "sessions": {
-                        "x-must": "must be off, or a mapping of gap_minutes and max_hours",
-                        "oneOf": [
-                            {"const": "off"},
-                            {"const": False},
-                            {
-                                "type": "object",
-                                "additionalProperties": False,
-                                "properties": {
-                                    "gap_minutes": {"type": "number", "exclusiveMinimum": 0},
-                                    "max_hours": {"type": "number", "exclusiveMinimum": 0},
-                                },
-                            },
-                        ],
-                    },
-                    "dedupe_horizon_days": {
-                        "oneOf": [{"type": "number", "minimum": 0}, {"const": "unbounded"}],
-                        "x-must": "must be a number of days, 0 or more, or unbounded",
-                    },
-                    "max_offsets_per_trigger": {
-                        "type": "integer",
-                        "minimum": 0,
-                        "x-must": "must be a whole number of records, 0 or more (0: no cap)",
-                    },
-                    "schedule": {
-                        "type": ["string", "null"],
-                        "x-must": "must be a cron expression, a preset such as @hourly, or null (manual runs only)",
-                    },
-                    "alerts": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "x-must": "must be a mapping of webhook (an Airflow connection id) and email (a list)",
-                        "properties": {
-                            "webhook": {
-                                "type": "string",
-                                "pattern": "^[A-Za-z0-9_.-]+$",
-                                "x-must": "must be an Airflow connection id",
-                            },
-                            "email": {
-                                "type": "array",
-                                "items": {"type": "string", "pattern": _EMAIL, "x-must": "must be an e-mail address"},
-                                "x-must": "must be a list of e-mail addresses",
-                            },
-                        },
-                    },
-                },
-            },
-        }
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -292,25 +185,53 @@ EVENTS_CONTRACT = Contract(
 
 
 @dataclass(frozen=True)
-class Alerts:
-    """Where a pipeline's alerts go besides the task log: an Airflow connection's webhook, e-mail addresses."""
-
-    webhook: str | None = None
-    email: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class Pipeline:
-    """One pipeline: a topic, its contract and its rules. Unset values come from the settings."""
+    """One pipeline: a topic, its contract and its options (unset values come from the settings)."""
 
     name: str
     topic: str
     contract: Contract
-    sessions: SessionRules | None  # None: the pipeline cuts no sessions
-    dedupe_horizon_days: float
-    max_offsets_per_trigger: int
-    schedule: str | None  # None: manual runs only
-    alerts: Alerts = field(default_factory=Alerts)
+    # The options: a key of the entry each, and a row of docs/configuration.md's options table (options_table).
+    # None: the pipeline cuts no sessions.
+    sessions: SessionRules | None = option(
+        SESSIONS,
+        SessionRules,
+        "how the pipeline's sessions are cut: a mapping of `gap_minutes` and `max_hours` (one left out: the "
+        "setting's, or the documented default when the setting is `off`), or `off`: no sessions. Recorded with "
+        "each batch",
+        setting="session_rules",
+    )
+    dedupe_horizon_days: float = option(
+        DAYS,
+        30.0,
+        "a record is compared with the stored copies of its `event_id` that arrived at most this many days before "
+        'its batch (`unbounded`: all of them; docs/design.md, "The dedupe horizon")',
+        setting="dedupe_horizon_days",
+    )
+    # Spark's maxOffsetsPerTrigger, sized so one batch finishes on the embedded machine (2 cores, a 2 GiB
+    # driver) well inside the task timeout.
+    max_offsets_per_trigger: int = option(
+        RECORDS,
+        500_000,
+        "records per batch of a scheduled run at most (0: no cap)",
+        setting="max_offsets_per_trigger",
+    )
+    # None: manual runs only. Read when the DAG files are parsed; a run's settings keep the deployment's.
+    schedule: str | None = option(
+        SCHEDULE,
+        DEFAULT_SCHEDULE,
+        "the ingest DAG's schedule (UTC): a cron expression, a preset (`@hourly`, `@daily`, `@weekly`, "
+        "`@monthly`, `@yearly`), or `null`: manual runs only",
+        setting="ingest_schedule",
+        carried=False,
+    )
+    alerts: Alerts = option(
+        ALERTS,
+        Alerts,
+        "where the pipeline's alerts go besides the task log: `webhook`, the id of an Airflow connection whose "
+        "host is the webhook's URL, and `email`, a list of addresses",
+        shown="the deployment's: the `tidemark_alert_webhook` connection and `TIDEMARK_ALERT_EMAIL`",
+    )
 
     @property
     def names(self) -> PipelineNames:
@@ -318,18 +239,93 @@ class Pipeline:
         return PipelineNames(self.name)
 
 
-@dataclass(frozen=True)
-class Defaults:
-    """What a pipeline that leaves a value out gets (today's settings)."""
+def _default(declared: Field) -> Any:
+    if declared.default_factory is not MISSING:
+        return field(default_factory=declared.default_factory)
+    return field(default=declared.default)
 
-    sessions: SessionRules | None = field(default_factory=SessionRules)  # None: off
-    dedupe_horizon_days: float = 30.0
-    max_offsets_per_trigger: int = 500_000
-    schedule: str | None = DEFAULT_SCHEDULE
-    alerts: Alerts = field(default_factory=Alerts)
-    # A pipeline's topic is its name, but the default pipeline's is the setting TIDEMARK_TOPIC, as it
-    # was before pipelines were declared.
-    events_topic: str = DEFAULT_TOPIC
+
+# What a pipeline that leaves an option out gets (the deployment's settings: Settings.declarations), a field
+# per option of Pipeline; and the topic of the default pipeline when its entry names none (TIDEMARK_TOPIC).
+Defaults = make_dataclass(
+    "Defaults",
+    [*((f.name, f.type, _default(f)) for f in options(Pipeline)), ("events_topic", str, field(default=DEFAULT_TOPIC))],
+    frozen=True,
+    namespace={"__module__": __name__, "__doc__": "What a pipeline that leaves an option out gets: a field per "
+               "option of Pipeline, and events_topic, the default pipeline's topic when its entry names none."},
+)  # fmt: skip
+
+
+# The file's own shape. ``x-must`` is the one-line error shown when a value breaks its schema.
+CONFIG_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["pipelines"],
+    "additionalProperties": False,
+    "x-must": "must be a mapping whose one field, pipelines, lists the pipelines",
+    "properties": {
+        "pipelines": {
+            "type": "array",
+            "minItems": 1,
+            "x-must": "must be a list of at least one pipeline",
+            "items": {
+                "type": "object",
+                "required": ["name", "contract"],
+                "additionalProperties": False,
+                "x-must": "must be a mapping (name, topic, contract, sessions, ...)",
+                "properties": {
+                    "name": {
+                        "type": "string",
+                        "pattern": NAME_PATTERN,
+                        "x-must": "must be lower-case letters, digits and _, starting with a letter, at most 40",
+                    },
+                    "topic": {
+                        "type": "string",
+                        "pattern": TOPIC_PATTERN,
+                        "x-must": "must be a Kafka topic name (letters, digits, '.', '_', '-')",
+                    },
+                    "contract": {
+                        "type": "object",
+                        "required": ["schema", "event_id", "entity_id", "event_time"],
+                        "additionalProperties": False,
+                        "x-must": "must be a mapping with schema, event_id, entity_id and event_time",
+                        "properties": {
+                            "schema": {
+                                "type": ["object", "string"],
+                                "x-must": "must be a JSON Schema, or the path of a file holding one",
+                            },
+                            **{
+                                role: {
+                                    "type": "string",
+                                    "pattern": _POINTER,
+                                    "x-must": "must be a JSON pointer into the value, e.g. '/user/id'",
+                                }
+                                for role in ROLES
+                            },
+                            "properties": {
+                                "type": "string",
+                                "pattern": _POINTER,
+                                "x-must": "must be a JSON pointer to an object of the value ('' for all of it)",
+                            },
+                            "key_is_entity_id": {"type": "boolean", "x-must": "must be true or false"},
+                            "columns": {
+                                "type": "object",
+                                "x-must": "must map dotted paths of the value to Spark SQL types",
+                                "additionalProperties": {
+                                    "type": "string",
+                                    "x-must": "must be a Spark SQL type: "
+                                    + ", ".join(COLUMN_TYPES)
+                                    + " or decimal(p,s)",
+                                },
+                            },
+                        },
+                    },
+                    **{f.name: f.metadata["kind"].schema for f in options(Pipeline)},
+                },
+            },
+        }
+    },
+}
 
 
 class PipelinesError(ConfigError):
@@ -557,7 +553,7 @@ def _message(error: Any) -> str:
 
 
 def _entry_problems(entry: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[str]:
-    """What the file's shape cannot say about one pipeline: its contract, rules and schedule."""
+    """What the file's shape cannot say about one pipeline: its contract, and its options' values."""
     contract = entry["contract"]
     for role in ROLES:
         if role not in contract:
@@ -602,19 +598,7 @@ def _entry_problems(entry: Mapping[str, Any], schema: Mapping[str, Any]) -> Iter
                 "decimal(p,s) (p up to 38, s up to p)"
             )
         names.setdefault(column, dotted)
-    sessions = entry.get("sessions")
-    if isinstance(sessions, dict):
-        try:
-            _rules(sessions, SessionRules())
-        except ConfigError as exc:
-            yield f"sessions: {exc}"
-    schedule = entry.get("schedule")
-    if isinstance(schedule, str) and schedule not in SCHEDULE_PRESETS:
-        from croniter import croniter
-
-        if not croniter.is_valid(schedule):
-            presets = ", ".join(SCHEDULE_PRESETS)
-            yield f"schedule: {schedule!r} is not a cron expression (e.g. '*/15 * * * *') or a preset ({presets})"
+    yield from option_problems(Pipeline, entry)
 
 
 def _contract_schema(value: Any, folder: Path) -> tuple[dict[str, Any], str | None]:
@@ -708,15 +692,6 @@ def _decimal_fits(type_: str) -> bool:
     return 0 < precision <= 38 and scale <= precision
 
 
-def _rules(sessions: Mapping[str, Any], default: SessionRules) -> SessionRules:
-    gap = sessions.get("gap_minutes")
-    longest = sessions.get("max_hours")
-    return SessionRules(
-        timedelta(minutes=gap) if gap is not None else default.gap,
-        timedelta(hours=longest) if longest is not None else default.max_length,
-    )
-
-
 def _pipeline(entry: Mapping[str, Any], topic: str, schema: Mapping[str, Any], defaults: Defaults) -> Pipeline:
     raw = entry["contract"]
     columns = tuple(
@@ -733,20 +708,4 @@ def _pipeline(entry: Mapping[str, Any], topic: str, schema: Mapping[str, Any], d
         key_is_entity_id=raw.get("key_is_entity_id", True),
         columns=columns,
     )
-    sessions = entry.get("sessions")
-    if sessions in ("off", False) or sessions is None and defaults.sessions is None:
-        rules = None
-    else:
-        rules = _rules(sessions or {}, defaults.sessions or SessionRules())
-    horizon = entry.get("dedupe_horizon_days", defaults.dedupe_horizon_days)
-    alerts = entry.get("alerts")
-    return Pipeline(
-        name=entry["name"],
-        topic=topic,
-        contract=contract,
-        sessions=rules,
-        dedupe_horizon_days=0.0 if horizon == "unbounded" else float(horizon),
-        max_offsets_per_trigger=entry.get("max_offsets_per_trigger", defaults.max_offsets_per_trigger),
-        schedule=entry.get("schedule", defaults.schedule),
-        alerts=Alerts(alerts.get("webhook"), tuple(alerts.get("email", ()))) if alerts else defaults.alerts,
-    )
+    return Pipeline(entry["name"], topic, contract, **read_options(Pipeline, entry, defaults))

@@ -4,7 +4,9 @@ Nothing reads the environment at import time; entry points call :meth:`Settings.
 the result down. Every value has an environment variable so the same code runs on the embedded
 default and on a cluster. Each setting is declared once, as a :class:`Settings` field made by
 :func:`setting` (its parser from ``spark_jobs.settings_parsers``); the declarations drive ``from_env``,
-``to_env`` and docs/configuration.md's table (:func:`settings_table`).
+``to_env`` and docs/configuration.md's table (:func:`settings_table`). The settings a pipeline's options
+take (``spark_jobs.pipeline_options``) are those a run of it carries (:meth:`Settings.for_pipeline`), and
+the options' table is :func:`options_table`.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ from typing import TYPE_CHECKING, Any
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
 from spark_jobs.pipeline_names import DEFAULT_PIPELINE, DEFAULT_TOPIC, PipelineNames
-from spark_jobs.pipelines import DEFAULT_SCHEDULE
+from spark_jobs.pipeline_options import options
+from spark_jobs.pipelines import Defaults, Pipeline
 from spark_jobs.settings_parsers import COUNT, FLAG, HORIZON, NUMBER, OPTIONS, PATH, PORT, RULES, TEXT, WHOLE, Parser
 
 if TYPE_CHECKING:
-    from spark_jobs.pipelines import Contract, Declared, Pipeline
+    from spark_jobs.pipelines import Contract, Declared
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The options' own defaults (spark_jobs.pipelines.Pipeline): the defaults of the settings they take.
+_OPTION = Defaults()
 
 
 def _checkout() -> Path:
@@ -72,7 +77,7 @@ class Settings:
         "names one (a run of another pipeline reads that pipeline's own)")
     pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
         "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
-    ingest_schedule: str = setting("TIDEMARK_INGEST_SCHEDULE", TEXT, DEFAULT_SCHEDULE, "the ingest DAGs' cron "
+    ingest_schedule: str = setting("TIDEMARK_INGEST_SCHEDULE", TEXT, _OPTION.schedule, "the ingest DAGs' cron "
         "(UTC) for a pipeline whose entry names no `schedule`; read when the DAG files are parsed")
     # Empty: derived from home and the ports (__post_init__), as `shown` says.
     bootstrap_servers: str = setting("TIDEMARK_KAFKA_BOOTSTRAP_SERVERS", TEXT, "",
@@ -90,24 +95,22 @@ class Settings:
     # The ledger records the rules a run cut its sessions with and refuses a run with other rules.
     # None: the pipeline cuts no sessions (`sessions: off`).
     session_rules: SessionRules | None = setting(("TIDEMARK_SESSION_GAP_MINUTES", "TIDEMARK_SESSION_MAX_HOURS"),
-        RULES, SessionRules, "the session rules (recorded; see above); a gap of `off`: no sessions")
+        RULES, _OPTION.sessions, "the session rules (recorded; see above); a gap of `off`: no sessions")
     reverify_days: float = setting("TIDEMARK_REVERIFY_DAYS", NUMBER, 7.0,
         "reconcile re-checks every verified range at least this often")
     lag_alert_minutes: float = setting("TIDEMARK_LAG_ALERT_MINUTES", NUMBER, 60.0,
         "reconcile alerts (status `lagging`) when the oldest record not processed yet arrived longer ago")
-    # Spark's maxOffsetsPerTrigger, sized so one batch finishes on the embedded machine (2 cores, a
-    # 2 GiB driver) well inside the task timeout.
-    max_offsets_per_trigger: int = setting("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", COUNT, 500_000,
-        "records per batch of a scheduled run at most (0: no cap)")
+    max_offsets_per_trigger: int = setting("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", COUNT,
+        _OPTION.max_offsets_per_trigger, "records per batch of a scheduled run at most (0: no cap)")
     # The Kafka source's maxRecordsPerPartition: parsing is a batch's heaviest scan, and a few large
     # partitions on a few cores leave cores idle (3 partitions on 2 cores: the third runs alone).
     read_task_records: int = setting("TIDEMARK_READ_TASK_RECORDS", COUNT, 25_000, "Kafka records per Spark read "
         "task at most, so a batch's parse keeps every core busy (0: one task per Kafka partition)")
-    dedupe_horizon_days: float = setting("TIDEMARK_DEDUPE_HORIZON_DAYS", HORIZON, 30.0, "a record is compared "
-        "with the stored copies of its `event_id` that arrived at most this many days before its batch's earliest "
-        "record (`unbounded`: all of them). A copy arriving later than that after the first is accepted as a new "
-        "event, so `events` holds a second row of that `event_id`; nothing is lost, and every record stays in "
-        'exactly one table (docs/design.md, "The dedupe horizon")')
+    dedupe_horizon_days: float = setting("TIDEMARK_DEDUPE_HORIZON_DAYS", HORIZON, _OPTION.dedupe_horizon_days,
+        "a record is compared with the stored copies of its `event_id` that arrived at most this many days before "
+        "its batch's earliest record (`unbounded`: all of them). A copy arriving later than that after the first is "
+        "accepted as a new event, so `events` holds a second row of that `event_id`; nothing is lost, and every "
+        'record stays in exactly one table (docs/design.md, "The dedupe horizon")')
     vacuum_retain_hours: float = setting("TIDEMARK_VACUUM_RETAIN_HOURS", NUMBER, 168.0, "maintenance VACUUMs "
         "only files no table version younger than this needs (Delta's default and minimum)")
     history_days: float = setting("TIDEMARK_HISTORY_DAYS", NUMBER, 90.0, "maintenance prunes reconcile runs older "
@@ -203,23 +206,16 @@ class Settings:
         # (their topic is that pipeline's): to them, an events entry without a topic reads the default one.
         # Likewise the session rules are a pipeline's own once these settings are that pipeline's (for_pipeline):
         # of the file, such settings are asked for that pipeline's entry only.
-        defaults = pipelines.Defaults(
-            self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger,
-            schedule=self.ingest_schedule, events_topic=self.names.events_topic(self.topic),
-        )  # fmt: skip
+        taken = {f.name: getattr(self, f.metadata["setting"]) for f in options(Pipeline) if f.metadata["setting"]}
+        defaults = Defaults(events_topic=self.names.events_topic(self.topic), **taken)
         return pipelines.load_each(self.pipelines_file, defaults)
 
     def for_pipeline(self, pipeline: Pipeline) -> Settings:
-        """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, session
-        rules (None: off), dedupe horizon and batch cap. The contract is read from :attr:`pipelines_file` by name."""
-        return replace(
-            self,
-            pipeline=pipeline.name,
-            topic=pipeline.topic,
-            session_rules=pipeline.sessions,
-            dedupe_horizon_days=pipeline.dedupe_horizon_days,
-            max_offsets_per_trigger=pipeline.max_offsets_per_trigger,
-        )
+        """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, and the
+        options a run carries (session rules, None: off; dedupe horizon; batch cap). The contract is read from
+        :attr:`pipelines_file` by name."""
+        carried = {f.metadata["setting"]: getattr(pipeline, f.name) for f in options(Pipeline) if f.metadata["carried"]}
+        return replace(self, pipeline=pipeline.name, topic=pipeline.topic, **carried)
 
     def declared(self, name: str | None = None, declared: Declared | None = None) -> Pipeline:
         """The pipeline :attr:`pipelines_file` declares as ``name`` (default: :attr:`pipeline`). Problems of
@@ -349,4 +345,21 @@ def settings_table() -> str:
             shown = ", ".join(f"`{v}`" if parser.code else v for v in parser.write(default, names).values())
         text = (" " if doc.startswith("(") else ": ").join(part for part in (shown, doc) if part)
         rows.append(f"| {', '.join(f'`{name}`' for name in names)} | {text} |")
+    return "\n".join(rows) + "\n"
+
+
+def options_table() -> str:
+    """docs/configuration.md's table of a pipeline's options (header included), a row per option of
+    :class:`~spark_jobs.pipelines.Pipeline` in field order: its default is the setting it takes."""
+    settings = {f.name: f for f in fields(Settings)}
+    rows = ["| option | default | what it is |", "| --- | --- | --- |"]
+    for f in options(Pipeline):
+        shown = f.metadata["shown"]
+        if not shown:
+            taken = settings[f.metadata["setting"]]
+            names, parser = taken.metadata["env"], taken.metadata["parser"]
+            values = parser.write(taken.default_factory() if taken.default is MISSING else taken.default, names)
+            shown = ", ".join(f"`{name}`" for name in names) + " (" + ", ".join(
+                f"`{v}`" if parser.code else v for v in values.values()) + ")"  # fmt: skip
+        rows.append(f"| `{f.name}` | {shown} | {f.metadata['doc']} |")
     return "\n".join(rows) + "\n"

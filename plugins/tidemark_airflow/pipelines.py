@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from spark_jobs.pipeline_names import PipelineNames
-from spark_jobs.pipelines import DEFAULT_SCHEDULE, Alerts
+from spark_jobs.pipeline_options import DEFAULT_SCHEDULE, Alerts
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset

@@ -468,3 +468,29 @@ def test_only_a_name_a_pipeline_could_have_is_kept_visible_with_its_problem(tmp_
     declared = pipelines.load_each(write(tmp_path, config))
 
     assert declared.broken() == ["shop"]
+
+
+def test_each_option_is_declared_once_and_drives_the_files_shape_its_reading_and_a_runs_settings(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import fields
+
+    from spark_jobs.pipeline_options import options
+    from spark_jobs.pipelines import CONFIG_SCHEMA, Pipeline
+    from spark_jobs.settings import Settings
+
+    declared = [f.name for f in options(Pipeline)]
+    assert declared == ["sessions", "dedupe_horizon_days", "max_offsets_per_trigger", "schedule", "alerts"]
+    entry = CONFIG_SCHEMA["properties"]["pipelines"]["items"]["properties"]
+    assert list(entry) == ["name", "topic", "contract", *declared]
+    assert [f.name for f in fields(Defaults)] == [*declared, "events_topic"]
+    # An entry that leaves every option out gets the settings' values; a run carries the pipeline's.
+    settings = Settings.from_env(
+        {"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "7", "TIDEMARK_INGEST_SCHEDULE": "@daily"}
+    )
+    [events] = settings.pipelines()
+    assert (events.max_offsets_per_trigger, events.schedule, events.dedupe_horizon_days) == (7, "@daily", 30.0)
+    _, _, orders = pipelines.load(write(tmp_path, three_pipelines()))
+    run = settings.for_pipeline(orders)
+    assert (run.session_rules, run.dedupe_horizon_days, run.max_offsets_per_trigger) == (None, 0.0, 100_000)
+    assert run.ingest_schedule == "@daily", "a run's settings keep the deployment's schedule"
