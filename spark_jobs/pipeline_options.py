@@ -4,8 +4,8 @@ Each option is declared once, as a field of :class:`~spark_jobs.pipelines.Pipeli
 its kind (:class:`Kind`: the JSON Schema of its value in the file, what that schema cannot say, how the
 value becomes the field's), its default, the setting whose value a pipeline that leaves it out takes
 (and that a run of the pipeline carries), and one line of doc. That declaration drives the file's shape
-and the checking and reading of an entry (``spark_jobs.pipelines``), ``Settings.for_pipeline`` and the
-options table of docs/configuration.md (``settings.options_table``).
+(``spark_jobs.pipelines_schema``), the checking and reading of an entry (``spark_jobs.pipelines_check``),
+``Settings.for_pipeline`` and the options table of docs/configuration.md (``settings.options_table``).
 """
 
 from __future__ import annotations

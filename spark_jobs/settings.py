@@ -23,10 +23,13 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.pipeline_names import DEFAULT_PIPELINE, DEFAULT_TOPIC, PipelineNames
 from spark_jobs.pipeline_options import options
 from spark_jobs.pipelines import Defaults, Pipeline
+from spark_jobs.pipelines_check import PipelinesError
+from spark_jobs.pipelines_file import load_each
 from spark_jobs.settings_parsers import COUNT, FLAG, HORIZON, NUMBER, OPTIONS, PATH, PORT, RULES, TEXT, WHOLE, Parser
 
 if TYPE_CHECKING:
-    from spark_jobs.pipelines import Contract, Declared
+    from spark_jobs.pipelines import Contract
+    from spark_jobs.pipelines_check import Declared
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The options' own defaults (spark_jobs.pipelines.Pipeline): the defaults of the settings they take.
@@ -188,27 +191,23 @@ class Settings:
         return round(self.dedupe_horizon_days * 86_400_000_000) if self.dedupe_horizon_days > 0 else None
 
     def pipelines(self) -> list[Pipeline]:
-        """The pipelines :attr:`pipelines_file` declares, or a :class:`~spark_jobs.pipelines.PipelinesError`
+        """The pipelines :attr:`pipelines_file` declares, or a :class:`~spark_jobs.pipelines_check.PipelinesError`
         with every problem the file has."""
-        from spark_jobs.pipelines import PipelinesError
-
         declared = self.declarations()
         if declared.problems:
             raise PipelinesError(declared.lines())
         return declared.pipelines
 
     def declarations(self) -> Declared:
-        """What :attr:`pipelines_file` declares, entry by entry (:class:`~spark_jobs.pipelines.Declared`). What
-        an entry leaves out comes from these settings (the pipeline ``events``'s topic is :attr:`topic`)."""
-        from spark_jobs import pipelines
-
+        """What :attr:`pipelines_file` declares, entry by entry (:class:`~spark_jobs.pipelines_check.Declared`).
+        What an entry leaves out comes from these settings (the pipeline ``events``'s topic is :attr:`topic`)."""
         # The pipeline events' topic is TIDEMARK_TOPIC, which the settings of another pipeline no longer hold
         # (their topic is that pipeline's): to them, an events entry without a topic reads the default one.
         # Likewise the session rules are a pipeline's own once these settings are that pipeline's (for_pipeline):
         # of the file, such settings are asked for that pipeline's entry only.
         taken = {f.name: getattr(self, f.metadata["setting"]) for f in options(Pipeline) if f.metadata["setting"]}
         defaults = Defaults(events_topic=self.names.events_topic(self.topic), **taken)
-        return pipelines.load_each(self.pipelines_file, defaults)
+        return load_each(self.pipelines_file, defaults)
 
     def for_pipeline(self, pipeline: Pipeline) -> Settings:
         """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, and the
@@ -219,10 +218,8 @@ class Settings:
 
     def declared(self, name: str | None = None, declared: Declared | None = None) -> Pipeline:
         """The pipeline :attr:`pipelines_file` declares as ``name`` (default: :attr:`pipeline`). Problems of
-        other entries do not stop it; its own do (a :class:`~spark_jobs.pipelines.PipelinesError`).
+        other entries do not stop it; its own do (a :class:`~spark_jobs.pipelines_check.PipelinesError`).
         ``declared``: the file as :meth:`declarations` read it already."""
-        from spark_jobs.pipelines import PipelinesError
-
         name = name or self.pipeline
         declared = declared or self.declarations()
         if declared.problems_of(name):
@@ -245,8 +242,6 @@ class Settings:
         pipeline's own topic whatever ``TIDEMARK_TOPIC`` says, and refuses a ``--topic`` naming another. A topic
         another pipeline of the file reads is refused too. A :class:`ConfigError` says which.
         """
-        from spark_jobs.pipelines import PipelinesError
-
         name = name or self.pipeline
         chosen = replace(self, pipeline=name, topic=topic or self.topic)
         declared = chosen.declarations()  # the file, read once

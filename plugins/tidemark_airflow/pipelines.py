@@ -25,7 +25,8 @@ from spark_jobs.pipeline_options import DEFAULT_SCHEDULE, Alerts
 if TYPE_CHECKING:
     from airflow.sdk import Asset
 
-    from spark_jobs.pipelines import Declared, Pipeline
+    from spark_jobs.pipelines import Pipeline
+    from spark_jobs.pipelines_check import Declared
     from tidemark_airflow.notifiers import AlertNotifier
 
 
@@ -55,7 +56,7 @@ class Unrunnable:
 
 
 def unrunnable(found: Declared) -> list[Unrunnable]:
-    """The pipelines ``found`` declares with a problem (:meth:`~spark_jobs.pipelines.Declared.broken`)."""
+    """The pipelines ``found`` declares with a problem (:meth:`~spark_jobs.pipelines_check.Declared.broken`)."""
     from spark_jobs.settings import Settings
 
     deployment = Settings.from_env()
@@ -82,10 +83,10 @@ def dag_pipelines() -> list[Pipeline | Unrunnable]:
 
 
 def raise_problems() -> None:
-    """Raise the pipelines file's problems, one line each (a :class:`~spark_jobs.pipelines.PipelinesError`), if
-    it has any: ``dags/tidemark_pipelines.py`` does, so that Airflow lists them among its import errors."""
+    """Raise the pipelines file's problems, one line each (a :class:`~spark_jobs.pipelines_check.PipelinesError`),
+    if it has any: ``dags/tidemark_pipelines.py`` does, so that Airflow lists them among its import errors."""
     from spark_jobs.errors import ConfigError
-    from spark_jobs.pipelines import PipelinesError
+    from spark_jobs.pipelines_check import PipelinesError
 
     try:
         problems = declared().lines()
