@@ -471,6 +471,34 @@ def test_only_a_name_a_pipeline_could_have_is_kept_visible_with_its_problem(tmp_
     assert declared.broken() == ["shop"]
 
 
+def test_the_file_is_read_and_checked_once_until_it_or_a_contracts_schema_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked = []
+    check = pipelines_file.check
+    monkeypatch.setattr(pipelines_file, "check", lambda *args: checked.append(args) or check(*args))
+    path = write(tmp_path, three_pipelines())
+
+    first = pipelines_file.load_each(path)
+    first.pipelines.clear()  # each caller has its own copy
+    again = pipelines_file.load_each(path)
+    assert [p.name for p in again.pipelines] == ["events", "web", "orders"] and len(checked) == 1
+    assert len(pipelines_file.load_each(path, Defaults(events_topic="clicks")).pipelines) == 3 and len(checked) == 2
+
+    # An edit of the file is seen by the next read, and so is one of a contract's schema file beside it.
+    write(tmp_path, change("2.topic", "orders-v2"))
+    assert pipelines_file.load_each(path).pipelines[2].topic == "orders-v2" and len(checked) == 3
+    (tmp_path / "web.schema.json").write_text(json.dumps({**WEB_SCHEMA, "required": ["messageId", "timestamp"]}))
+    assert pipelines_file.load_each(path).problems_of("web") == [
+        "pipelines.yaml: pipeline 'web': contract.entity_id: '/userId' is not required by the schema; a record "
+        "needs its entity_id"
+    ]
+    (tmp_path / "web.schema.json").unlink()
+    assert "no such file beside the pipelines file" in pipelines_file.load_each(path).problems_of("web")[0]
+    assert len(checked) == 5
+    assert pipelines_file.load_each(path).problems_of("web") and len(checked) == 5
+
+
 def test_each_option_is_declared_once_and_drives_the_files_shape_its_reading_and_a_runs_settings(
     tmp_path: Path,
 ) -> None:
