@@ -15,7 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs.settings import DEFAULT_PIPELINE
+from spark_jobs.pipeline_names import DEFAULT_PIPELINE, PipelineNames
 from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
 from tidemark_airflow.notifiers import StillOpen
 
@@ -52,7 +52,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     ) -> None:
         if job not in JOBS:
             raise ValueError(f"job must be one of {JOBS}, got {job!r}")
-        kwargs.setdefault("name", f"tidemark-{job}" if pipeline == DEFAULT_PIPELINE else f"tidemark-{job}-{pipeline}")
+        kwargs.setdefault("name", PipelineNames(pipeline).app_name(job))
         super().__init__(**kwargs)
         self.job = job
         self.pipeline = pipeline

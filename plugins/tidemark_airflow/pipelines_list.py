@@ -55,10 +55,9 @@ def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.store.runs.L
 
 def pipeline_href(path: str, pipeline: str, **params: str | None) -> str:
     """``path`` (relative to the tidemark page) for ``pipeline``, with ``params`` that are set."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
+    from spark_jobs.pipeline_names import PipelineNames
 
-    query = {"pipeline": pipeline} if pipeline != DEFAULT_PIPELINE else {}
-    query |= {k: v for k, v in params.items() if v}
+    query = PipelineNames(pipeline).page_query | {k: v for k, v in params.items() if v}
     return path + (f"?{urlencode(query)}" if query else "")
 
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spark_jobs.pipeline_names import DEFAULT_PIPELINE, PipelineNames
 from tidemark_airflow.charts import Point, line_chart
 from tidemark_airflow.metrics import run_kind
-from tidemark_airflow.pipelines import dag_id
 from tidemark_airflow.pipelines_list import (
     STATUS_COLOURS,
     Summary,
@@ -78,12 +78,12 @@ QUARANTINE_DAYS = 30  # the quarantine chart's span
 
 
 def helpers() -> dict:
-    """What every template of the page uses: links within it, DAG ids, the status colours."""
+    """What every template of the page uses: links within it, a pipeline's names (DAG ids, the command line's
+    flag), the status colours."""
     return {
         "pipeline_href": pipeline_href,
         "repair_href": repair_href,
-        "pipeline_flag": pipeline_flag,
-        "dag_id": dag_id,
+        "names": PipelineNames,
         "colours": STATUS_COLOURS,
     }
 
@@ -157,13 +157,6 @@ def repair_href(run_id: str | None, pipeline: str) -> str:
     return pipeline_href("repair", pipeline, reconcile_run_id=run_id)
 
 
-def pipeline_flag(pipeline: str) -> str:
-    """`` --pipeline NAME`` for a command line of ``pipeline`` (nothing for ``events``)."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
-
-    return "" if pipeline == DEFAULT_PIPELINE else f" --pipeline {pipeline}"
-
-
 def render_findings(findings: Sequence[tuple], pipeline: str) -> str:
     """The open findings (and the latest closed ones): what is still wrong, since when, how it closed."""
     from spark_jobs.store.findings import describe
@@ -185,7 +178,6 @@ def render_run(run: tuple | None, ranges: list[tuple], pipeline: str = "events")
 def overview_page(deployment, pipeline: str, allowed) -> str:  # Settings, the pipeline asked for, Callable
     """The tidemark page of ``pipeline`` (when empty, ``events`` or else the first pipeline the user may see) among
     the pipelines ``allowed`` says; a ``LookupError`` for one it cannot show."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
     from tidemark_airflow.listing import lag_of_each, listed, readable, settings_of
 
     listing = readable(listed(deployment), allowed)  # the pipeline events' topic is the deployment's

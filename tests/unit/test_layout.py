@@ -137,11 +137,7 @@ MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 # TEMPORARY (issue 78): spark_jobs is being restructured; these exceed the sizes today. An entry that no longer
 # does fails the test too: take it off the list.
-TEMPORARY_LONG_MODULES = {
-    "spark_jobs/batch_plan.py",
-    "spark_jobs/pipelines.py",
-    "spark_jobs/settings.py",
-}
+TEMPORARY_LONG_MODULES = {"spark_jobs/batch_plan.py"}
 TEMPORARY_LONG_FUNCTIONS: set[str] = set()
 
 

@@ -62,7 +62,7 @@ from spark_jobs import ingest, maintenance, readmit, reconcile, repair
 from spark_jobs.db import transaction
 from spark_jobs.errors import ConfigError, ContractChanged, DataLossError, SessionRulesChanged, TopicRecreated
 from spark_jobs.offsets import ensure_topic, watermarks
-from spark_jobs.pipelines import PipelinesError
+from spark_jobs.pipelines_check import PipelinesError
 from spark_jobs.planning import plan_backfill
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres

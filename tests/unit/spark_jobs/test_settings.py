@@ -271,7 +271,7 @@ def test_a_run_chooses_its_pipeline_and_topic_together_and_refuses_another_pipel
     import yaml
 
     from spark_jobs.errors import ConfigError
-    from spark_jobs.pipelines import PipelinesError
+    from spark_jobs.pipelines_check import PipelinesError
     from spark_jobs.settings import PROJECT_ROOT
 
     config = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())
