@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs import dedupe, moves, offsets, session_changes
-from spark_jobs.contract import COORDINATES, RECORD_TABLES, TABLE_SCHEMAS, SessionRules
+from spark_jobs.contract import COORDINATES, TABLE_SCHEMAS, SessionRules
+from spark_jobs.held import held_records
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.session_changes import SessionChanges
 from spark_jobs.sessionize import sessionize
@@ -341,41 +342,11 @@ class BatchPlanner:
         )
 
     def held(self, ranges: list[PartitionRange]) -> tuple[DataFrame | None, dict[str, int]]:
-        """``(topic, partition, offset, table)`` of the records in ``ranges`` a record table holds
-        already, one row per record (:func:`owners`), frozen (one snapshot: its counts and the
-        records it excludes agree, even while a writer that lost its lease still commits), and how
-        many each table holds, observed as it is frozen; (None, {}) when none can be held.
-
-        For a scheduled batch Delta is searched only when PostgreSQL says a table may hold some: a
-        range overlaps an attempt or ledger range, or starts below its topic's write floor. Records
-        reach the tables only from batches that record their attempt first, so a batch that overlaps
-        none of these (the usual scheduled batch) holds nothing and reads no Delta table. Backfills
-        and repairs always search.
-        """
-        from pyspark.sql import functions as F
-
-        if not any(r.end > r.start for r in ranges):
-            return None, {}
-        if self.scheduled:
-            topic, lake = ranges[0].topic, self.settings.lake_root
-
-            def may_hold(cur: Cursor) -> bool:
-                floor = ledger.write_floor(cur, lake, topic)
-                if floor is None:  # the first batch of this topic in this lake since attempts are recorded
-                    floor = 0 if self.created_lake else delta.offset_floor(self.spark, self.settings, topic)
-                    ledger.set_write_floor(cur, lake, topic, floor)
-                return ledger.may_hold(cur, ranges, floor)
-
-            if not self._on_ledger(may_hold):
-                return None, {}
-        held = delta.held(self.spark, self.settings, ranges)
-        if self.readmitting is not None:  # in quarantine, but what the batch brings back from there
-            leaving = self.readmitting.select(*COORDINATES).withColumn("table", F.lit("quarantine"))
-            held = held.join(leaving, [*COORDINATES, "table"], "left_anti")
-        frozen, counts = self.frozen.freeze_counted(
-            delta.owners(held), *[F.count_if(F.col("table") == name).alias(name) for name in RECORD_TABLES]
-        )
-        return frozen, {name: n for name, n in counts.items() if n}
+        """The records of ``ranges`` a record table holds already (:func:`spark_jobs.held.held_records`)."""
+        return held_records(
+            self.spark, self.settings, self.frozen, ranges, self._on_ledger,
+            scheduled=self.scheduled, created_lake=self.created_lake, readmitting=self.readmitting,
+        )  # fmt: skip
 
     def uncounted(self, invalid: DataFrame, ranges: list[PartitionRange]) -> DataFrame:
         """The batch's ``invalid`` records that its quarantine reasons count: all of them, but for a

@@ -135,10 +135,6 @@ def test_the_store_reaches_into_no_job() -> None:
 PRODUCT = ("spark_jobs", "tidemark", "plugins", "dags", "benchmarks")
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-# TEMPORARY (issue 78): spark_jobs is being restructured; these exceed the sizes today. An entry that no longer
-# does fails the test too: take it off the list.
-TEMPORARY_LONG_MODULES = {"spark_jobs/batch_plan.py"}
-TEMPORARY_LONG_FUNCTIONS: set[str] = set()
 
 
 def sizes() -> tuple[dict[str, int], dict[str, int]]:
@@ -161,12 +157,8 @@ def sizes() -> tuple[dict[str, int], dict[str, int]]:
 
 def test_no_module_over_400_lines_nor_function_over_60() -> None:
     modules, functions = sizes()
-    long_modules = {name for name, lines in modules.items() if lines > MAX_MODULE_LINES}
-    long_functions = {name for name, lines in functions.items() if lines > MAX_FUNCTION_LINES}
-    too_long = [f"{name}: {modules[name]} lines" for name in sorted(long_modules - TEMPORARY_LONG_MODULES)]
-    too_long += [f"{name}: {functions[name]} lines" for name in sorted(long_functions - TEMPORARY_LONG_FUNCTIONS)]
+    too_long = [f"{name}: {lines} lines" for name, lines in sorted(modules.items()) if lines > MAX_MODULE_LINES]
+    too_long += [f"{name}: {lines} lines" for name, lines in sorted(functions.items()) if lines > MAX_FUNCTION_LINES]
     assert not too_long, (
         f"split into named steps (modules <= {MAX_MODULE_LINES}, functions <= {MAX_FUNCTION_LINES}): {too_long}"
     )
-    stale = sorted((TEMPORARY_LONG_MODULES - long_modules) | (TEMPORARY_LONG_FUNCTIONS - long_functions))
-    assert not stale, f"no longer too long (or gone): take them off the TEMPORARY lists: {stale}"
