@@ -23,8 +23,9 @@ from spark_jobs.session_changes import SessionChanges
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
-from spark_jobs.spark import FrozenFrames, broadcastable, run_concurrently
+from spark_jobs.spark import FrozenFrames, broadcastable, run_both
 from spark_jobs.store import ledger, producers, quarantine
+from spark_jobs.store.quarantine import ReasonCount
 from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class BatchPlan:
     held: int  # records of its ranges a record table held already (an earlier attempt's, or a replay's)
     held_quarantined: int  # of those, how many ``quarantine`` held
     quarantine: DataFrame | None  # records no table held that are invalid
-    quarantine_reasons: list[quarantine.ReasonCount]  # the quarantine's count and samples per reason
+    quarantine_reasons: list[ReasonCount]  # the quarantine's count and samples per reason
     duplicates: DataFrame | None  # later copies from the batch, appended after events
     displaced_copies: DataFrame | None  # the stored rows the takeovers displace, inserted before events
     duplicates_span: str  # bounds the displaced copies' MERGE to the losers' offsets
@@ -243,7 +244,7 @@ class BatchPlanner:
 
     def _sessions_and_reasons(
         self, read: _Read, ranked: _Ranked, ranges: list[PartitionRange]
-    ) -> tuple[SessionChanges | None, list[quarantine.ReasonCount]]:
+    ) -> tuple[SessionChanges | None, list[ReasonCount]]:
         """The touched entities' session changes, and the quarantine's count and samples per reason."""
         # A takeover an earlier attempt of this batch committed moved the displaced row to
         # duplicates; its entity still needs its sessions in PostgreSQL.
@@ -251,15 +252,15 @@ class BatchPlanner:
         displaced = None if replayed is None else dedupe.copies_in(self._read("duplicates"), replayed)
 
         def sessions() -> SessionChanges | None:
-            return None if self.rules is None else self._session_changes(ranked.ranked, displaced, ranked.counts)
+            rules = self.rules
+            return None if rules is None else self._session_changes(rules, ranked.ranked, displaced, ranked.counts)
 
         # Neither the sessions' changes nor the quarantine's summary needs the other: when the batch
         # quarantines records, the summary runs beside the sessions in a thread of its own (each is a
         # chain of short Spark queries whose planning keeps a core of the driver busy).
         if ranked.totals["invalid"]:
             uncounted = self.uncounted(read.invalid, ranges)
-            changes, reasons = run_concurrently([sessions, lambda: quarantine.summarize(uncounted)])
-            return changes, reasons
+            return run_both(sessions, lambda: quarantine.summarize(uncounted))
         return sessions(), []
 
     def _producer_checks(
@@ -296,7 +297,7 @@ class BatchPlanner:
         read: _Read,
         ranked: _Ranked,
         changes: SessionChanges | None,
-        quarantine_reasons: list[quarantine.ReasonCount],
+        quarantine_reasons: list[ReasonCount],
         checks: producers.ProducerChecks,
         moved_before: list[moves.Moved] | None,
     ) -> BatchPlan:
@@ -359,14 +360,14 @@ class BatchPlanner:
         return invalid.where(f"NOT ({delta.range_filter(counted)})") if counted else invalid
 
     def _session_changes(
-        self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
+        self, rules: SessionRules, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
     ) -> SessionChanges:
         from pyspark.sql import functions as F
 
         sessions = self._read("sessions")
         since = counts.touched_since_us if displaced is None else None
         entities, summary = self.frozen.freeze_counted(
-            session_changes.entities(ranked, sessions, self.rules, displaced, since),
+            session_changes.entities(ranked, sessions, rules, displaced, since),
             F.unix_micros(F.min("anchor")).alias("earliest"),  # UTC micros, never a local time
             F.count_if(F.col("partitions") > 1).alias("many_partitions"),
         )
@@ -379,7 +380,7 @@ class BatchPlanner:
             self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
         )
         compared, ops = self.frozen.freeze_counted(
-            session_changes.compare(sessionize(events, self.rules, self.frozen), sessions, anchors, earliest),
+            session_changes.compare(sessionize(events, rules, self.frozen), sessions, anchors, earliest),
             *session_changes.op_counts(with_ids=True),
         )
         return SessionChanges(

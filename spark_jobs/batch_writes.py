@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from spark_jobs import moves
 from spark_jobs.offsets import PartitionRange
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from spark_jobs.batch_plan import BatchPlan
 
 Write = Callable[[], None]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ def _events(plan: BatchPlan, w: Writes) -> list[Write]:
         if plan.takeovers is not None:
             w.fence()
             delta.take_over(
-                w.spark, w.path("events"), plan.takeovers, plan.displaced, plan.takeovers_since_us,
-                w.write_id("events:takeovers"),
+                w.spark, w.path("events"), plan.takeovers, _planned(plan.displaced, "takeovers' displaced rows"),
+                _planned(plan.takeovers_since_us, "takeovers' earliest arrival"), w.write_id("events:takeovers"),
             )  # fmt: skip
 
     return [w.guard("events", write_events)]
@@ -134,8 +135,20 @@ def _leaving_quarantine(plan: BatchPlan, w: Writes) -> list[Write]:
     if plan.readmitted is None:
         return []
     readmitted, since = plan.readmitted, plan.readmitted_since_us
-    leave = lambda: delta.delete_rows(w.spark, w.path("quarantine"), readmitted, since)  # noqa: E731
+
+    def leave() -> None:
+        since_us = _planned(since, "readmitted records' earliest arrival")
+        delta.delete_rows(w.spark, w.path("quarantine"), readmitted, since_us)
+
     return [w.guard("quarantine:readmitted", leave)]
+
+
+def _planned(value: T | None, what: str) -> T:
+    """What a plan holds whenever a write of it reads it (with takeovers, their displaced rows and earliest
+    arrival; with readmitted records, their earliest arrival): a plan without it is a bug, said before the write."""
+    if value is None:
+        raise ValueError(f"the batch's plan has no {what}")
+    return value
 
 
 def batch_key(pipeline: str, batch_id: int, ranges: list[PartitionRange], scope: str = "") -> str:

@@ -45,8 +45,9 @@ def read_schema(value: Any, folder: Path, read: Callable[[Path], str] = read_tex
             return {}, problem
     if not isinstance(value, dict):
         return {}, "is not a JSON Schema (a mapping)"
-    declared_draft = value.get("$schema", Draft202012Validator.META_SCHEMA["$id"])
-    if declared_draft.rstrip("#") != Draft202012Validator.META_SCHEMA["$id"].rstrip("#"):
+    draft: str = Draft202012Validator.META_SCHEMA["$id"]
+    declared_draft = value.get("$schema", draft)
+    if declared_draft.rstrip("#") != draft.rstrip("#"):
         return {}, f"$schema {declared_draft!r}: tidemark reads JSON Schema draft 2020-12"
     try:
         Draft202012Validator.check_schema(value)

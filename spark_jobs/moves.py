@@ -40,7 +40,7 @@ def _path(settings: Settings, batch: str) -> str:
 def recorded(spark: SparkSession, settings: Settings, batch: str) -> list[Moved]:
     """The rows earlier attempts of ``batch`` (:func:`spark_jobs.batch_writes.batch_key`) set out to move."""
     text = jvm.read_text(spark, _path(settings, batch))
-    return [] if text is None else [tuple(row) for row in json.loads(text)["rows"]]  # type: ignore[misc]
+    return [] if text is None else [tuple(row) for row in json.loads(text)["rows"]]
 
 
 def record(spark: SparkSession, settings: Settings, batch: str, rows: list[Moved]) -> None:
@@ -74,7 +74,7 @@ def unfinished(spark: SparkSession, settings: Settings, rows: list[Moved], movin
     both = candidates.join(holding("events"), list(COORDINATES), "left_semi").join(
         holding("duplicates"), list(COORDINATES), "left_semi"
     )
-    return sorted(tuple(row) for row in both.collect())  # type: ignore[misc]
+    return sorted(tuple(row) for row in both.collect())
 
 
 def rows_of(spark: SparkSession, rows: list[Moved]) -> DataFrame:

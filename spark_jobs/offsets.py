@@ -17,6 +17,7 @@ from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
+    from confluent_kafka.admin import AdminClient
     from pyspark.sql import DataFrame
 
 
@@ -61,10 +62,12 @@ def spark_offsets(ranges: list[PartitionRange]) -> tuple[str, str]:
     return json.dumps(starting), json.dumps(ending)
 
 
-def admin_client(settings: Settings):  # -> confluent_kafka.admin.AdminClient
+def admin_client(settings: Settings) -> AdminClient:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(settings.kafka_client_config())
+    # confluent-kafka's stub types AdminClient's configuration without the `logger` object it documents
+    # (and Producer and Consumer take): the configuration is the one they get.
+    return AdminClient(settings.kafka_client_config())  # type: ignore[arg-type]
 
 
 def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_type: str = "LogAppendTime") -> bool:
@@ -185,9 +188,8 @@ def watermarks(settings: Settings, topic: str, timeout_s: float = 10.0) -> Mappi
 def topic_id(settings: Settings, topic: str) -> str | None:
     """Kafka's id of the topic named ``topic`` (None from a broker that gives none)."""
     from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(settings.kafka_client_config())
+    admin = admin_client(settings)
     try:
         [future] = admin.describe_topics(TopicCollection([topic]), request_timeout=10).values()
         described = future.result()
@@ -267,7 +269,8 @@ def committed_records(
     seconds a ``TimeoutError``."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    wanted = {(r.topic, r.partition): r for r in ranges if r.size}
+    # Keyed as a message names its partition (the client's types leave its topic and partition optional).
+    wanted: dict[tuple[str | None, int | None], PartitionRange] = {(r.topic, r.partition): r for r in ranges if r.size}
     if not wanted:
         return
     consumer = Consumer(
@@ -303,18 +306,26 @@ def committed_records(
                         left.pop(where, None)
                         continue
                     if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                        r = wanted.get(where, ranges[0])
-                        raise DataLossError(f"{r}: offset {r.start} is no longer on the broker (retention)")
+                        gone = wanted.get(where, ranges[0])
+                        raise DataLossError(f"{gone}: offset {gone.start} is no longer on the broker (retention)")
                     raise KafkaException(error)
                 r = left.get(where)
-                if r is None or message.offset() >= r.end:
+                if r is None or _offset(message) >= r.end:
                     left.pop(where, None)
                     continue
                 yield message
-                if message.offset() >= r.end - 1:
+                if _offset(message) >= r.end - 1:
                     left.pop(where, None)
     finally:
         consumer.close()
+
+
+def _offset(record: Message) -> int:
+    """The offset of a record a consumer returned (an error event has none, a record always has one)."""
+    offset = record.offset()
+    if offset is None:
+        raise TypeError("a Kafka record without an offset")
+    return offset
 
 
 def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:

@@ -47,8 +47,8 @@ def parse_offsets(text: str) -> dict[int, tuple[int, int]]:
             ) from None
     if not ranges:
         raise ConfigError("no offset ranges given: write PARTITION:START-END[,...], e.g. 0:100-200")
-    for partition, (start, end) in ranges.items():
-        PartitionRange("-", partition, start, end)  # a negative or inverted range fails here, saying which
+    for number, (first, stop) in ranges.items():
+        PartitionRange("-", number, first, stop)  # a negative or inverted range fails here, saying which
     return ranges
 
 

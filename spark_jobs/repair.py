@@ -50,6 +50,8 @@ from spark_jobs.store.verified import LedgerRange
 from spark_jobs.writer import BatchWriter, Fault
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
 REPAIR = "repair"
@@ -274,7 +276,7 @@ def _reprocess(
         # Scoped by the repair: a batch id and ranges an earlier, failed repair used write afresh here
         # (this repair cleared what that one wrote).
         writer = BatchWriter(
-            spark, settings, lease, pipeline, lambda _, b=batch: b, fault=fault, scope=repair_id, topic_id=topic_id,
+            spark, settings, lease, pipeline, _these(batch), fault=fault, scope=repair_id, topic_id=topic_id,
             rewrites=True,
         )  # fmt: skip
         writer.write(read_range(spark, settings, batch), batch_id)
@@ -304,6 +306,11 @@ def _held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange])
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
     entries = [LedgerRange(REPAIR, 0, r) for r in ranges]
     return [n for n, _, _ in range_counts(spark, tables, entries)]
+
+
+def _these(ranges: list[PartitionRange]) -> Callable[[int], list[PartitionRange]]:
+    """A writer's ``ranges_for`` of one batch: ``ranges``, whatever its batch id."""
+    return lambda _: ranges
 
 
 def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:

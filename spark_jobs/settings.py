@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -160,7 +160,7 @@ class Settings:
             object.__setattr__(self, name, value)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from ``TIDEMARK_*`` variables; keyword overrides win over both."""
         env = os.environ if env is None else env
         parsers = {f.name: f.metadata["parser"] for f in fields(cls)}
@@ -330,13 +330,22 @@ class Settings:
         }
 
 
+def _default(f: Field[Any]) -> Any:
+    """A setting's default: its ``default``, or what its ``default_factory`` makes."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is MISSING:
+        raise TypeError(f"the setting {f.name} has no default")
+    return f.default_factory()
+
+
 def settings_table() -> str:
     """README.md's settings table in Markdown (header included), a row per setting in field order."""
     rows = ["| variable | default |", "| --- | --- |"]
     for f in fields(Settings):
         names, parser, doc, shown = (f.metadata[key] for key in ("env", "parser", "doc", "shown"))
         if not shown:
-            default = f.default_factory() if f.default is MISSING else f.default
+            default = _default(f)
             shown = ", ".join(f"`{v}`" if parser.code else v for v in parser.write(default, names).values())
         text = (" " if doc.startswith("(") else ": ").join(part for part in (shown, doc) if part)
         rows.append(f"| {', '.join(f'`{name}`' for name in names)} | {text} |")
@@ -353,7 +362,7 @@ def options_table() -> str:
         if not shown:
             taken = settings[f.metadata["setting"]]
             names, parser = taken.metadata["env"], taken.metadata["parser"]
-            values = parser.write(taken.default_factory() if taken.default is MISSING else taken.default, names)
+            values = parser.write(_default(taken), names)
             shown = ", ".join(f"`{name}`" for name in names) + " (" + ", ".join(
                 f"`{v}`" if parser.code else v for v in values.values()) + ")"  # fmt: skip
         rows.append(f"| `{f.name}` | {shown} | {f.metadata['doc']} |")

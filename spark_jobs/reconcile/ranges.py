@@ -9,6 +9,7 @@ verified ranges is re-checked every run (:func:`rotation_share`).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -148,7 +149,7 @@ def compare_ranges(
     checks = []
     for (r, reason), (n, checksum, offsets) in zip(to_check, counts, strict=True):
         p = r.range
-        base = dict(
+        measured = RangeCheck(
             pipeline=r.pipeline, batch_id=r.batch_id, topic=p.topic, partition=p.partition, start=p.start,
             end=p.end, sink_records=n, sink_checksum=checksum, sink_offsets=offsets, reason=reason,
         )  # fmt: skip
@@ -157,8 +158,8 @@ def compare_ranges(
                 lows[p.topic] = {k: lo for k, (lo, _) in watermarks(settings, p.topic).items()}
             low = lows[p.topic].get(p.partition, 0)
             kafka = count_committed(settings, p) if low <= p.start or p.size == 0 else None
-            checks.append(RangeCheck(**base, kafka_records=kafka, low_watermark=low))
+            checks.append(replace(measured, kafka_records=kafka, low_watermark=low))
         else:
             v = verified[key(r)]
-            checks.append(RangeCheck(**base, verified_records=v.records, verified_checksum=v.checksum))
+            checks.append(replace(measured, verified_records=v.records, verified_checksum=v.checksum))
     return checks

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from spark_jobs import db
 from spark_jobs.contract import TABLE_SCHEMAS
@@ -58,6 +58,26 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+@overload
+def run(
+    settings: Settings,
+    run_id: str,
+    spark_factory: Callable[[], SparkSession],
+    repair_of: str | None = None,
+    wait: bool = False,
+) -> Report: ...
+
+
+@overload
+def run(
+    settings: Settings,
+    run_id: str,
+    spark_factory: None,
+    repair_of: str | None = None,
+    wait: bool = False,
+) -> Report | None: ...
+
+
 def run(
     settings: Settings,
     run_id: str,
@@ -95,16 +115,16 @@ def _run(
         with lake_snapshot(settings):
             held_from = time.perf_counter()
             versions = spark_versions(spark, settings) if spark is not None else local_versions(settings)
+            assert versions is not None  # None for a remote lake only, whose log Spark read
             now = snapshot_time(cur)  # the PostgreSQL snapshot is fixed at the first query
         held = time.perf_counter() - held_from
         snapshot = read_snapshot(cur, versions, now)
         snapshot.to_check = _due(snapshot, settings)
         lags = measure_lag(settings, snapshot.ranges, now)
         buckets = snapshot.previous_buckets  # Delta sessions per entity bucket, as of this run
-        if not snapshot.to_check and _nothing_changed(snapshot):
-            report = Report(
-                run_id, [], [], snapshot.previous_delta_sessions, snapshot.postgres_sessions, used_spark=False
-            )
+        previous_sessions = snapshot.previous_delta_sessions
+        if not snapshot.to_check and previous_sessions is not None and _nothing_changed(snapshot):
+            report = Report(run_id, [], [], previous_sessions, snapshot.postgres_sessions, used_spark=False)
         else:
             if spark is None:
                 if spark_factory is None:
@@ -222,10 +242,10 @@ def _check_with_spark(
         reopened = entities_to_recheck(snapshot.open_findings)
         anchored = frozen.freeze(anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules, reopened))
         checked = anchored.count()
-    if checked:
-        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules, frozen)
-        if pairs:
-            differences.append(SessionDifference.of("events", pairs))
+        if checked:
+            pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules, frozen)
+            if pairs:
+                differences.append(SessionDifference.of("events", pairs))
     report = Report(run_id, checks, [], delta_sessions, snapshot.postgres_sessions, differences, checked)
     return report, buckets
 

@@ -17,7 +17,7 @@ from spark_jobs.store.verified import NOT_CHECKED, LedgerRange, Verified
 class Snapshot:
     """What one run checks: the Delta versions and the ledger as of the lake lock, and the previous run."""
 
-    versions: dict[str, int] | None  # None: not readable without Spark (a remote lake)
+    versions: dict[str, int]  # each table's version, read while the lake lock was held
     ranges: list[LedgerRange]
     verified: dict[tuple[str, int, str, int], Verified]
     previous_versions: dict[str, int] | None
@@ -37,7 +37,7 @@ def snapshot_time(cur) -> datetime:
     return cur.fetchone()[0]
 
 
-def read_snapshot(cur, versions: dict[str, int] | None, now: datetime) -> Snapshot:
+def read_snapshot(cur, versions: dict[str, int], now: datetime) -> Snapshot:
     """The ledger's ranges, what was verified, the previous run and PostgreSQL's sessions, as of the
     transaction's snapshot; ``to_check`` is left for the run to decide."""
     ranges = [LedgerRange(p, b, r) for p, b, r in ledger.checked_ranges(cur, NOT_CHECKED)]

@@ -327,6 +327,7 @@ def fingerprint(spark: SparkSession, settings: Settings, name: str) -> tuple[int
         .selectExpr("count(*)", "coalesce(sum(cast(xxhash64(to_json(struct(*))) AS decimal(38, 0))), 0)")
         .first()
     )
+    assert row is not None  # an aggregate without groups is one row
     return int(row[0]), str(row[1])
 
 

@@ -36,14 +36,14 @@ def ensure_tables(spark: SparkSession, settings: Settings, contract: Contract | 
     def missing(name: str) -> bool:
         return not jvm.list_names(spark, f"{settings.table_path(name).rstrip('/')}/_delta_log")
 
-    def create(name: str) -> Callable[[], None]:
+    def create(name: str, contract: Contract) -> Callable[[], None]:
         path, schema = settings.table_path(name), contract.table_schema(name)
         return lambda: create_table(spark, path, schema, TABLE_PROPERTIES.get(name))
 
     created = [name for name in TABLE_SCHEMAS if missing(name)]
     if created:
-        contract = contract or settings.contract()
-        run_concurrently([create(name) for name in created])
+        declared = contract or settings.contract()
+        run_concurrently([create(name, declared) for name in created])
     return created
 
 

@@ -88,8 +88,8 @@ class RangeCheck:
 
     def describe(self) -> str:
         source = f"({self.pipeline} batch {self.batch_id})"
-        outcome = self.outcome
-        if outcome == "expired":
+        outcome, rows = self.outcome, self.expected
+        if rows is None:  # the outcome is "expired"
             return (
                 f"expired: {self.where} {source}: Kafka's retention removed offsets [{self.start}, "
                 f"{self.low_watermark}) before the range was verified, so there is nothing to count it against; "
@@ -103,10 +103,11 @@ class RangeCheck:
             what = "same count, other rows (the checksum changed)"
         elif self.held_twice:
             what = f"{self.held_twice:,} rows beyond one per offset"
-            if self.sink_offsets < self.expected:
-                what += f", {self.expected - self.sink_offsets:,} offsets held by none"
+            # Rows are held twice only where the distinct offsets were counted.
+            if self.sink_offsets is not None and self.sink_offsets < rows:
+                what += f", {rows - self.sink_offsets:,} offsets held by none"
         else:
-            what = f"{abs(self.sink_records - self.expected):,} {outcome}"
+            what = f"{abs(self.sink_records - rows):,} {outcome}"
         held = f"the sinks hold {self.sink_records:,} (events + duplicates + quarantine)"
         return f"{self.where} {source}: {expected}, {held}: {what}"
 

@@ -79,6 +79,7 @@ def rules_changed(stored: SessionRules | None, rules: SessionRules | None) -> Se
     """The error for a run whose session ``rules`` differ from the ``stored`` ones, saying what to do
     (None: the pipeline cuts no sessions, ``sessions: off``)."""
     if stored is None:
+        assert rules is not None  # asked only when the rules differ
         return SessionRulesChanged(
             f"the pipeline cut no sessions so far (sessions: off), this run cuts them with {describe_rules(rules)}. "
             "Pass --rebuild-sessions to cut the sessions of every stored event first, or declare sessions: off again."
