@@ -140,7 +140,7 @@ def test_a_gap_with_a_fraction_of_a_second_joins_a_record_to_the_session_it_cont
 
 def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, database, topic) -> None:
     """The rules are recorded with the sessions; a run with others fails first, or rebuilds on request."""
-    from spark_jobs.db import transaction
+    from spark_jobs.db import fetch_one, transaction
 
     home = database.home / "runs" / f"rules-{uuid.uuid4().hex[:8]}"
     settings = replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
@@ -163,7 +163,7 @@ def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, d
     assert_sessions_follow_events(spark, narrow)
     with transaction(settings.postgres_dsn) as cur:
         cur.execute("SELECT count(*) FROM sessions")
-        assert cur.fetchone()[0] == 3
+        assert fetch_one(cur)[0] == 3
         cur.execute("SELECT DISTINCT session_gap_seconds FROM ledger_batches ORDER BY 1")
         assert [r[0] for r in cur.fetchall()] == [600.0, 1800.0]
         cur.execute("SELECT reason FROM session_rules ORDER BY changed_at")

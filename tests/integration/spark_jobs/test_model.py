@@ -51,9 +51,10 @@ import random
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import pytest
 import yaml
@@ -101,6 +102,12 @@ from tests.integration.spark_jobs.model import (
 )
 from tidemark.migrations import migrate_pipelines
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructField
+
+    from spark_jobs.contract import SessionRules
+
 # The second pipeline's scenario is drawn from seed + SECOND, the third's from seed + 2 * SECOND.
 SECOND = 1_000_003
 SHIPPED_PIPELINES = Path(__file__).resolve().parents[3] / "pipelines.yaml"
@@ -137,13 +144,13 @@ def _seeds() -> list[int]:
 class Trial:
     """One pipeline's run of a seed: the real services' settings, and what the model knows so far."""
 
-    spark: object
-    settings: object
+    spark: SparkSession
+    settings: Settings
     scenario: Scenario
     home: Path
     done: list[str]  # what every pipeline did so far, in order (shared)
     seed: int  # the test's (every pipeline's): what `make fuzz SEED=` replays
-    base: object  # the settings every pipeline's are made from (TIDEMARK_PIPELINE events, its topic)
+    base: Settings  # the settings every pipeline's are made from (TIDEMARK_PIPELINE events, its topic)
     neighbours: list[str] = field(default_factory=list)  # the other pipelines' topics
     records: list[Record] = field(default_factory=list)
     processed: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) the sinks must hold
@@ -296,7 +303,7 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
         except DataLossError:
             _refused_for(trial, "backfill")
             plan = plan_backfill(settings, settings.topic, offsets=step.offsets, allow_data_loss=True)
-        run = lambda fault, plan=plan: ingest.run_backfill(spark, settings, plan, fault=fault)  # noqa: E731
+        run: Callable[..., object] = lambda fault, plan=plan: ingest.run_backfill(spark, settings, plan, fault=fault)  # noqa: E731
         covered = {(p, o) for p, (start, end) in step.offsets.items() for o in range(start, end)}
     else:
 
@@ -430,7 +437,7 @@ def _eroding(trial: Trial, run):
     rng = random.Random(trial.scenario.seed * 31 + len(trial.done))
 
     def eroding_run(fault) -> None:
-        struck = []
+        struck: list[bool] = []
 
         def strike(point: str) -> None:
             if fault is not None:
@@ -528,7 +535,7 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
         (session,) = rng.choice(sessions)
         with transaction(settings.pipeline_dsn) as cur:
             cur.execute("DELETE FROM sessions WHERE session_id = %s RETURNING *", (session,))
-            row, columns = cur.fetchone(), [d.name for d in cur.description]
+            row, columns = cast(tuple, cur.fetchone()), [d.name for d in cast(tuple, cur.description)]
 
         def undo() -> None:
             with transaction(settings.pipeline_dsn) as cur:
@@ -662,7 +669,9 @@ def _edit(trial: Trial, step: Edit) -> None:
         return
     if step.what == EDITS[1]:
         events = Path(settings.table_path("events"))
-        schema = spark.read.format("delta").load(str(events)).schema if _newest_commit(events) else []
+        schema: Iterable[StructField] = (
+            spark.read.format("delta").load(str(events)).schema if _newest_commit(events) else []
+        )
         held = {f.name: f.dataType.simpleString() for f in schema}
         if trial.column is None or not held or held.get("n") != "int":
             trial.note("(the events table does not hold the column n as int yet: nothing a run could refuse)")
@@ -683,7 +692,7 @@ def _edit(trial: Trial, step: Edit) -> None:
 
         _refused_before_any_write(trial, run, ContractChanged, line)
     else:
-        rules = settings.session_rules
+        rules = cast(SessionRules, settings.session_rules)
         before = _entry_edited(trial, lambda e: e["sessions"].update(gap_minutes=rules.gap.total_seconds() / 60 + 5))
         if not query(settings, "SELECT count(*) FROM ledger_batches")[0][0]:
             trial.note("(no batch committed yet: no session rules are recorded to refuse other ones)")
@@ -804,7 +813,7 @@ def _quarantine_counted(trial: Trial, reasons: list[str]) -> list[str]:
             """SELECT count(*) FROM write_attempts AS a WHERE NOT EXISTS
                    (SELECT FROM ledger_batches AS b WHERE (b.pipeline, b.batch_id) = (a.pipeline, a.batch_id))"""
         )
-        if cur.fetchone()[0] or trial.restored:
+        if cast(tuple, cur.fetchone())[0] or trial.restored:
             return []
         counted = {t.reason: t.records for t in quarantine.totals(cur)}
     held = dict(Counter(reasons))

@@ -104,7 +104,8 @@ def test_a_clean_run_verifies_every_range_and_the_next_needs_no_spark(spark, fre
     assert sum(lag.behind_records for lag in lagging.lags) == 100 and len(lagging.lags) == 3
     assert "lag: topic" in lagging.alert() and "tidemark repair" not in lagging.alert()
     assert query(settings, "SELECT sum(behind_records) FROM reconcile_lag WHERE run_id = 'lagging'") == [(100,)]
-    assert not reconcile.run(settings, "not-lagging-yet", spark_factory=None).lagging  # within the hour
+    within_the_hour = reconcile.run(settings, "not-lagging-yet", spark_factory=None)
+    assert within_the_hour is not None and not within_the_hour.lagging  # within the hour
 
     # New data in the sinks: the same call says it needs Spark and records nothing.
     ingest.run_scheduled(spark, settings)
@@ -515,6 +516,7 @@ def tidemark(settings, *args: str):
     from pathlib import Path
 
     script = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+    assert script is not None, "no tidemark script beside this Python"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}, **settings.to_env()}
     return subprocess.run([script, *args], env=env, capture_output=True, text=True, timeout=300)
 
@@ -581,7 +583,8 @@ def test_a_finding_stays_open_until_a_repairs_recheck_closes_it_and_a_run_that_c
     closed = query(settings, "SELECT DISTINCT closed_by, closed_why FROM findings")
     assert closed == [(fixed.recheck.run_id, "the repair's re-check found it fixed")]
     assert tidemark(settings, "findings").returncode == 0
-    assert reconcile.run(settings, "after", spark_factory=None).ok
+    after = reconcile.run(settings, "after", spark_factory=None)
+    assert after is not None and after.ok
 
 
 def test_a_finding_no_repair_can_fix_stays_open_until_an_operator_acknowledges_it(spark, fresh) -> None:

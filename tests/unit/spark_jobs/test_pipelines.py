@@ -476,7 +476,12 @@ def test_the_file_is_read_and_checked_once_until_it_or_a_contracts_schema_file_c
 ) -> None:
     checked = []
     check = pipelines_file.check
-    monkeypatch.setattr(pipelines_file, "check", lambda *args: checked.append(args) or check(*args))
+
+    def counted_check(*args):  # the check, each call kept
+        checked.append(args)
+        return check(*args)
+
+    monkeypatch.setattr(pipelines_file, "check", counted_check)
     path = write(tmp_path, three_pipelines())
 
     first = pipelines_file.load_each(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from spark_jobs.store.findings import (
     CHANGED,
@@ -45,7 +46,7 @@ def test_backfill_pipelines_and_other_partitions_are_not_compared_with_each_othe
     assert find_gaps(entries) == []
 
 
-def check(sink: int, kafka: int | None, **kw: object) -> RangeCheck:
+def check(sink: int, kafka: int | None, **kw: Any) -> RangeCheck:
     return RangeCheck("ingest:events", 3, "events", 1, 100, 200, sink_records=sink, kafka_records=kafka, **kw)
 
 
