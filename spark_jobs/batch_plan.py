@@ -29,7 +29,7 @@ from spark_jobs.store.quarantine import ReasonCount
 from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, Observation, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from spark_jobs.pipelines import Contract
 
@@ -58,7 +58,7 @@ class _Read:
     summary: dict  # over every record read: totals, the earliest valid arrival, the producer checks
     held_in: dict[str, int]  # per record table, how many of the batch's records it holds already
     read_spans: list[PartitionRange]
-    fresh_totals: Observation | None  # with records held: the others' totals, observed as the ranking reads them
+    fresh_totals: dict | None  # with records held: the fresh records' totals (fresh, invalid)
 
     @property
     def invalid(self) -> DataFrame:
@@ -186,7 +186,6 @@ class BatchPlanner:
     def _read_batch(self, batch_df: DataFrame, ranges: list[PartitionRange]) -> _Read:
         """The batch parsed and validated (frozen: the only read of Kafka), its summary, and the records
         of its ranges the tables hold already."""
-        from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         # Read and validated once. Only quarantined records keep their raw key and value.
@@ -211,15 +210,17 @@ class BatchPlanner:
         # before retention removed it from Kafka).
         had = parsed if held is None else parsed.select(*COORDINATES).unionByName(held.select(*COORDINATES)).distinct()
         read_spans = offsets.consecutive_offsets(had) if self.watch_losses else []
-        fresh_totals = None  # with records held: the others' totals, observed as the ranking reads them
-        # A batch that read nothing (retention removed its records while the run read them) has no
-        # fresh record, so there is nothing to observe; its totals are the read's own, both 0. Without
-        # this guard such a batch failed in Observation.get (model seed 8805), likely because Spark ran
-        # no task of the observed join when its side was empty (a one-partition example did not fail).
+        fresh_totals = None  # with records held: the others' totals, counted as they are frozen
+        # With records held, those no table holds (the fresh ones) are frozen apart and counted as they are
+        # frozen. Observed only as the ranking read them, their totals came back empty when the ranking's plan
+        # passed none of their rows (model seed 60025: a retried batch whose records were all invalid and
+        # held), and the batch failed for ever. A batch that read nothing (retention removed its records
+        # while the run read them, model seed 8805) has no fresh record: its totals are the read's, both 0.
         if held is not None and held_in and summary["fresh"]:
-            fresh_totals = Observation()
-            parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti").observe(
-                fresh_totals, F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")
+            parsed, fresh_totals = self.frozen.freeze_counted(
+                parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti"),
+                F.count(F.lit(1)).alias("fresh"),
+                F.count("quarantine_reason").alias("invalid"),
             )
         return _Read(parsed, summary, held_in, read_spans, fresh_totals)
 
@@ -239,7 +240,7 @@ class BatchPlanner:
         ranked, observed = self.frozen.freeze_counted(
             dedupe.rank(candidates, events, since, broadcast_ids), *dedupe.aggregates()
         )
-        totals = read.summary if read.fresh_totals is None else read.fresh_totals.get
+        totals = read.summary if read.fresh_totals is None else read.fresh_totals
         return _Ranked(ranked, dedupe.DedupeCounts(**observed), replayed, totals)
 
     def _sessions_and_reasons(

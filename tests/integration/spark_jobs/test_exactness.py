@@ -244,6 +244,45 @@ def test_a_batch_whose_writes_fail_part_way_ends_as_one_clean_run_when_retried(s
     assert_exact(spark, settings, pg, prefix, committed=6)
 
 
+def ingest_kind(run_kind: str) -> str:
+    return {"scheduled": "ingest", "backfill": "backfill"}[run_kind]
+
+
+@pytest.mark.parametrize("run_kind", ["scheduled", "backfill"])
+def test_a_batch_of_invalid_records_only_retried_after_its_delta_writes_counts_each_once(
+    spark, run, pg, run_kind
+) -> None:
+    """A batch whose records are all invalid crashes once its Delta writes committed (quarantine holds them,
+    the ledger does not): the retry finds every record it reads held, so none is fresh, and counts each once.
+    Model seed 60025 found the retry failing inside Spark, reading the fresh records' totals from an
+    observation that no row had passed through."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    malformed = [{"event_id": f"{prefix}M{i}", "entity_id": f"{prefix}B"} for i in range(2)]  # no type, no time
+    send(settings, settings.topic, malformed, [t, t + timedelta(seconds=1)])
+    plan = plan_backfill(settings, settings.topic, offsets={0: (0, 2)})
+
+    def work(fault=None) -> None:
+        if run_kind == "scheduled":
+            ingest.run_scheduled(spark, settings, fault=fault)
+        else:
+            ingest.run_backfill(spark, settings, plan, fault=fault)
+
+    with pytest.raises(Exception, match="injected crash"):
+        work(crash_at("after_delta"))
+    work()
+
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "quarantine")) == [0, 1]
+    batches = query(
+        settings,
+        "SELECT records_read, quarantined, accepted FROM ledger_batches WHERE pipeline = %s",
+        f"{ingest_kind(run_kind)}:{settings.topic}",
+    )
+    assert batches == [(2, 2, 0)]
+    assert_offset_coverage(spark, settings, committed=2)  # no event: no session to compare
+
+
 def test_delta_is_searched_for_held_records_only_where_postgresql_says_a_batch_may_have_written(
     spark, run, pg, monkeypatch
 ) -> None:
