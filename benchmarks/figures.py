@@ -1,5 +1,5 @@
-"""The bench's figures: medians, rates and ratios of what the stages measured, the table and the JSON document
-(the checks that hold figures to targets are ``benchmarks/checks.py``'s).
+"""The bench's figures: medians, rates and ratios of what the stages measured (the checks that hold figures to
+targets are ``benchmarks/checks.py``'s, the table and the JSON document ``benchmarks/report.py``'s).
 
 Everything here is plain computation on what the stages measured (tests/unit/benchmarks/test_bench.py),
 except :func:`machine_info` and :func:`versions`, which describe where and with what it ran.
@@ -12,17 +12,14 @@ import math
 import os
 import platform
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.settings import Settings
-from tidemark.tables import aligned
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from benchmarks.checks import Check
 
 
 def median(values: Sequence[float]) -> float | None:
@@ -97,53 +94,6 @@ class Measurement:
 
 def rounded(value: float | None, digits: int) -> float | None:
     return None if value is None or math.isnan(value) else round(value, digits)
-
-
-TABLE_HEADER = ("stage", "events", "s (median)", "events/s", "ratio", "target", "result")
-
-
-def table_rows(measurements: Iterable[Measurement], checks: Sequence[Check]) -> list[tuple[str, ...]]:
-    """One row per measurement, its checks beside it (a further row for each extra check)."""
-    rows: list[tuple[str, ...]] = []
-    for m in measurements:
-        count = f"{m.count:,}" if m.unit == "events" else f"{m.count:,} {m.unit}"
-        seconds = m.median_seconds
-        rate = m.rate
-        first = (
-            f"{m.key} {m.label}",
-            count,
-            "-" if seconds is None else f"{seconds:.2f}",
-            "-" if rate is None else f"{rate:,.0f}",
-        )
-        mine = [c for c in checks if c.row == m.key]
-        if not mine:
-            rows.append((*first, "", "", ""))
-        for i, check in enumerate(mine):
-            lead = first if i == 0 else ("", "", "", "")
-            rows.append((*lead, check.formatted_value(), str(check.target or ""), check.result))
-    return rows
-
-
-def format_table(measurements: Iterable[Measurement], checks: Sequence[Check]) -> str:
-    """:func:`table_rows` under :data:`TABLE_HEADER`, in aligned columns (counts and times right-aligned)."""
-    return "\n".join(aligned([TABLE_HEADER, *table_rows(measurements, checks)], right={1, 2, 3}, rule=True))
-
-
-def results_document(
-    meta: dict[str, Any], measurements: Iterable[Measurement], checks: Sequence[Check]
-) -> dict[str, Any]:
-    """Everything the run measured, as one JSON-serialisable document."""
-    results = [c.result for c in checks]
-    return {
-        **meta,
-        "stages": {m.key: m.to_json() for m in measurements},
-        "checks": [c.to_json() for c in checks],
-        "summary": {
-            "passed": results.count("PASS"),
-            "failed": results.count("FAIL"),
-            "failed_checks": [c.key for c in checks if c.result == "FAIL"],
-        },
-    }
 
 
 def machine_info() -> dict[str, Any]:

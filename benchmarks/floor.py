@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_jobs.jvm import newest_query_ids
-from spark_jobs.sinks.delta import TABLE_PROPERTIES, WriteId, append, create_table, dml_write_id
+from spark_jobs.sinks.delta import WriteId, append, dml_write_id
+from spark_jobs.sinks.delta_tables import TABLE_PROPERTIES, create_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

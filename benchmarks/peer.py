@@ -37,7 +37,7 @@ def run_peer(spark: SparkSession, settings: Settings, topic: str, max_offsets_pe
     """Run the peer over ``topic`` into ``settings``' lake and PostgreSQL, at most ``max_offsets_per_trigger``
     records a batch (the bench gives B2, PEER and P1 the same cap); returns the records read."""
     from spark_jobs.kafka_source import stream_reader
-    from spark_jobs.sinks.delta import create_table
+    from spark_jobs.sinks.delta_tables import create_table
 
     events_path, sessions_path = settings.table_path(PEER_EVENTS), settings.table_path(PEER_SESSIONS)
     create_table(spark, events_path, TABLE_SCHEMAS["events"])

@@ -20,8 +20,9 @@ from typing import Any
 from benchmarks.checks import build_checks
 from benchmarks.context import BenchContext, CpuMeter, Recorder
 from benchmarks.edge_stages import stage_contract, stage_floor, stage_hotkey, stage_soak
-from benchmarks.figures import format_table, machine_info, results_document, versions
+from benchmarks.figures import machine_info, versions
 from benchmarks.options import BenchOptions
+from benchmarks.report import format_table, results_document
 from benchmarks.services import BenchServices
 from benchmarks.stages import NEEDS_MAIN_TOPIC, produce_main, stage_b1, stage_slope, stage_spark
 from benchmarks.stored_stages import stage_empty, stage_growth, stage_pg, stage_replay

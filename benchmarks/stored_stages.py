@@ -20,7 +20,7 @@ from benchmarks.workloads import (
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from spark_jobs.reconcile.findings import Report
+    from spark_jobs.store.report import Report
 
 from benchmarks.stages import ingested_sink
 
@@ -33,6 +33,7 @@ def stage_replay(ctx: BenchContext) -> None:
     from spark_jobs import db, ingest
     from spark_jobs.planning import plan_backfill
     from spark_jobs.sinks.delta import files_rewritten_since, table_versions
+    from spark_jobs.store import ledger
 
     main = ctx.main
     s = ingested_sink(ctx).settings
@@ -46,7 +47,7 @@ def stage_replay(ctx: BenchContext) -> None:
             with db.transaction(s.postgres_dsn) as cur:
                 cur.execute(
                     "DELETE FROM ledger_batches WHERE pipeline = %s",
-                    (ingest.pipeline_name(ingest.BACKFILL, main.name),),
+                    (ledger.pipeline_name(ledger.BACKFILL, main.name),),
                 )
         versions = table_versions(ctx.spark, s)
         before = _postgres_sessions(s)
@@ -82,7 +83,7 @@ def stage_empty(ctx: BenchContext) -> None:
     that starts a SparkSession and stops, a scheduled run with nothing new to read, and a scheduled
     run of :data:`COLD_EVENTS` new events into a lake that holds earlier ones."""
     from spark_jobs import ingest
-    from spark_jobs.runs import unread_records
+    from spark_jobs.store.runs import unread_records
 
     def scheduled_run(settings: Settings) -> str:
         """A scheduled run submitted as a DAG's task submits it: for the records it will read."""

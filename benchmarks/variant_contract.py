@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.contract import EARLIEST_EVENT_TIME_US, LATEST_EVENT_TIME_US, MAX_ENTITY_ID_BYTES, MAX_VALUE_BYTES
-from spark_jobs.validation import _ISO_WITH_OFFSET
+from spark_jobs.contract import MAX_ENTITY_ID_BYTES, MAX_VALUE_BYTES
+from spark_jobs.validation import event_time_reasons, source_columns
 
 # The fixed contract's fields.
 REQUIRED_FIELDS = ("event_id", "entity_id", "event_type", "event_time")
@@ -69,14 +69,7 @@ def _reason_sql() -> str:
             f"octet_length(s_entity_id) > {MAX_ENTITY_ID_BYTES}",
             f"'bad_entity_id: entity_id is longer than {MAX_ENTITY_ID_BYTES} bytes'",
         ),
-        (
-            f"NOT regexp_like(s_event_time, '{_ISO_WITH_OFFSET}') OR ts_event_time IS NULL",
-            "'bad_event_time: not ISO-8601 with an offset'",
-        ),
-        (
-            f"unix_micros(ts_event_time) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}",
-            "'bad_event_time: outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (what both sinks store)'",
-        ),
+        *event_time_reasons("s_event_time", "ts_event_time"),
         (
             "v_properties IS NOT NULL AND t_properties NOT IN ('VOID') AND NOT startswith(t_properties, 'OBJECT')",
             "'wrong_type: properties must be an object'",
@@ -98,16 +91,7 @@ def variant_parse_records(raw: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     timestamp_type = ["timestamp_type"] if "timestampType" in raw.columns else []
-    with_doc = raw.select(
-        "topic",
-        "partition",
-        "offset",
-        F.col("timestamp").alias("arrival_time"),
-        *([F.col("timestampType").alias("timestamp_type")] if timestamp_type else []),
-        "key",
-        "value",
-        F.expr("cast(value AS string)").alias("text"),
-    ).select(
+    with_doc = raw.select(*source_columns(raw), F.expr("cast(value AS string)").alias("text")).select(
         "*",
         F.expr(
             f"CASE WHEN octet_length(value) <= {MAX_VALUE_BYTES} AND is_valid_utf8(text) THEN try_parse_json(text) END"

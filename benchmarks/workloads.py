@@ -36,50 +36,14 @@ spark.stop()
 
 def drain(settings: Settings, ranges: list[PartitionRange], idle_timeout: float = 30.0) -> tuple[int, int]:
     """Read every committed record of ``ranges`` with one consumer; returns (records, value bytes)."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from spark_jobs.offsets import committed_records
 
-    ends = {r.partition: r.end for r in ranges if r.size}
-    consumer = Consumer(
-        settings.kafka_client_config(
-            **{
-                "group.id": f"tidemark-bench-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-            }
-        )
-    )
-    try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges if r.size])
-        count, size, idle = 0, 0, 0.0
-        while ends:
-            messages = consumer.consume(num_messages=10_000, timeout=1.0)
-            if not messages:
-                idle += 1.0
-                if idle >= idle_timeout:
-                    raise TimeoutError(f"no records for {idle_timeout:.0f} s; partitions left {sorted(ends)}")
-                continue
-            idle = 0.0
-            for message in messages:
-                error = message.error()
-                if error is not None and error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                partition, offset = message.partition(), message.offset()
-                assert partition is not None and offset is not None  # set on every record and partition end
-                if error is not None:  # the partition's end
-                    ends.pop(partition, None)
-                    continue
-                end = ends.get(partition)
-                if end is None or offset >= end:
-                    continue
-                count += 1
-                value = message.value()
-                size += len(value) if value else 0
-                if offset >= end - 1:
-                    ends.pop(partition, None)
-        return count, size
-    finally:
-        consumer.close()
+    count, size = 0, 0
+    for message in committed_records(settings, ranges, idle_timeout, group_id=f"tidemark-bench-{uuid.uuid4().hex[:8]}"):
+        count += 1
+        value = message.value()
+        size += len(value) if value else 0
+    return count, size
 
 
 def append_available_now(spark: SparkSession, settings: Settings, topic: str, max_offsets_per_trigger: int) -> None:
@@ -178,7 +142,7 @@ def prepopulate(
     sessions are checked against the pipeline's own ``sessionize`` (with ``settings.session_rules``)
     for a few entities. Returns the number of sessions.
     """
-    from spark_jobs.sinks.delta import ensure_tables
+    from spark_jobs.sinks.delta_tables import ensure_tables
 
     m = EVENTS_PER_PREPOP_SESSION
     day_ms = 86_400_000

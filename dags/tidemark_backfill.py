@@ -20,7 +20,7 @@ from airflow.sdk import Param, dag, task
 
 from tidemark_airflow.dag_defaults import range_params, tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
-from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+from tidemark_airflow.pipelines import dag_pipelines, sinks
 
 if TYPE_CHECKING:
     from tidemark_airflow.pipelines import Pipeline, Unrunnable
@@ -34,7 +34,7 @@ def backfill_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The backfill DAG of ``pipeline``."""
 
     @dag(
-        dag_id=dag_id("backfill", pipeline.name),
+        dag_id=pipeline.names.dag_id("backfill"),
         schedule=None,
         params={
             "topic": Param(

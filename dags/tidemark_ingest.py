@@ -32,7 +32,7 @@ from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
-from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+from tidemark_airflow.pipelines import dag_pipelines, sinks
 
 if TYPE_CHECKING:
     from tidemark_airflow.pipelines import Pipeline, Unrunnable
@@ -42,7 +42,7 @@ def ingest_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The ingest DAG of ``pipeline``."""
 
     @dag(
-        dag_id=dag_id("ingest", pipeline.name),
+        dag_id=pipeline.names.dag_id("ingest"),
         schedule=CronDataIntervalTimetable(pipeline.schedule, timezone="UTC") if pipeline.schedule else None,
         params={
             "partitions": Param(

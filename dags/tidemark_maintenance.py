@@ -23,7 +23,7 @@ from airflow.sdk import CronDataIntervalTimetable, dag
 
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
-from tidemark_airflow.pipelines import dag_id, dag_pipelines
+from tidemark_airflow.pipelines import dag_pipelines
 
 if TYPE_CHECKING:
     from tidemark_airflow.pipelines import Pipeline, Unrunnable
@@ -35,7 +35,7 @@ def maintenance_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The maintenance DAG of ``pipeline``."""
 
     @dag(
-        dag_id=dag_id("maintenance", pipeline.name),
+        dag_id=pipeline.names.dag_id("maintenance"),
         schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
         **tidemark_dag(__doc__, pipeline, retry_delay=timedelta(minutes=5)),
     )

@@ -22,7 +22,7 @@ from airflow.sdk import Param, dag, task
 
 from tidemark_airflow.dag_defaults import range_params, reason_codes, tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator
-from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+from tidemark_airflow.pipelines import dag_pipelines, sinks
 
 if TYPE_CHECKING:
     from tidemark_airflow.pipelines import Pipeline, Unrunnable
@@ -32,7 +32,7 @@ def readmit_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The readmit DAG of ``pipeline``."""
 
     @dag(
-        dag_id=dag_id("readmit", pipeline.name),
+        dag_id=pipeline.names.dag_id("readmit"),
         schedule=None,
         params={
             "reason": Param(

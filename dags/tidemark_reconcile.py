@@ -27,7 +27,7 @@ from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable, dag, task
 
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOperator
-from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+from tidemark_airflow.pipelines import dag_pipelines, sinks
 
 if TYPE_CHECKING:
     from tidemark_airflow.pipelines import Pipeline, Unrunnable
@@ -37,7 +37,7 @@ def reconcile_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The reconcile DAG of ``pipeline``."""
 
     @dag(
-        dag_id=dag_id("reconcile", pipeline.name),
+        dag_id=pipeline.names.dag_id("reconcile"),
         schedule=AssetOrTimeSchedule(
             timetable=CronTriggerTimetable("0 3 * * *", timezone="UTC"), assets=[sinks(pipeline.name)]
         ),

@@ -21,7 +21,7 @@ from airflow.sdk import Param, dag, task
 
 from tidemark_airflow.dag_defaults import tidemark_dag
 from tidemark_airflow.operators import TidemarkSparkSubmitOperator, VerdictOperator
-from tidemark_airflow.pipelines import dag_id, dag_pipelines, sinks
+from tidemark_airflow.pipelines import dag_pipelines, sinks
 
 if TYPE_CHECKING:
     from tidemark_airflow.pipelines import Pipeline, Unrunnable
@@ -31,7 +31,7 @@ def repair_dag(pipeline: Pipeline | Unrunnable) -> None:
     """The repair DAG of ``pipeline``."""
 
     @dag(
-        dag_id=dag_id("repair", pipeline.name),
+        dag_id=pipeline.names.dag_id("repair"),
         schedule=None,
         params={
             "reconcile_run_id": Param(

@@ -15,13 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_jobs import dedupe, ledger, moves, producers, quarantine, session_changes
-from spark_jobs.contract import COORDINATES, RECORD_TABLES, TABLE_SCHEMAS, SessionRules
+from spark_jobs import dedupe, moves, offsets, session_changes
+from spark_jobs.contract import COORDINATES, TABLE_SCHEMAS, SessionRules
+from spark_jobs.held import held_records
 from spark_jobs.offsets import PartitionRange
+from spark_jobs.session_changes import SessionChanges
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
-from spark_jobs.spark import FrozenFrames, broadcastable
+from spark_jobs.spark import FrozenFrames, broadcastable, run_both
+from spark_jobs.store import ledger, producers, quarantine
+from spark_jobs.store.quarantine import ReasonCount
 from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
@@ -47,14 +51,30 @@ class Stopwatch:
 
 
 @dataclass(frozen=True)
-class SessionChanges:
-    anchors: DataFrame  # (entity_id, anchor): each touched entity's sessions from here on were recomputed
-    compared: DataFrame  # recomputed and stored sessions with op: insert, update, delete or same
-    changed: int  # rows to update or delete
-    inserted: int  # new session IDs
-    entities_in_many_partitions: int = 0  # a producer check, counted with the anchors
-    earliest_us: int | None = None  # the earliest anchor: no session before it is compared or written
-    written_ids: list[str] | None = None  # the IDs of ``compared``'s rows that are not ``same`` (observed)
+class _Read:
+    """The batch as read: parsed and validated (frozen), and what the tables hold of its ranges."""
+
+    parsed: DataFrame  # every record no table holds yet, with its quarantine reason or parsed fields
+    summary: dict  # over every record read: totals, the earliest valid arrival, the producer checks
+    held_in: dict[str, int]  # per record table, how many of the batch's records it holds already
+    read_spans: list[PartitionRange]
+    fresh_totals: dict | None  # with records held: the fresh records' totals (fresh, invalid)
+
+    @property
+    def invalid(self) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        return self.parsed.where("quarantine_reason IS NOT NULL").select(
+            *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
+        )
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    ranked: DataFrame  # the candidates ranked by event_id (frozen)
+    counts: dedupe.DedupeCounts
+    replayed: DataFrame | None  # the stored events of the batch's own records (a replay)
+    totals: dict  # the fresh records' totals: fresh, invalid
 
 
 @dataclass(frozen=True)
@@ -68,7 +88,7 @@ class BatchPlan:
     held: int  # records of its ranges a record table held already (an earlier attempt's, or a replay's)
     held_quarantined: int  # of those, how many ``quarantine`` held
     quarantine: DataFrame | None  # records no table held that are invalid
-    quarantine_reasons: list[quarantine.ReasonCount]  # the quarantine's count and samples per reason
+    quarantine_reasons: list[ReasonCount]  # the quarantine's count and samples per reason
     duplicates: DataFrame | None  # later copies from the batch, appended after events
     displaced_copies: DataFrame | None  # the stored rows the takeovers displace, inserted before events
     duplicates_span: str  # bounds the displaced copies' MERGE to the losers' offsets
@@ -152,10 +172,22 @@ class BatchPlanner:
         (materialised) and their counts; beside the sessions, in a thread of its own, the
         quarantined records' count and samples per reason (one job, when the batch quarantines any).
         """
-        from pyspark.sql import Observation
+        clock = clock or Stopwatch()
+        read = self._read_batch(batch_df, ranges)
+        clock.lap("parse")
+        ranked = self._rank(read, ranges)
+        clock.lap("dedupe")
+        changes, quarantine_reasons = self._sessions_and_reasons(read, ranked, ranges)
+        checks = self._producer_checks(read.summary, changes, batch_id)
+        plan = self._assemble(batch_id, ranges, read, ranked, changes, quarantine_reasons, checks, moved_before)
+        clock.lap("sessions")
+        return plan
+
+    def _read_batch(self, batch_df: DataFrame, ranges: list[PartitionRange]) -> _Read:
+        """The batch parsed and validated (frozen: the only read of Kafka), its summary, and the records
+        of its ranges the tables hold already."""
         from pyspark.sql import functions as F
 
-        clock = clock or Stopwatch()
         # Read and validated once. Only quarantined records keep their raw key and value.
         quarantined_flag = F.col("quarantine_reason").isNotNull()
         parsed = parse_records(batch_df, self.contract)
@@ -177,54 +209,64 @@ class BatchPlanner:
         # What the batch has of its ranges: read from Kafka, or held (an earlier attempt wrote it
         # before retention removed it from Kafka).
         had = parsed if held is None else parsed.select(*COORDINATES).unionByName(held.select(*COORDINATES)).distinct()
-        read_spans = consecutive_offsets(had) if self.watch_losses else []
-        fresh_totals = None  # with records held: the others' totals, observed as the ranking reads them
-        # A batch that read nothing (retention removed its records while the run read them) has no
-        # fresh record, so there is nothing to observe; its totals are the read's own, both 0. Without
-        # this guard such a batch failed in Observation.get (model seed 8805), likely because Spark ran
-        # no task of the observed join when its side was empty (a one-partition example did not fail).
-        if held_in and summary["fresh"]:
-            fresh_totals = Observation()
-            parsed = parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti").observe(
-                fresh_totals, F.count(F.lit(1)).alias("fresh"), F.count("quarantine_reason").alias("invalid")
+        read_spans = offsets.consecutive_offsets(had) if self.watch_losses else []
+        fresh_totals = None  # with records held: the others' totals, counted as they are frozen
+        # With records held, those no table holds (the fresh ones) are frozen apart and counted as they are
+        # frozen. Observed only as the ranking read them, their totals came back empty when the ranking's plan
+        # passed none of their rows (model seed 60025: a retried batch whose records were all invalid and
+        # held), and the batch failed for ever. A batch that read nothing (retention removed its records
+        # while the run read them, model seed 8805) has no fresh record: its totals are the read's, both 0.
+        if held is not None and held_in and summary["fresh"]:
+            parsed, fresh_totals = self.frozen.freeze_counted(
+                parsed.join(held.select(*COORDINATES), list(COORDINATES), "left_anti"),
+                F.count(F.lit(1)).alias("fresh"),
+                F.count("quarantine_reason").alias("invalid"),
             )
-        clock.lap("parse")
+        return _Read(parsed, summary, held_in, read_spans, fresh_totals)
 
+    def _rank(self, read: _Read, ranges: list[PartitionRange]) -> _Ranked:
+        """The batch's valid records ranked by ``event_id`` against the stored events (and the stored
+        copies of its own records ``events`` holds), frozen before the writes change the tables it read."""
         events = self._read("events")
-        replayed = delta.within(events, ranges) if held_in.get("events") else None
-        candidates = parsed.where("quarantine_reason IS NULL").select(*self.contract.event_columns)
+        replayed = delta.within(events, ranges) if read.held_in.get("events") else None
+        candidates = read.parsed.where("quarantine_reason IS NULL").select(*self.contract.event_columns)
         if replayed is not None:
             candidates = candidates.unionByName(replayed)
         horizon = self.settings.dedupe_horizon_us
-        since = None if horizon is None or summary["earliest_us"] is None else summary["earliest_us"] - horizon
+        earliest = read.summary["earliest_us"]
+        since = None if horizon is None or earliest is None else earliest - horizon
         # The batch has at most as many candidates as records: few enough, its ids are broadcast.
-        broadcast_ids = broadcastable(self.spark, summary["fresh"], dedupe.ID_ROW_BYTES)
-        # Frozen before the writes change the tables it read.
+        broadcast_ids = broadcastable(self.spark, read.summary["fresh"], dedupe.ID_ROW_BYTES)
         ranked, observed = self.frozen.freeze_counted(
             dedupe.rank(candidates, events, since, broadcast_ids), *dedupe.aggregates()
         )
-        counts = dedupe.DedupeCounts(**observed)
-        totals = summary if fresh_totals is None else fresh_totals.get
-        clock.lap("dedupe")
+        totals = read.summary if read.fresh_totals is None else read.fresh_totals
+        return _Ranked(ranked, dedupe.DedupeCounts(**observed), replayed, totals)
 
+    def _sessions_and_reasons(
+        self, read: _Read, ranked: _Ranked, ranges: list[PartitionRange]
+    ) -> tuple[SessionChanges | None, list[ReasonCount]]:
+        """The touched entities' session changes, and the quarantine's count and samples per reason."""
         # A takeover an earlier attempt of this batch committed moved the displaced row to
         # duplicates; its entity still needs its sessions in PostgreSQL.
+        replayed = ranked.replayed
         displaced = None if replayed is None else dedupe.copies_in(self._read("duplicates"), replayed)
-        invalid = parsed.where("quarantine_reason IS NOT NULL").select(
-            *COORDINATES, "arrival_time", "key", "value", F.col("quarantine_reason").alias("reason")
-        )
 
         def sessions() -> SessionChanges | None:
-            return None if self.rules is None else self._session_changes(ranked, displaced, counts)
+            rules = self.rules
+            return None if rules is None else self._session_changes(rules, ranked.ranked, displaced, ranked.counts)
 
         # Neither the sessions' changes nor the quarantine's summary needs the other: when the batch
         # quarantines records, the summary runs beside the sessions in a thread of its own (each is a
         # chain of short Spark queries whose planning keeps a core of the driver busy).
-        if totals["invalid"]:
-            uncounted = self.uncounted(invalid, ranges)
-            changes, quarantine_reasons = delta.run_concurrently([sessions, lambda: quarantine.summarize(uncounted)])
-        else:
-            changes, quarantine_reasons = sessions(), []
+        if ranked.totals["invalid"]:
+            uncounted = self.uncounted(read.invalid, ranges)
+            return run_both(sessions, lambda: quarantine.summarize(uncounted))
+        return sessions(), []
+
+    def _producer_checks(
+        self, summary: dict, changes: SessionChanges | None, batch_id: int
+    ) -> producers.ProducerChecks:
         checks = producers.ProducerChecks(
             changes.entities_in_many_partitions if changes else 0,
             summary["not_log_append_time"],
@@ -235,18 +277,37 @@ class BatchPlanner:
                 "%s batch %s breaks the producer requirements: %s (README, Producer requirements)",
                 self.pipeline, batch_id, checks.describe(),
             )  # fmt: skip
-        displaced_rows = dedupe.displaced(ranked) if counts.takeovers else None
+        return checks
+
+    def _readmitted(self) -> tuple[int | None, list[tuple[str, int]]]:
+        """A readmit's records: their earliest arrival, and how many per reason they were quarantined with."""
+        from pyspark.sql import functions as F
+
+        if self.readmitting is None:
+            return None, []
+        by_reason = self.readmitting.groupBy("reason").agg(
+            F.count(F.lit(1)).alias("n"), F.unix_micros(F.min("arrival_time")).alias("since")
+        )
+        rows = by_reason.collect()
+        return min((r["since"] for r in rows), default=None), sorted((r["reason"], r["n"]) for r in rows)
+
+    def _assemble(
+        self,
+        batch_id: int,
+        ranges: list[PartitionRange],
+        read: _Read,
+        ranked: _Ranked,
+        changes: SessionChanges | None,
+        quarantine_reasons: list[ReasonCount],
+        checks: producers.ProducerChecks,
+        moved_before: list[moves.Moved] | None,
+    ) -> BatchPlan:
+        counts, totals, held_in, rows = ranked.counts, ranked.totals, read.held_in, ranked.ranked
+        displaced_rows = dedupe.displaced(rows) if counts.takeovers else None
         moving = sorted((r[0], r[1], r[2], r[3]) for r in counts.displaced)
         unmoved = moves.unfinished(self.spark, self.settings, moved_before or [], set(moving))
-        readmitted_since_us, readmitted_reasons = None, []
-        if self.readmitting is not None:
-            by_reason = self.readmitting.groupBy("reason").agg(
-                F.count(F.lit(1)).alias("n"), F.unix_micros(F.min("arrival_time")).alias("since")
-            )
-            rows = by_reason.collect()
-            readmitted_reasons = sorted((r["reason"], r["n"]) for r in rows)
-            readmitted_since_us = min((r["since"] for r in rows), default=None)
-        plan = BatchPlan(
+        readmitted_since_us, readmitted_reasons = self._readmitted()
+        return BatchPlan(
             pipeline=self.pipeline,
             batch_id=batch_id,
             ranges=ranges,
@@ -259,22 +320,20 @@ class BatchPlanner:
                 quarantined=totals["invalid"] + held_in.get("quarantine", 0),
                 producer=checks,
             ),
-            quarantine=delta.in_files(invalid, totals["invalid"]) if totals["invalid"] else None,
+            quarantine=delta.in_files(read.invalid, totals["invalid"]) if totals["invalid"] else None,
             quarantine_reasons=quarantine_reasons,
-            duplicates=delta.in_files(dedupe.later_copies(ranked), counts.later_copies)
-            if counts.later_copies
-            else None,
-            displaced_copies=dedupe.displaced_copies(ranked) if counts.takeovers else None,
+            duplicates=delta.in_files(dedupe.later_copies(rows), counts.later_copies) if counts.later_copies else None,
+            displaced_copies=dedupe.displaced_copies(rows) if counts.takeovers else None,
             duplicates_span=f"t.offset >= {counts.losers_from} AND t.offset <= {counts.losers_to}",
-            first_arrivals=delta.in_files(dedupe.first_arrivals(ranked), counts.first_arrivals)
+            first_arrivals=delta.in_files(dedupe.first_arrivals(rows), counts.first_arrivals)
             if counts.first_arrivals
             else None,
-            takeovers=dedupe.takeovers(ranked) if counts.takeovers else None,
+            takeovers=dedupe.takeovers(rows) if counts.takeovers else None,
             displaced=displaced_rows,
-            moved=moved_spans(moving),
+            moved=moves.moved_spans(moving),
             moving=moving,
             unmoved=unmoved,
-            read_spans=read_spans,
+            read_spans=read.read_spans,
             takeovers_since_us=counts.takeovers_since_us,
             readmitted=None if self.readmitting is None else self.readmitting.select(*COORDINATES),
             readmitted_since_us=readmitted_since_us,
@@ -283,45 +342,13 @@ class BatchPlanner:
             session_rows=session_changes.surviving(changes.compared) if changes else None,
             anchor_rows=changes.anchors if changes else None,
         )
-        clock.lap("sessions")
-        return plan
 
     def held(self, ranges: list[PartitionRange]) -> tuple[DataFrame | None, dict[str, int]]:
-        """``(topic, partition, offset, table)`` of the records in ``ranges`` a record table holds
-        already, one row per record (:func:`owners`), frozen (one snapshot: its counts and the
-        records it excludes agree, even while a writer that lost its lease still commits), and how
-        many each table holds, observed as it is frozen; (None, {}) when none can be held.
-
-        For a scheduled batch Delta is searched only when PostgreSQL says a table may hold some: a
-        range overlaps an attempt or ledger range, or starts below its topic's write floor. Records
-        reach the tables only from batches that record their attempt first, so a batch that overlaps
-        none of these (the usual scheduled batch) holds nothing and reads no Delta table. Backfills
-        and repairs always search.
-        """
-        from pyspark.sql import functions as F
-
-        if not any(r.end > r.start for r in ranges):
-            return None, {}
-        if self.scheduled:
-            topic, lake = ranges[0].topic, self.settings.lake_root
-
-            def may_hold(cur: Cursor) -> bool:
-                floor = ledger.write_floor(cur, lake, topic)
-                if floor is None:  # the first batch of this topic in this lake since attempts are recorded
-                    floor = 0 if self.created_lake else delta.offset_floor(self.spark, self.settings, topic)
-                    ledger.set_write_floor(cur, lake, topic, floor)
-                return ledger.may_hold(cur, ranges, floor)
-
-            if not self._on_ledger(may_hold):
-                return None, {}
-        held = delta.held(self.spark, self.settings, ranges)
-        if self.readmitting is not None:  # in quarantine, but what the batch brings back from there
-            leaving = self.readmitting.select(*COORDINATES).withColumn("table", F.lit("quarantine"))
-            held = held.join(leaving, [*COORDINATES, "table"], "left_anti")
-        frozen, counts = self.frozen.freeze_counted(
-            owners(held), *[F.count_if(F.col("table") == name).alias(name) for name in RECORD_TABLES]
-        )
-        return frozen, {name: n for name, n in counts.items() if n}
+        """The records of ``ranges`` a record table holds already (:func:`spark_jobs.held.held_records`)."""
+        return held_records(
+            self.spark, self.settings, self.frozen, ranges, self._on_ledger,
+            scheduled=self.scheduled, created_lake=self.created_lake, readmitting=self.readmitting,
+        )  # fmt: skip
 
     def uncounted(self, invalid: DataFrame, ranges: list[PartitionRange]) -> DataFrame:
         """The batch's ``invalid`` records that its quarantine reasons count: all of them, but for a
@@ -334,14 +361,14 @@ class BatchPlanner:
         return invalid.where(f"NOT ({delta.range_filter(counted)})") if counted else invalid
 
     def _session_changes(
-        self, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
+        self, rules: SessionRules, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
     ) -> SessionChanges:
         from pyspark.sql import functions as F
 
         sessions = self._read("sessions")
         since = counts.touched_since_us if displaced is None else None
         entities, summary = self.frozen.freeze_counted(
-            session_changes.entities(ranked, sessions, self.rules, displaced, since),
+            session_changes.entities(ranked, sessions, rules, displaced, since),
             F.unix_micros(F.min("anchor")).alias("earliest"),  # UTC micros, never a local time
             F.count_if(F.col("partitions") > 1).alias("many_partitions"),
         )
@@ -354,50 +381,9 @@ class BatchPlanner:
             self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
         )
         compared, ops = self.frozen.freeze_counted(
-            session_changes.compare(sessionize(events, self.rules, self.frozen), sessions, anchors, earliest),
+            session_changes.compare(sessionize(events, rules, self.frozen), sessions, anchors, earliest),
             *session_changes.op_counts(with_ids=True),
         )
         return SessionChanges(
             anchors, compared, ops["changed"], ops["inserted"], summary["many_partitions"], earliest, ops["written"]
         )
-
-
-def owners(held: DataFrame) -> DataFrame:
-    """``held`` with one row per record: the table that accounts for it. An offset both ``events``
-    and ``duplicates`` hold is the row a takeover displaces, between an attempt that committed its
-    ``duplicates`` and the ``events`` write that removes it (written last): it counts once, as the
-    ``events`` row the batch ranks again."""
-    from pyspark.sql import functions as F
-
-    tables = held.groupBy(*COORDINATES).agg(F.collect_set("table").alias("tables"))
-    owner = F.when(F.array_contains("tables", "events"), F.lit("events")).otherwise(F.col("tables")[0])
-    return tables.select(*COORDINATES, owner.alias("table"))
-
-
-def moved_spans(rows: list[moves.Moved]) -> list[PartitionRange]:
-    """Per partition, first to last offset of the stored rows a takeover moves: the verified ranges
-    there get a new baseline."""
-    spans: dict[tuple[str, int], tuple[int, int]] = {}
-    for topic, partition, offset, _ in rows:
-        first, last = spans.get((topic, partition), (offset, offset))
-        spans[(topic, partition)] = (min(first, offset), max(last, offset))
-    return [
-        PartitionRange(topic, partition, first, last + 1) for (topic, partition), (first, last) in sorted(spans.items())
-    ]
-
-
-def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:
-    """The runs of consecutive offsets ``records`` hold, per topic and partition (one small job):
-    in a stream that skips removed offsets, what lies between them may have been skipped."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    by_offset = Window.partitionBy("topic", "partition").orderBy("offset")
-    runs = (
-        records.select("topic", "partition", "offset")
-        .withColumn("run", F.col("offset") - F.row_number().over(by_offset))
-        .groupBy("topic", "partition", "run")
-        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
-        .collect()
-    )
-    return sorted(PartitionRange(r["topic"], r["partition"], r["first"], r["last"] + 1) for r in runs)

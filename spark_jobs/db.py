@@ -9,17 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import NotMigrated, ServiceUnavailable
 
+if TYPE_CHECKING:
+    from psycopg2.extensions import connection, cursor
 
-def connect(dsn: str, **options: object):  # -> psycopg2 connection
+
+def connect(dsn: str, **options: str | int) -> connection:
     """A psycopg2 connection (libpq ``options`` added); an unreachable server is one line (never with
     the password), not a traceback."""
     import psycopg2
 
     try:
-        return psycopg2.connect(dsn, connect_timeout=10, **options)
+        # psycopg2's default factories named, so that ``options`` can only be libpq's keywords.
+        return psycopg2.connect(dsn, connection_factory=None, cursor_factory=None, connect_timeout=10, **options)
     except psycopg2.OperationalError as exc:
         reason = " ".join(str(exc).split())  # libpq's message spans lines
         reason += "" if reason.endswith((".", "?")) else "."
@@ -29,13 +34,22 @@ def connect(dsn: str, **options: object):  # -> psycopg2 connection
         ) from None
 
 
+def fetch_one(cur: cursor) -> tuple[Any, ...]:
+    """The row of the query ``cur`` ran that always returns one (an aggregate, a function's value, a
+    ``RETURNING`` of a row the migrations create): none is a bug, said as such."""
+    row = cur.fetchone()
+    if row is None:
+        raise RuntimeError("a query that always returns a row returned none")
+    return row
+
+
 def check_reachable(dsn: str) -> None:
     """Fail with :class:`ServiceUnavailable`'s one line unless PostgreSQL at ``dsn`` accepts a connection."""
     connect(dsn).close()
 
 
 @contextmanager
-def transaction(dsn: str, isolation_level: str | None = None, **options: object) -> Iterator:
+def transaction(dsn: str, isolation_level: str | None = None, **options: str | int) -> Iterator[cursor]:
     """A cursor inside one transaction: committed when the block ends, rolled back when it raises,
     the connection closed either way. ``isolation_level`` e.g. ``"REPEATABLE READ"``."""
     import psycopg2
@@ -59,7 +73,7 @@ def transaction(dsn: str, isolation_level: str | None = None, **options: object)
 
 
 @contextmanager
-def session(dsn: str, **options: object) -> Iterator:
+def session(dsn: str, **options: str | int) -> Iterator[connection]:
     """A connection in autocommit mode, closed when the block ends: for what lives with a session,
     not a transaction (advisory locks, ``CREATE DATABASE``)."""
     conn = connect(dsn, **options)

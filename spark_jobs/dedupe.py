@@ -176,4 +176,6 @@ def aggregates() -> list[Column]:
 
 def count(ranked: DataFrame) -> DedupeCounts:
     """:func:`aggregates` over a ranking, in a job of its own (for a ranking that is not materialised)."""
-    return DedupeCounts(**ranked.agg(*aggregates()).first().asDict())
+    row = ranked.agg(*aggregates()).first()
+    assert row is not None  # an aggregate without groups is one row
+    return DedupeCounts(**row.asDict())

@@ -17,11 +17,19 @@ from typing import TYPE_CHECKING
 from spark_jobs.errors import ConfigError
 
 if TYPE_CHECKING:
+    from py4j.java_gateway import JVMView
     from pyspark.sql import DataFrame, SparkSession
 
 
+def _jvm(spark: SparkSession) -> JVMView:
+    """The JVM of ``spark``'s context (which a started context always has)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None  # set when the context started, with its gateway
+    return jvm
+
+
 def _path(spark: SparkSession, path: str):  # -> (org.apache.hadoop.fs.FileSystem, org.apache.hadoop.fs.Path)
-    jpath = spark.sparkContext._jvm.org.apache.hadoop.fs.Path(path)
+    jpath = _jvm(spark).org.apache.hadoop.fs.Path(path)
     return jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), jpath
 
 
@@ -45,7 +53,7 @@ def read_text(spark: SparkSession, path: str) -> str | None:
         return None
     stream = fs.open(jpath)
     try:
-        return spark.sparkContext._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        return _jvm(spark).org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
 
@@ -75,7 +83,7 @@ def file_count(spark: SparkSession, folder: str) -> int:
 
 def checkpoint_delta_log(spark: SparkSession, table_path: str) -> None:
     """Write a Delta log checkpoint of the table's latest version."""
-    log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog
+    log = _jvm(spark).org.apache.spark.sql.delta.DeltaLog
     log.forTable(spark._jsparkSession, table_path).checkpoint()
 
 
@@ -83,7 +91,7 @@ def load_table_state(spark: SparkSession, table_path: str) -> None:
     """Load the latest snapshot of the Delta table at ``table_path`` and compute its state (the
     table's files, its protocol and metadata, the writers' transaction versions), which Delta keeps
     in this JVM for the next reader and writer of that version. Nothing for a path without a table."""
-    jvm = spark.sparkContext._jvm
+    jvm = _jvm(spark)
     log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, table_path)
     none = jvm.scala.Option.apply(None)
     snapshot = log.update(False, none, none)
@@ -120,7 +128,7 @@ def console_silenced(spark: SparkSession) -> Iterator[None]:
     ``println``, past log4j (its number is in tidemark's maintenance report). Scala's ``Console.out``
     is a per-thread variable, and PySpark runs each Python thread's JVM calls on a thread of its own.
     """
-    jvm = spark.sparkContext._jvm
+    jvm = _jvm(spark)
     console = jvm.java.lang.Class.forName("scala.Console$")
     field = console.getDeclaredField("outVar")
     field.setAccessible(True)
@@ -152,7 +160,7 @@ def classes_generated(spark: SparkSession) -> int:
     """How many classes Spark's code generation has compiled in this JVM (Janino's compilations,
     the tasks' too in local mode). A plan whose code is new is compiled, then warmed up by the JIT
     compiler again; one that matches code compiled before reuses its class."""
-    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics
+    metrics = _jvm(spark).org.apache.spark.metrics.source.CodegenMetrics
     return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
@@ -173,7 +181,7 @@ def register_contract_check(
     ``columns``: the typed columns' pointers, whose JSON texts the check returns."""
     from py4j.java_gateway import JavaClass
 
-    record_check = spark.sparkContext._jvm.io.tidemark.contract.RecordCheck
+    record_check = _jvm(spark).io.tidemark.contract.RecordCheck
     if not isinstance(record_check, JavaClass):  # py4j's JavaPackage: no such class on the classpath
         raise ConfigError("the contract check (jars/contract) is not on Spark's classpath. Run `make jars`.")
     check = record_check(

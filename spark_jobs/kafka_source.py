@@ -10,7 +10,8 @@ from spark_jobs.offsets import PartitionRange, spark_offsets
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, DataStreamReader, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import DataStreamReader
 
 
 # How long the broker may hold a fetch that finds no new records (the Java client's default is 500

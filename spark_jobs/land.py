@@ -14,12 +14,13 @@ import argparse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger
+from spark_jobs import db
 from spark_jobs.kafka_source import read_range
-from spark_jobs.lock import transaction_lock
 from spark_jobs.offsets import PartitionRange, latest_ranges
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
+from spark_jobs.store import ledger
+from spark_jobs.store.lock import transaction_lock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,7 +17,7 @@ PostgreSQL. Nothing else ever removes them, so :func:`maintain` (the ``tidemark_
    default) still needs. Delta takes the retention from the table's
    ``delta.deletedFileRetentionDuration`` (it ignores VACUUM's own argument unless it is 0), so the
    setting is written there, under the lock, when it differs (with the properties a table created
-   by an older tidemark lacks: ``sinks.delta.TABLE_PROPERTIES``). No run reads a
+   by an older tidemark lacks: ``sinks.delta_tables.TABLE_PROPERTIES``). No run reads a
    version that old: a batch plans from the tables' latest versions and commits within minutes,
    reconcile pins the versions it checks for as long as its run lasts, and replays re-read Kafka,
    not Delta history. Needs no lock: it deletes only files no live version references.
@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 from spark_jobs import db, jvm
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.errors import run_job
-from spark_jobs.lock import single_writer
 from spark_jobs.settings import Settings
-from spark_jobs.sinks import delta
+from spark_jobs.sinks import delta, delta_tables
+from spark_jobs.store.lock import single_writer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -115,7 +115,7 @@ def checkpoint(spark: SparkSession, path: str) -> None:
 
 def maintain(spark: SparkSession, settings: Settings, wait: bool = True) -> MaintenanceReport:
     """Compact, checkpoint and vacuum every sink table, then prune reconcile history."""
-    delta.ensure_tables(spark, settings)
+    delta_tables.ensure_tables(spark, settings)
     done = []
     for name in TABLE_SCHEMAS:
         path = settings.table_path(name)
@@ -143,11 +143,11 @@ RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
 def wanted_properties(name: str, retain_hours: float) -> dict[str, str]:
-    """The properties table ``name`` must have: :data:`~spark_jobs.sinks.delta.TABLE_PROPERTIES` (a
+    """The properties table ``name`` must have: :data:`~spark_jobs.sinks.delta_tables.TABLE_PROPERTIES` (a
     table created before one of them gets it here), and the retention VACUUM obeys: files the table
     no longer references are kept ``retain_hours`` (0 leaves the property alone; VACUUM is then told
     0 itself)."""
-    wanted = dict(delta.TABLE_PROPERTIES.get(name, {}))
+    wanted = dict(delta_tables.TABLE_PROPERTIES.get(name, {}))
     if retain_hours > 0:
         wanted[RETENTION_PROPERTY] = f"interval {round(retain_hours * 3600)} seconds"
     return wanted
@@ -165,7 +165,7 @@ def set_properties(spark: SparkSession, path: str, wanted: dict[str, str]) -> No
 def prune_history(settings: Settings) -> int:
     """Delete reconcile runs older than ``settings.history_days`` (their ranges, lags and repairs go
     with them), keeping the latest run, which the next reconcile compares itself with."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     with db.transaction(settings.pipeline_dsn) as cur:
         return history.prune(cur, settings.history_days)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES
+from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 
@@ -37,9 +38,9 @@ def _path(settings: Settings, batch: str) -> str:
 
 
 def recorded(spark: SparkSession, settings: Settings, batch: str) -> list[Moved]:
-    """The rows earlier attempts of ``batch`` (:func:`spark_jobs.writer.batch_key`) set out to move."""
+    """The rows earlier attempts of ``batch`` (:func:`spark_jobs.batch_writes.batch_key`) set out to move."""
     text = jvm.read_text(spark, _path(settings, batch))
-    return [] if text is None else [tuple(row) for row in json.loads(text)["rows"]]  # type: ignore[misc]
+    return [] if text is None else [tuple(row) for row in json.loads(text)["rows"]]
 
 
 def record(spark: SparkSession, settings: Settings, batch: str, rows: list[Moved]) -> None:
@@ -73,9 +74,21 @@ def unfinished(spark: SparkSession, settings: Settings, rows: list[Moved], movin
     both = candidates.join(holding("events"), list(COORDINATES), "left_semi").join(
         holding("duplicates"), list(COORDINATES), "left_semi"
     )
-    return sorted(tuple(row) for row in both.collect())  # type: ignore[misc]
+    return sorted(tuple(row) for row in both.collect())
 
 
 def rows_of(spark: SparkSession, rows: list[Moved]) -> DataFrame:
     """``rows`` as a frame with :data:`~spark_jobs.contract.COORDINATES`, for a MERGE by coordinates."""
     return spark.createDataFrame(rows, MOVED_SCHEMA).select(*COORDINATES)
+
+
+def moved_spans(rows: list[Moved]) -> list[PartitionRange]:
+    """Per partition, first to last offset of the stored rows a takeover moves: the verified ranges
+    there get a new baseline."""
+    spans: dict[tuple[str, int], tuple[int, int]] = {}
+    for topic, partition, offset, _ in rows:
+        first, last = spans.get((topic, partition), (offset, offset))
+        spans[(topic, partition)] = (min(first, offset), max(last, offset))
+    return [
+        PartitionRange(topic, partition, first, last + 1) for (topic, partition), (first, last) in sorted(spans.items())
+    ]

@@ -7,12 +7,18 @@ replay reads exactly the same records whatever arrived since.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from spark_jobs.errors import ConfigError, DataLossError, ServiceUnavailable, TopicError
 from spark_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+    from confluent_kafka.admin import AdminClient
+    from pyspark.sql import DataFrame
 
 
 @dataclass(frozen=True, order=True)
@@ -56,10 +62,12 @@ def spark_offsets(ranges: list[PartitionRange]) -> tuple[str, str]:
     return json.dumps(starting), json.dumps(ending)
 
 
-def admin_client(settings: Settings):  # -> confluent_kafka.admin.AdminClient
+def admin_client(settings: Settings) -> AdminClient:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient(settings.kafka_client_config())
+    # confluent-kafka's stub types AdminClient's configuration without the `logger` object it documents
+    # (and Producer and Consumer take): the configuration is the one they get.
+    return AdminClient(settings.kafka_client_config())  # type: ignore[arg-type]
 
 
 def ensure_topic(settings: Settings, topic: str, partitions: int = 3, timestamp_type: str = "LogAppendTime") -> bool:
@@ -180,9 +188,8 @@ def watermarks(settings: Settings, topic: str, timeout_s: float = 10.0) -> Mappi
 def topic_id(settings: Settings, topic: str) -> str | None:
     """Kafka's id of the topic named ``topic`` (None from a broker that gives none)."""
     from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(settings.kafka_client_config())
+    admin = admin_client(settings)
     try:
         [future] = admin.describe_topics(TopicCollection([topic]), request_timeout=10).values()
         described = future.result()
@@ -250,14 +257,26 @@ def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60
     offsets, and compaction leaves gaps. The count stops at the first record at or past ``end``
     or at the partition's end (its last stable offset).
     """
+    return sum(1 for _ in committed_records(settings, [r], timeout_s))
+
+
+def committed_records(
+    settings: Settings, ranges: list[PartitionRange], timeout_s: float = 60.0, group_id: str = "tidemark-reconcile"
+) -> Iterator[Message]:
+    """Every committed record of ``ranges`` (``read_committed``), read with one consumer, each partition in
+    offset order. A partition's read stops at its range's end or at the partition's end (its last stable
+    offset). A start the broker no longer holds is a :class:`DataLossError`; no record for ``timeout_s``
+    seconds a ``TimeoutError``."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    if r.size == 0:
-        return 0
+    # Keyed as a message names its partition (the client's types leave its topic and partition optional).
+    wanted: dict[tuple[str | None, int | None], PartitionRange] = {(r.topic, r.partition): r for r in ranges if r.size}
+    if not wanted:
+        return
     consumer = Consumer(
         settings.kafka_client_config(
             **{
-                "group.id": "tidemark-reconcile",
+                "group.id": group_id,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
@@ -268,26 +287,59 @@ def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60
         )
     )
     try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
-        count, idle = 0, 0.0
-        while True:
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in wanted.values()])
+        left, idle = dict(wanted), 0.0
+        while left:
             messages = consumer.consume(num_messages=10_000, timeout=1.0)
             if not messages:
                 idle += 1.0
                 if idle >= timeout_s:
-                    raise TimeoutError(f"no records from {r} for {timeout_s:.0f} s; is the broker up?")
+                    reading = ", ".join(str(r) for r in left.values())
+                    raise TimeoutError(f"no records from {reading} for {timeout_s:.0f} s; is the broker up?")
                 continue
             idle = 0.0
             for message in messages:
+                where = (message.topic(), message.partition())
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        return count
+                        left.pop(where, None)
+                        continue
                     if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                        raise DataLossError(f"{r}: offset {r.start} is no longer on the broker (retention)")
+                        gone = wanted.get(where, ranges[0])
+                        raise DataLossError(f"{gone}: offset {gone.start} is no longer on the broker (retention)")
                     raise KafkaException(error)
-                if message.offset() >= r.end:
-                    return count
-                count += 1
+                r = left.get(where)
+                if r is None or _offset(message) >= r.end:
+                    left.pop(where, None)
+                    continue
+                yield message
+                if _offset(message) >= r.end - 1:
+                    left.pop(where, None)
     finally:
         consumer.close()
+
+
+def _offset(record: Message) -> int:
+    """The offset of a record a consumer returned (an error event has none, a record always has one)."""
+    offset = record.offset()
+    if offset is None:
+        raise TypeError("a Kafka record without an offset")
+    return offset
+
+
+def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:
+    """The runs of consecutive offsets ``records`` hold, per topic and partition (one small job):
+    in a stream that skips removed offsets, what lies between them may have been skipped."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_offset = Window.partitionBy("topic", "partition").orderBy("offset")
+    runs = (
+        records.select("topic", "partition", "offset")
+        .withColumn("run", F.col("offset") - F.row_number().over(by_offset))
+        .groupBy("topic", "partition", "run")
+        .agg(F.min("offset").alias("first"), F.max("offset").alias("last"))
+        .collect()
+    )
+    return sorted(PartitionRange(r["topic"], r["partition"], r["first"], r["last"] + 1) for r in runs)

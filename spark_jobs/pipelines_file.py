@@ -6,15 +6,31 @@ metrics). Here an entry whose lines do not parse is set aside as a problem of th
 from its ``name:`` line when it has one, with the line and column YAML gave), and the rest of the file
 is read again without it: what the other entries say is what runs. Only a mistake outside every
 entry (the ``pipelines:`` line itself) leaves no document.
+
+:func:`load_each` reads and checks the file (``spark_jobs.pipelines_check``) once per content: a process
+asks for it many times (each DAG file, each page, each contract a run reads), and the answer is kept
+with the bytes of the file and of the contracts' schema files it read. The next call reads those
+files again and parses only when one of them changed, so an edit is seen by the next read.
 """
 
 from __future__ import annotations
 
+import io
 import re
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from spark_jobs.contract_schema import read_text
+from spark_jobs.pipelines import Defaults, Pipeline
+from spark_jobs.pipelines_check import Declared, PipelinesError, Problem, check
+
+# What load_each read and answered, by the file's path and the defaults; a few kept.
+_READ: dict[tuple[Path, Any], tuple[dict[Path, bytes | None], Declared]] = {}
+_READ_LOCK = threading.Lock()
+_READ_KEPT = 16
 # The top-level key that lists the pipelines, and a list item of it.
 _LIST_KEY = re.compile(r"^pipelines\s*:")
 _ITEM = re.compile(r"^(\s*)-(\s|$)")
@@ -33,13 +49,13 @@ class WholeFileError(Exception):
     """The file has no document: one line saying why and where."""
 
 
-def read_document(path: Path) -> tuple[Any, list[SetAside]]:
-    """The document of the pipelines file at ``path``, and the entries set aside because their lines are not
-    YAML. Raises :class:`WholeFileError` (one line) when the file cannot be read or its mistake is outside
-    every entry; ``OSError`` and ``UnicodeDecodeError`` as reading raises them."""
+def read_document(path: Path, read: Callable[[Path], str] = read_text) -> tuple[Any, list[SetAside]]:
+    """The document of the pipelines file at ``path`` (its text as ``read`` reads it), and the entries set aside
+    because their lines are not YAML. Raises :class:`WholeFileError` (one line) when the file cannot be read or
+    its mistake is outside every entry; ``OSError`` and ``UnicodeDecodeError`` as reading raises them."""
     import yaml
 
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = read(path).splitlines(keepends=True)
     set_aside: list[SetAside] = []
     first = None  # the file's own first mistake, which a file with no document is refused with
     while True:
@@ -108,3 +124,85 @@ def _problem(exc: Exception) -> str:
     if not context:
         return problem
     return f"{problem} ({context}{f' begun at line {mark.line + 1}' if mark else ''})"
+
+
+def load(path: Path, defaults: Any = None) -> list[Pipeline]:
+    """The pipelines ``path`` declares, or a :class:`~spark_jobs.pipelines_check.PipelinesError` with every
+    problem it has. ``defaults``: what an entry leaves out (a :class:`~spark_jobs.pipelines.Defaults`)."""
+    declared = load_each(path, defaults)
+    if declared.problems:
+        raise PipelinesError(declared.lines())
+    return declared.pipelines
+
+
+def load_each(path: Path, defaults: Any = None) -> Declared:
+    """The pipelines of ``path`` that have no problem, and the problems of the others (an entry whose lines are
+    not YAML is a problem of its pipeline). A file that cannot be read, has no document, or is not a list of
+    pipelines, raises :class:`~spark_jobs.pipelines_check.PipelinesError`. Read and checked once per content of
+    the file and its contracts' schema files (see above)."""
+    defaults = defaults or Defaults()
+    key = (path.absolute(), defaults)
+    with _READ_LOCK:
+        kept = _READ.get(key)
+    if kept is None or any(_bytes(file) != data for file, data in kept[0].items()):
+        files = _Files()
+        kept = files.read_bytes, _load_each(path, defaults, files.read)
+        with _READ_LOCK:
+            _READ.pop(key, None)
+            _READ[key] = kept
+            while len(_READ) > _READ_KEPT:
+                del _READ[next(iter(_READ))]
+    declared = kept[1]  # a copy of its own for each caller
+    return replace(declared, pipelines=[*declared.pipelines], problems=[*declared.problems],
+                   readers=dict(declared.readers), topics=dict(declared.topics))  # fmt: skip
+
+
+def _load_each(path: Path, defaults: Any, read: Callable[[Path], str]) -> Declared:
+    document, set_aside = _read(path, read)
+    declared = check(document, path, defaults, read)
+    if not set_aside:
+        return declared
+    unreadable = {problem.pipeline for problem in set_aside}  # a good entry of the same name is not the one
+    return replace(
+        declared,
+        pipelines=[p for p in declared.pipelines if p.name not in unreadable],
+        problems=[*set_aside, *declared.problems],
+    )
+
+
+def _read(path: Path, read: Callable[[Path], str]) -> tuple[Any, list[Problem]]:
+    """The document of the file at ``path``, and a problem for each entry whose lines are not YAML; a file with
+    no document raises :class:`~spark_jobs.pipelines_check.PipelinesError`."""
+    try:
+        document, set_aside = read_document(path, read)
+    except FileNotFoundError:
+        raise PipelinesError([f"{path}: no such file; set TIDEMARK_PIPELINES to your pipelines file"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PipelinesError([f"{path}: cannot be read ({exc})"]) from None
+    except WholeFileError as exc:
+        raise PipelinesError([str(exc)]) from None
+    return document, [Problem(entry.name, entry.line) for entry in set_aside]
+
+
+class _Files:
+    """Reads files as :func:`~spark_jobs.contract_schema.read_text` does, and keeps the bytes of each read (None:
+    it could not be read), which a later :func:`load_each` compares with the files' bytes then."""
+
+    def __init__(self) -> None:
+        self.read_bytes: dict[Path, bytes | None] = {}
+
+    def read(self, path: Path) -> str:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            self.read_bytes[path] = None
+            raise
+        self.read_bytes[path] = data
+        return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8").read()  # as Path.read_text decodes
+
+
+def _bytes(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -47,8 +47,8 @@ def parse_offsets(text: str) -> dict[int, tuple[int, int]]:
             ) from None
     if not ranges:
         raise ConfigError("no offset ranges given: write PARTITION:START-END[,...], e.g. 0:100-200")
-    for partition, (start, end) in ranges.items():
-        PartitionRange("-", partition, start, end)  # a negative or inverted range fails here, saying which
+    for number, (first, stop) in ranges.items():
+        PartitionRange("-", number, first, stop)  # a negative or inverted range fails here, saying which
     return ranges
 
 
@@ -67,6 +67,37 @@ def plan_backfill(
     partition or over ``partitions``. Fails before any work with a message that says what to fix.
     """
     # The parameters alone first: nothing is asked of the broker for a request that cannot work.
+    _check_request(topic, offsets, from_time, to_time, partitions)
+    held = watermarks(settings, topic)  # TopicError for an unknown topic
+    unknown = sorted(set(partitions or ()) - set(held))
+    if unknown:
+        raise ConfigError(f"topic {topic!r} has no partition {unknown[0]} (it has {sorted(held)})")
+    by_time = offsets is None
+    if offsets is None:
+        assert from_time is not None and to_time is not None  # _check_request
+        offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
+        if partitions is not None:
+            offsets = {p: span for p, span in offsets.items() if p in set(partitions)}
+    ranges, skipped = [], []
+    for partition, (start, end) in sorted(offsets.items()):
+        first, gone = _retained_start(topic, held, partition, start, end, allow_data_loss)
+        if gone is not None:
+            skipped.append(gone)
+        if by_time and first == held[partition][0] > 0 and not allow_data_loss:
+            assert from_time is not None
+            _check_time_range_retained(settings, topic, partition, first, from_time)
+        ranges.append(PartitionRange(topic, partition, first, end))
+    return BackfillPlan(ranges, skipped)
+
+
+def _check_request(
+    topic: str,
+    offsets: Mapping[int, tuple[int, int]] | None,
+    from_time: datetime | None,
+    to_time: datetime | None,
+    partitions: Collection[int] | None,
+) -> None:
+    """A backfill request that cannot work, whatever the broker holds: one line that says what to fix."""
     if (offsets is None) == (from_time is None and to_time is None):
         raise ConfigError("give either offsets or a time range (from and to), not both and not neither")
     if offsets is None:
@@ -83,37 +114,29 @@ def plan_backfill(
             PartitionRange(topic, partition, start, end)
     if partitions is not None and not partitions:
         raise ConfigError("no partitions given: name at least one, e.g. 0,2")
-    held = watermarks(settings, topic)  # TopicError for an unknown topic
-    unknown = sorted(set(partitions or ()) - set(held))
-    if unknown:
-        raise ConfigError(f"topic {topic!r} has no partition {unknown[0]} (it has {sorted(held)})")
-    by_time = offsets is None
-    if by_time:
-        offsets = _offsets_for_times(settings, topic, held, from_time, to_time)
-        if partitions is not None:
-            offsets = {p: span for p, span in offsets.items() if p in set(partitions)}
-    ranges, skipped = [], []
-    for partition, (start, end) in sorted(offsets.items()):
-        if partition not in held:
-            raise ConfigError(f"topic {topic!r} has no partition {partition} (it has {sorted(held)})")
-        low, high = held[partition]
-        if end > high:
-            raise ConfigError(
-                f"partition {partition}: end offset {end} is beyond the last written offset (high watermark {high})"
-            )
-        if start < low:
-            if not allow_data_loss:
-                raise DataLossError(
-                    f"partition {partition}: offsets [{start}, {low}) are no longer on the broker (retention or "
-                    f"deletion); the earliest available is {low}. Start at {low}, or pass --allow-data-loss "
-                    "(allow_data_loss in the DAG's form) to skip what is gone."
-                )
-            skipped.append(PartitionRange(topic, partition, start, min(low, end)))
-            start = min(low, end)
-        if by_time and start == low > 0 and not allow_data_loss:
-            _check_time_range_retained(settings, topic, partition, low, from_time)
-        ranges.append(PartitionRange(topic, partition, start, end))
-    return BackfillPlan(ranges, skipped)
+
+
+def _retained_start(
+    topic: str, held: Mapping[int, tuple[int, int]], partition: int, start: int, end: int, allow_data_loss: bool
+) -> tuple[int, PartitionRange | None]:
+    """Where the range [start, end) of ``partition`` can start given what the broker ``held`` holds, and the
+    part of it retention removed (skipped, when ``allow_data_loss`` acknowledges it; else refused)."""
+    if partition not in held:
+        raise ConfigError(f"topic {topic!r} has no partition {partition} (it has {sorted(held)})")
+    low, high = held[partition]
+    if end > high:
+        raise ConfigError(
+            f"partition {partition}: end offset {end} is beyond the last written offset (high watermark {high})"
+        )
+    if start >= low:
+        return start, None
+    if not allow_data_loss:
+        raise DataLossError(
+            f"partition {partition}: offsets [{start}, {low}) are no longer on the broker (retention or "
+            f"deletion); the earliest available is {low}. Start at {low}, or pass --allow-data-loss "
+            "(allow_data_loss in the DAG's form) to skip what is gone."
+        )
+    return min(low, end), PartitionRange(topic, partition, start, min(low, end))
 
 
 def _check_time_range_retained(settings: Settings, topic: str, partition: int, low: int, from_time: datetime) -> None:

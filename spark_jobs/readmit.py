@@ -29,15 +29,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, runs
+from spark_jobs import db
 from spark_jobs.contract import COORDINATES
 from spark_jobs.errors import ConfigError, run_job
-from spark_jobs.lock import single_writer
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.planning import parse_offsets
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.spark import FrozenFrames
+from spark_jobs.store import ledger, runs, stored_rules
+from spark_jobs.store.lock import single_writer
 from spark_jobs.validation import parse_records
 
 if TYPE_CHECKING:
@@ -171,9 +172,9 @@ def readmit(
     readmit_id = readmit_id or reconcile.new_run_id(READMIT)
     recorded = runs.recorded(settings, f"{READMIT}:{settings.topic}", settings.topic, measure_lag=False)
     with recorded as run, single_writer(settings, f"{READMIT}:{readmit_id}", wait=True) as lease:
-        ledger.verify_contract(settings)  # the contract the stored records follow, or a compatible change
+        stored_rules.verify_contract(settings)  # the contract the stored records follow, or a compatible change
         with db.transaction(settings.pipeline_dsn) as cur:
-            ledger.refuse_other_rules(cur, settings.session_rules)  # the sessions' rules, before any work
+            stored_rules.refuse_other_rules(cur, settings.session_rules)  # the sessions' rules, before any work
         outcome = readmit_holding(spark, settings, lease, selection, dry_run=dry_run, fault=fault)
         # The runs table's row: the records it checked again, those that came back, those that stay.
         checked = sum(r.quarantined for r in outcome.reasons)
@@ -320,7 +321,7 @@ def records_scope(counted: dict) -> str:
 def refuse_unmatched_reason(settings: Settings, selection: Selection) -> None:
     """Before Spark starts: a ``--reason`` that selects no record quarantined now fails with one line that lists the
     pipeline's reasons and their codes (from PostgreSQL's counts)."""
-    from spark_jobs import quarantine
+    from spark_jobs.store import quarantine
 
     if not selection.reason:
         return

@@ -33,20 +33,25 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, ledger, readmit, reconcile, runs
+from spark_jobs import db, readmit, reconcile
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
-from spark_jobs.lock import WriterLease, batch_commit, single_writer
 from spark_jobs.offsets import PartitionRange, watermarks
-from spark_jobs.reconcile import history
-from spark_jobs.reconcile.findings import CHANGED, MOVED, Report
-from spark_jobs.reconcile.ranges import LedgerRange, compare_ranges, merged_spans, range_counts, reason_to_check
+from spark_jobs.rebuild import recompute_sessions
+from spark_jobs.reconcile.ranges import compare_ranges, merged_spans, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
-from spark_jobs.writer import BatchWriter, Fault, recompute_sessions
+from spark_jobs.store import history, ledger, runs, stored_rules, verified
+from spark_jobs.store.findings import CHANGED, MOVED
+from spark_jobs.store.lock import WriterLease, batch_commit, single_writer
+from spark_jobs.store.report import Report
+from spark_jobs.store.verified import LedgerRange
+from spark_jobs.writer import BatchWriter, Fault
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import SparkSession
 
 REPAIR = "repair"
@@ -163,7 +168,8 @@ def repair(
     try:
         recorded = runs.recorded(settings, f"{REPAIR}:{settings.topic}", settings.topic, measure_lag=False)
         with recorded as run, single_writer(settings, f"{REPAIR}:{run_id}", wait=True) as lease:
-            ledger.verify_contract(settings)  # re-read records are checked with the contract the stored ones follow
+            # Re-read records are checked with the contract the stored ones follow.
+            stored_rules.verify_contract(settings)
             # Under the writer lock: nothing changes between the re-check and the writes.
             findings, notes = still_found(spark, settings, findings)
             actions += notes
@@ -207,10 +213,10 @@ def still_found(spark: SparkSession, settings: Settings, findings: list[dict]) -
         for f in ranges
     ]
     with db.transaction(settings.pipeline_dsn) as cur:
-        verified = history.verified_ranges(cur)
-    to_check = [(e, reason_to_check(e, verified, CHANGED)) for e in entries]
+        baselines = verified.verified_ranges(cur)
+    to_check = [(e, reason_to_check(e, baselines, CHANGED)) for e in entries]
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
-    checks = compare_ranges(settings, to_check, range_counts(spark, tables, entries), verified)
+    checks = compare_ranges(settings, to_check, range_counts(spark, tables, entries), baselines)
     kept, notes = [f for f in findings if f["kind"] != "range"], []
     for finding, check, (_, reason) in zip(ranges, checks, to_check, strict=True):
         if reason == MOVED:
@@ -270,7 +276,7 @@ def _reprocess(
         # Scoped by the repair: a batch id and ranges an earlier, failed repair used write afresh here
         # (this repair cleared what that one wrote).
         writer = BatchWriter(
-            spark, settings, lease, pipeline, lambda _, b=batch: b, fault=fault, scope=repair_id, topic_id=topic_id,
+            spark, settings, lease, pipeline, _these(batch), fault=fault, scope=repair_id, topic_id=topic_id,
             rewrites=True,
         )  # fmt: skip
         writer.write(read_range(spark, settings, batch), batch_id)
@@ -300,6 +306,11 @@ def _held(spark: SparkSession, settings: Settings, ranges: list[PartitionRange])
     tables = {name: delta.table(spark, settings.table_path(name)).toDF() for name in RECORD_TABLES}
     entries = [LedgerRange(REPAIR, 0, r) for r in ranges]
     return [n for n, _, _ in range_counts(spark, tables, entries)]
+
+
+def _these(ranges: list[PartitionRange]) -> Callable[[int], list[PartitionRange]]:
+    """A writer's ``ranges_for`` of one batch: ``ranges``, whatever its batch id."""
+    return lambda _: ranges
 
 
 def _batches(ranges: list[PartitionRange]) -> list[list[PartitionRange]]:

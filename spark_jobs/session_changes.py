@@ -8,6 +8,7 @@ anchor stays as it is. Pure ``DataFrame -> DataFrame`` functions; the writer mat
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from spark_jobs.contract import COORDINATES, SESSION_COLUMNS, SessionRules
@@ -174,3 +175,14 @@ def op_counts(with_ids: bool = False) -> list[Column]:
 def surviving(compared: DataFrame) -> DataFrame:
     """The sessions from the anchors on after the batch (what PostgreSQL must hold)."""
     return compared.where("op <> 'delete'").select(*SESSION_COLUMNS)
+
+
+@dataclass(frozen=True)
+class SessionChanges:
+    anchors: DataFrame  # (entity_id, anchor): each touched entity's sessions from here on were recomputed
+    compared: DataFrame  # recomputed and stored sessions with op: insert, update, delete or same
+    changed: int  # rows to update or delete
+    inserted: int  # new session IDs
+    entities_in_many_partitions: int = 0  # a producer check, counted with the anchors
+    earliest_us: int | None = None  # the earliest anchor: no session before it is compared or written
+    written_ids: list[str] | None = None  # the IDs of ``compared``'s rows that are not ``same`` (observed)

@@ -51,9 +51,11 @@ def split_sessions(arrivals: list[datetime], rules: SessionRules) -> list[int]:
     reference :func:`sessionize` is tested against.
     """
     numbers: list[int] = []
-    number, start, previous = -1, None, None
+    number = -1
+    start: datetime | None = None
+    previous: datetime | None = None  # None exactly while start is
     for arrival in arrivals:
-        if start is None or arrival - previous > rules.gap or arrival - start >= rules.max_length:
+        if start is None or previous is None or arrival - previous > rules.gap or arrival - start >= rules.max_length:
             number, start = number + 1, arrival
         numbers.append(number)
         previous = arrival

@@ -3,28 +3,37 @@
 Nothing reads the environment at import time; entry points call :meth:`Settings.from_env` and pass
 the result down. Every value has an environment variable so the same code runs on the embedded
 default and on a cluster. Each setting is declared once, as a :class:`Settings` field made by
-:func:`setting`; the declarations drive ``from_env``, ``to_env`` and README's table (:func:`settings_table`).
+:func:`setting` (its parser from ``spark_jobs.settings_parsers``); the declarations drive ``from_env``,
+``to_env`` and docs/configuration.md's table (:func:`settings_table`). The settings a pipeline's options
+take (``spark_jobs.pipeline_options``) are those a run of it carries (:meth:`Settings.for_pipeline`), and
+the options' table is :func:`options_table`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
-from datetime import timedelta
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError
-from spark_jobs.pipelines import DEFAULT_PIPELINE, DEFAULT_SCHEDULE
+from spark_jobs.pipeline_names import DEFAULT_PIPELINE, DEFAULT_TOPIC, PipelineNames
+from spark_jobs.pipeline_options import options
+from spark_jobs.pipelines import Defaults, Pipeline
+from spark_jobs.pipelines_check import PipelinesError
+from spark_jobs.pipelines_file import load_each
+from spark_jobs.settings_parsers import COUNT, FLAG, HORIZON, NUMBER, OPTIONS, PATH, PORT, RULES, TEXT, WHOLE, Parser
 
 if TYPE_CHECKING:
-    from spark_jobs.pipelines import Contract, Declared, Pipeline
+    from spark_jobs.pipelines import Contract
+    from spark_jobs.pipelines_check import Declared
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_TOPIC = "events"
+# The options' own defaults (spark_jobs.pipelines.Pipeline): the defaults of the settings they take.
+_OPTION = Defaults()
 
 
 def _checkout() -> Path:
@@ -37,117 +46,9 @@ def _default_home() -> Path:
     return _checkout() / ".tidemark"
 
 
-class Parser(NamedTuple):
-    """How a setting's variables become its value and back. ``read(env, names)``: the value, None when they are
-    unset or empty (the field's default applies), or a one-line ConfigError naming the variable; ``write(value,
-    names)``: the variables ``read`` turns back into ``value``. ``code``: the README shows the default as code.
-    ``unset``: what ``read`` returns for unset variables, when None is a value of the setting."""
-
-    read: Callable[[Mapping[str, str], tuple[str, ...]], Any]
-    write: Callable[[Any, tuple[str, ...]], dict[str, str]]
-    code: bool = False
-    unset: object = None
-
-
-def _one(parse: Callable[[str, str], Any], format: Callable[[Any], str] = str, code: bool = False) -> Parser:
-    """A parser of one variable; ``parse(name, text)`` gets its text when it is set and not empty."""
-    return Parser(
-        lambda env, names: parse(names[0], env[names[0]]) if env.get(names[0]) else None,
-        lambda value, names: {names[0]: format(value)},
-        code,
-    )
-
-
-def _g(value: float) -> str:
-    # Short ("7", not "7.0") where that reads back the same, else exact (not 1234567.5 as 1.23457e+06).
-    text = f"{value:g}"
-    return text if float(text) == value else repr(value)
-
-
-def _port(name: str, raw: str) -> int:
-    try:
-        port = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a port number; set it to an integer 1-65535") from None
-    if not 0 < port < 65536:
-        raise ConfigError(f"{name}={port} is out of range; set it to an integer 1-65535")
-    return port
-
-
-def _positive(name: str, raw: str, kind: type = float) -> Any:
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a number; set it to a positive {kind.__name__}") from None
-    if value <= 0:
-        raise ConfigError(f"{name}={raw!r} must be positive")
-    return value
-
-
-def _count(name: str, raw: str) -> int:
-    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
-    if not raw.strip().isdecimal():
-        raise ConfigError(f"{name}={raw!r} must be a whole number, 0 or more")
-    return int(raw)
-
-
-def _horizon(name: str, raw: str) -> float | None:
-    """Positive days, or ``unbounded`` (also 0); blank: the default."""
-    raw = raw.strip()
-    if raw.lower() in ("", "unbounded"):
-        return 0.0 if raw else None
-    try:
-        days = float(raw)
-    except ValueError:
-        days = -1.0
-    if not 0 <= days < float("inf"):
-        raise ConfigError(
-            f"{name}={raw!r}: set a number of days (e.g. 30), or unbounded to compare with every stored copy"
-        )
-    return days
-
-
-_UNSET_RULES = object()  # _read_rules fills in the defaults itself: its None means off
-
-
-def _read_rules(env: Mapping[str, str], names: tuple[str, ...]) -> SessionRules | None:
-    if env.get(names[0], "").strip().lower() == "off":
-        return None
-    gap, longest = (NUMBER.read(env, (name,)) for name in names)
-    default = SessionRules()
-    try:
-        return SessionRules(
-            timedelta(minutes=gap) if gap else default.gap, timedelta(hours=longest) if longest else default.max_length
-        )
-    except ValueError as exc:
-        raise ConfigError(f"{' / '.join(names)}: {exc}") from None
-
-
-def _write_rules(rules: SessionRules | None, names: tuple[str, ...]) -> dict[str, str]:
-    if rules is None:
-        return {names[0]: "off"}
-    return {names[0]: _g(rules.gap.total_seconds() / 60), names[1]: _g(rules.max_length.total_seconds() / 3600)}
-
-
-def _read_options(env: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    prefix = names[0].removesuffix("<NAME>")
-    return {key[len(prefix) :].lower().replace("_", "."): value for key, value in env.items() if key.startswith(prefix)}
-
-
-def _write_options(options: Mapping[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    return {names[0].replace("<NAME>", key.upper().replace(".", "_")): str(value) for key, value in options.items()}
-
-
-PORT, COUNT, NUMBER, HORIZON = _one(_port), _one(_count), _one(_positive, _g), _one(_horizon, _g)
-WHOLE = _one(lambda name, raw: _positive(name, raw, int))
-TEXT = _one(lambda _, raw: raw, code=True)
-PATH = _one(lambda _, raw: Path(raw), code=True)
-FLAG = _one(lambda _, raw: raw.lower() == "true", lambda value: str(value).lower(), code=True)
 # Home is the one field without a default: code names it (so a test never writes into the checkout
 # by accident); the environment falls back to the checkout's.
 HOME = Parser(lambda env, names: Path(env.get(names[0]) or _default_home()), PATH.write, code=True)
-RULES = Parser(_read_rules, _write_rules, unset=_UNSET_RULES)  # None: sessions off
-OPTIONS = Parser(_read_options, _write_options)
 
 
 def setting(env: str | tuple[str, ...], parser: Parser, default: Any = MISSING, doc: str = "", shown: str = "") -> Any:
@@ -179,7 +80,7 @@ class Settings:
         "names one (a run of another pipeline reads that pipeline's own)")
     pipelines_file: Path = setting("TIDEMARK_PIPELINES", PATH, Path(), "the pipelines (README, \"Your own "
         "pipelines\"); `tidemark pipelines check` checks the file", shown="`pipelines.yaml` in the checkout")
-    ingest_schedule: str = setting("TIDEMARK_INGEST_SCHEDULE", TEXT, DEFAULT_SCHEDULE, "the ingest DAGs' cron "
+    ingest_schedule: str = setting("TIDEMARK_INGEST_SCHEDULE", TEXT, _OPTION.schedule, "the ingest DAGs' cron "
         "(UTC) for a pipeline whose entry names no `schedule`; read when the DAG files are parsed")
     # Empty: derived from home and the ports (__post_init__), as `shown` says.
     bootstrap_servers: str = setting("TIDEMARK_KAFKA_BOOTSTRAP_SERVERS", TEXT, "",
@@ -197,24 +98,22 @@ class Settings:
     # The ledger records the rules a run cut its sessions with and refuses a run with other rules.
     # None: the pipeline cuts no sessions (`sessions: off`).
     session_rules: SessionRules | None = setting(("TIDEMARK_SESSION_GAP_MINUTES", "TIDEMARK_SESSION_MAX_HOURS"),
-        RULES, SessionRules, "the session rules (recorded; see above); a gap of `off`: no sessions")
+        RULES, _OPTION.sessions, "the session rules (recorded; see above); a gap of `off`: no sessions")
     reverify_days: float = setting("TIDEMARK_REVERIFY_DAYS", NUMBER, 7.0,
         "reconcile re-checks every verified range at least this often")
     lag_alert_minutes: float = setting("TIDEMARK_LAG_ALERT_MINUTES", NUMBER, 60.0,
         "reconcile alerts (status `lagging`) when the oldest record not processed yet arrived longer ago")
-    # Spark's maxOffsetsPerTrigger, sized so one batch finishes on the embedded machine (2 cores, a
-    # 2 GiB driver) well inside the task timeout.
-    max_offsets_per_trigger: int = setting("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", COUNT, 500_000,
-        "records per batch of a scheduled run at most (0: no cap)")
+    max_offsets_per_trigger: int = setting("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", COUNT,
+        _OPTION.max_offsets_per_trigger, "records per batch of a scheduled run at most (0: no cap)")
     # The Kafka source's maxRecordsPerPartition: parsing is a batch's heaviest scan, and a few large
     # partitions on a few cores leave cores idle (3 partitions on 2 cores: the third runs alone).
     read_task_records: int = setting("TIDEMARK_READ_TASK_RECORDS", COUNT, 25_000, "Kafka records per Spark read "
         "task at most, so a batch's parse keeps every core busy (0: one task per Kafka partition)")
-    dedupe_horizon_days: float = setting("TIDEMARK_DEDUPE_HORIZON_DAYS", HORIZON, 30.0, "a record is compared "
-        "with the stored copies of its `event_id` that arrived at most this many days before its batch's earliest "
-        "record (`unbounded`: all of them). A copy arriving later than that after the first is accepted as a new "
-        "event, so `events` holds a second row of that `event_id`; nothing is lost, and every record stays in "
-        'exactly one table (docs/design.md, "The dedupe horizon")')
+    dedupe_horizon_days: float = setting("TIDEMARK_DEDUPE_HORIZON_DAYS", HORIZON, _OPTION.dedupe_horizon_days,
+        "a record is compared with the stored copies of its `event_id` that arrived at most this many days before "
+        "its batch's earliest record (`unbounded`: all of them). A copy arriving later than that after the first is "
+        "accepted as a new event, so `events` holds a second row of that `event_id`; nothing is lost, and every "
+        'record stays in exactly one table (docs/design.md, "The dedupe horizon")')
     vacuum_retain_hours: float = setting("TIDEMARK_VACUUM_RETAIN_HOURS", NUMBER, 168.0, "maintenance VACUUMs "
         "only files no table version younger than this needs (Delta's default and minimum)")
     history_days: float = setting("TIDEMARK_HISTORY_DAYS", NUMBER, 90.0, "maintenance prunes reconcile runs older "
@@ -261,7 +160,7 @@ class Settings:
             object.__setattr__(self, name, value)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from ``TIDEMARK_*`` variables; keyword overrides win over both."""
         env = os.environ if env is None else env
         parsers = {f.name: f.metadata["parser"] for f in fields(cls)}
@@ -292,49 +191,35 @@ class Settings:
         return round(self.dedupe_horizon_days * 86_400_000_000) if self.dedupe_horizon_days > 0 else None
 
     def pipelines(self) -> list[Pipeline]:
-        """The pipelines :attr:`pipelines_file` declares, or a :class:`~spark_jobs.pipelines.PipelinesError`
+        """The pipelines :attr:`pipelines_file` declares, or a :class:`~spark_jobs.pipelines_check.PipelinesError`
         with every problem the file has."""
-        from spark_jobs.pipelines import PipelinesError
-
         declared = self.declarations()
         if declared.problems:
             raise PipelinesError(declared.lines())
         return declared.pipelines
 
     def declarations(self) -> Declared:
-        """What :attr:`pipelines_file` declares, entry by entry (:class:`~spark_jobs.pipelines.Declared`). What
-        an entry leaves out comes from these settings (the pipeline ``events``'s topic is :attr:`topic`)."""
-        from spark_jobs import pipelines
-
+        """What :attr:`pipelines_file` declares, entry by entry (:class:`~spark_jobs.pipelines_check.Declared`).
+        What an entry leaves out comes from these settings (the pipeline ``events``'s topic is :attr:`topic`)."""
         # The pipeline events' topic is TIDEMARK_TOPIC, which the settings of another pipeline no longer hold
         # (their topic is that pipeline's): to them, an events entry without a topic reads the default one.
         # Likewise the session rules are a pipeline's own once these settings are that pipeline's (for_pipeline):
         # of the file, such settings are asked for that pipeline's entry only.
-        topic = self.topic if self.pipeline == DEFAULT_PIPELINE else DEFAULT_TOPIC
-        defaults = pipelines.Defaults(
-            self.session_rules, self.dedupe_horizon_days, self.max_offsets_per_trigger,
-            schedule=self.ingest_schedule, default_pipeline=DEFAULT_PIPELINE, default_topic=topic,
-        )  # fmt: skip
-        return pipelines.load_each(self.pipelines_file, defaults)
+        taken = {f.name: getattr(self, f.metadata["setting"]) for f in options(Pipeline) if f.metadata["setting"]}
+        defaults = Defaults(events_topic=self.names.events_topic(self.topic), **taken)
+        return load_each(self.pipelines_file, defaults)
 
     def for_pipeline(self, pipeline: Pipeline) -> Settings:
-        """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, session
-        rules (None: off), dedupe horizon and batch cap. The contract is read from :attr:`pipelines_file` by name."""
-        return replace(
-            self,
-            pipeline=pipeline.name,
-            topic=pipeline.topic,
-            session_rules=pipeline.sessions,
-            dedupe_horizon_days=pipeline.dedupe_horizon_days,
-            max_offsets_per_trigger=pipeline.max_offsets_per_trigger,
-        )
+        """These settings for a run of ``pipeline``: its name (so its tables, schema and lock), topic, and the
+        options a run carries (session rules, None: off; dedupe horizon; batch cap). The contract is read from
+        :attr:`pipelines_file` by name."""
+        carried = {f.metadata["setting"]: getattr(pipeline, f.name) for f in options(Pipeline) if f.metadata["carried"]}
+        return replace(self, pipeline=pipeline.name, topic=pipeline.topic, **carried)
 
     def declared(self, name: str | None = None, declared: Declared | None = None) -> Pipeline:
         """The pipeline :attr:`pipelines_file` declares as ``name`` (default: :attr:`pipeline`). Problems of
-        other entries do not stop it; its own do (a :class:`~spark_jobs.pipelines.PipelinesError`).
+        other entries do not stop it; its own do (a :class:`~spark_jobs.pipelines_check.PipelinesError`).
         ``declared``: the file as :meth:`declarations` read it already."""
-        from spark_jobs.pipelines import PipelinesError
-
         name = name or self.pipeline
         declared = declared or self.declarations()
         if declared.problems_of(name):
@@ -357,8 +242,6 @@ class Settings:
         pipeline's own topic whatever ``TIDEMARK_TOPIC`` says, and refuses a ``--topic`` naming another. A topic
         another pipeline of the file reads is refused too. A :class:`ConfigError` says which.
         """
-        from spark_jobs.pipelines import PipelinesError
-
         name = name or self.pipeline
         chosen = replace(self, pipeline=name, topic=topic or self.topic)
         declared = chosen.declarations()  # the file, read once
@@ -380,18 +263,21 @@ class Settings:
         """Where the pipeline's Spark query of ``kind`` (``ingest``) keeps its checkpoint: the pipeline's own
         folder of the checkpoint root, named by the topic too (a pipeline given another topic starts afresh).
         The default pipeline's is at the root's top level, where deployments made before pipelines have it."""
-        root = self.checkpoint_root.rstrip("/")
-        folder = root if self.pipeline == DEFAULT_PIPELINE else f"{root}/{self.pipeline}"
-        return f"{folder}/{kind}-{self.topic}"
+        return f"{self.names.folder(self.checkpoint_root)}/{kind}-{self.topic}"
 
     def contract(self) -> Contract:
         """The contract :attr:`pipelines_file` declares for :attr:`pipeline`."""
         return self.declared().contract
 
     @property
+    def names(self) -> PipelineNames:
+        """Where the pipeline's state lives and what its parts are called (:class:`PipelineNames`)."""
+        return PipelineNames(self.pipeline)
+
+    @property
     def postgres_schema(self) -> str:
         """The PostgreSQL schema holding the pipeline's tables (ledger, sessions, reconcile history, ...)."""
-        return "public" if self.pipeline == DEFAULT_PIPELINE else self.pipeline
+        return self.names.postgres_schema
 
     @property
     def pipeline_dsn(self) -> str:
@@ -406,7 +292,7 @@ class Settings:
 
     def lock_key(self, name: str) -> str:
         """The advisory-lock key ``name`` (e.g. ``tidemark-writer``) of the pipeline: each has its own."""
-        return name if self.pipeline == DEFAULT_PIPELINE else f"{name}:{self.pipeline}"
+        return self.names.lock_key(name)
 
     @property
     def logs_dir(self) -> Path:
@@ -423,8 +309,7 @@ class Settings:
     def table_path(self, name: str) -> str:
         """Location of the pipeline's Delta table ``name`` (a path or an object-store URI): in its folder of
         the lake root, ``<lake root>/<pipeline>/<name>``; the default pipeline's at the lake root's top level."""
-        root = self.lake_root.rstrip("/")
-        return f"{root}/{name}" if self.pipeline == DEFAULT_PIPELINE else f"{root}/{self.pipeline}/{name}"
+        return f"{self.names.folder(self.lake_root)}/{name}"
 
     def secrets(self) -> list[str]:
         """The secret values these settings carry (for :func:`spark_jobs.secrets.redact`)."""
@@ -445,14 +330,40 @@ class Settings:
         }
 
 
+def _default(f: Field[Any]) -> Any:
+    """A setting's default: its ``default``, or what its ``default_factory`` makes."""
+    if f.default is not MISSING:
+        return f.default
+    if f.default_factory is MISSING:
+        raise TypeError(f"the setting {f.name} has no default")
+    return f.default_factory()
+
+
 def settings_table() -> str:
     """README.md's settings table in Markdown (header included), a row per setting in field order."""
     rows = ["| variable | default |", "| --- | --- |"]
     for f in fields(Settings):
         names, parser, doc, shown = (f.metadata[key] for key in ("env", "parser", "doc", "shown"))
         if not shown:
-            default = f.default_factory() if f.default is MISSING else f.default
+            default = _default(f)
             shown = ", ".join(f"`{v}`" if parser.code else v for v in parser.write(default, names).values())
         text = (" " if doc.startswith("(") else ": ").join(part for part in (shown, doc) if part)
         rows.append(f"| {', '.join(f'`{name}`' for name in names)} | {text} |")
+    return "\n".join(rows) + "\n"
+
+
+def options_table() -> str:
+    """docs/configuration.md's table of a pipeline's options (header included), a row per option of
+    :class:`~spark_jobs.pipelines.Pipeline` in field order: its default is the setting it takes."""
+    settings = {f.name: f for f in fields(Settings)}
+    rows = ["| option | default | what it is |", "| --- | --- | --- |"]
+    for f in options(Pipeline):
+        shown = f.metadata["shown"]
+        if not shown:
+            taken = settings[f.metadata["setting"]]
+            names, parser = taken.metadata["env"], taken.metadata["parser"]
+            values = parser.write(_default(taken), names)
+            shown = ", ".join(f"`{name}`" for name in names) + " (" + ", ".join(
+                f"`{v}`" if parser.code else v for v in values.values()) + ")"  # fmt: skip
+        rows.append(f"| `{f.name}` | {shown} | {f.metadata['doc']} |")
     return "\n".join(rows) + "\n"

@@ -8,9 +8,9 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import jvm
 from spark_jobs.errors import ConfigError
@@ -180,7 +180,7 @@ def start_jvm(options: dict[str, str]) -> None:
         return
     read_end, write_end = os.pipe()
     try:
-        gateway = launch_gateway(SparkConf().setAll(options.items()), popen_kwargs={"stderr": write_end})
+        gateway = launch_gateway(SparkConf().setAll(list(options.items())), popen_kwargs={"stderr": write_end})
     finally:
         os.close(write_end)  # the JVM has its copy
     notice = JVM_INCUBATOR_NOTICE.encode()
@@ -278,10 +278,10 @@ def folder_on_class_path(environ: Mapping[str, str] | None = None) -> Path | Non
     # Without SPARK_HOME, spark-submit finds its home from where it is: pyspark's folder for the one
     # pip installs, the install's for a Spark distribution's on PATH.
     submit = shutil.which("spark-submit", path=env.get("PATH"))
-    homes = [env["SPARK_HOME"]] if env.get("SPARK_HOME") else [Path(pyspark.__file__).parent]
+    homes: list[str | Path] = [env["SPARK_HOME"]] if env.get("SPARK_HOME") else [Path(pyspark.__file__).parent]
     if not env.get("SPARK_HOME") and submit:
         homes.append(Path(submit).resolve().parent.parent)
-    candidates = {name: [env[name]] for name in CLASS_PATH_FOLDERS if env.get(name)}
+    candidates: dict[str, list[str | Path]] = {name: [env[name]] for name in CLASS_PATH_FOLDERS if env.get(name)}
     candidates.setdefault("SPARK_CONF_DIR", [Path(home, "conf") for home in homes])
     for folder in (Path(f) for folders in candidates.values() for f in folders):
         if folder.is_dir() and any(folder.iterdir()):
@@ -370,3 +370,29 @@ class FrozenFrames:
         # checkpoint cannot be recomputed: frames are released on purpose, so without the warning.
         while self._rdd_ids:
             jvm.unpersist_rdd(self._spark, self._rdd_ids.pop())
+
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def run_both(first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
+    """:func:`run_concurrently` of two steps whose results differ in type: both in threads, both waited
+    for, the first failure raised; their results."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidemark-spark") as pool:
+        futures = pool.submit(first), pool.submit(second)
+    return futures[0].result(), futures[1].result()
+
+
+def run_concurrently(steps: list[Callable[[], T]]) -> list[T]:
+    """Run Spark/Delta steps in threads (one Spark job queue each); wait for all, raise the first
+    failure; their results, in order."""
+    if len(steps) <= 1:
+        return [step() for step in steps]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="tidemark-spark") as pool:
+        futures = [pool.submit(step) for step in steps]
+    return [future.result() for future in futures]

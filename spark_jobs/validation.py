@@ -30,15 +30,42 @@ _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
     "^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,9})?)?(Z|[+-][0-9]{2}:?[0-9]{2})$"
 )
 
+
+def event_time_reasons(text: str, parsed: str) -> list[tuple[str, str]]:
+    """(SQL condition, SQL reason) of an event time, in order: its text ``text`` (an SQL expression) must be
+    ISO-8601 with an offset, and its parse ``parsed`` (a timestamp) within what both sinks store."""
+    return [
+        (
+            f"NOT regexp_like({text}, '{_ISO_WITH_OFFSET}') OR {parsed} IS NULL",
+            "'bad_event_time: not ISO-8601 with an offset'",
+        ),
+        (
+            f"unix_micros({parsed}) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}",
+            "'bad_event_time: outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (what both sinks store)'",
+        ),
+    ]
+
+
 # The first problem of a record: the check's own (before the time), the time's, then the rest of
 # the check's (the properties' type, the schema, the key).
-_REASON = f"""CASE
-WHEN checked.reason IS NOT NULL THEN checked.reason
-WHEN NOT regexp_like(checked.event_time, '{_ISO_WITH_OFFSET}') OR event_ts IS NULL
-  THEN 'bad_event_time: not ISO-8601 with an offset'
-WHEN unix_micros(event_ts) NOT BETWEEN {EARLIEST_EVENT_TIME_US} AND {LATEST_EVENT_TIME_US}
-  THEN 'bad_event_time: outside 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z (what both sinks store)'
-ELSE coalesce(checked.late_reason, {{columns}}) END"""
+_REASON = "\n".join(
+    [
+        "CASE",
+        "WHEN checked.reason IS NOT NULL THEN checked.reason",
+        *[f"WHEN {when}\n  THEN {reason}" for when, reason in event_time_reasons("checked.event_time", "event_ts")],
+        "ELSE coalesce(checked.late_reason, {columns}) END",
+    ]
+)
+
+
+def source_columns(raw: DataFrame) -> list:
+    """Each Kafka row's coordinates as the record tables keep them: topic, partition, offset, arrival_time (the
+    Kafka timestamp), timestamp_type (Kafka's: 0 CreateTime, 1 LogAppendTime; when ``raw`` has
+    ``timestampType``), key, value."""
+    from pyspark.sql import functions as F
+
+    timestamp_type = [F.col("timestampType").alias("timestamp_type")] if "timestampType" in raw.columns else []
+    return ["topic", "partition", "offset", F.col("timestamp").alias("arrival_time"), *timestamp_type, "key", "value"]
 
 
 def register_check(raw: DataFrame, contract: Contract) -> str:
@@ -83,16 +110,7 @@ def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
 
     timestamp_type = ["timestamp_type"] if "timestampType" in raw.columns else []
     check = register_check(raw, contract)
-    checked = raw.select(
-        "topic",
-        "partition",
-        "offset",
-        F.col("timestamp").alias("arrival_time"),
-        *([F.col("timestampType").alias("timestamp_type")] if timestamp_type else []),
-        "key",
-        "value",
-        F.expr(f"{check}(key, value)").alias("checked"),
-    ).select(
+    checked = raw.select(*source_columns(raw), F.expr(f"{check}(key, value)").alias("checked")).select(
         "*",
         F.expr("try_to_timestamp(checked.event_time)").alias("event_ts"),
         *[F.expr(_typed(i, c)).alias(c.name) for i, c in enumerate(contract.columns)],

@@ -9,8 +9,8 @@ Scheduled (streaming) runs and backfills both call :meth:`BatchWriter.write` wit
    against the stored events (``dedupe``: the first arrival is the ``events`` row, the others are
    ``duplicates``); the touched entities' sessions are recomputed from their anchors on and
    compared with the stored ones (``session_changes``);
-3. :meth:`BatchWriter.write_delta`: only what differs, one commit per table (``events``: an append
-   and a takeover MERGE); ``events`` last when the batch has a takeover;
+3. :meth:`BatchWriter.write_delta` (:mod:`spark_jobs.batch_writes`): only what differs, one commit per table
+   (``events``: an append and a takeover MERGE); ``events`` last when the batch has a takeover;
 4. ``sinks.postgres``: sessions upserted in the same transaction as the batch's ledger row.
 
 Every write is idempotent on its own, and no write loses what the next attempt's plan needs, so a
@@ -20,23 +20,21 @@ batch that fails after any subset of its commits and is run again ends exactly a
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from spark_jobs import db, ledger, moves, producers, quarantine, retention, session_changes
+from spark_jobs import batch_writes, db, moves
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
-from spark_jobs.contract import EARLIEST_EVENT_TIME_US, RECORD_TABLES, TABLE_SCHEMAS
+from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
-from spark_jobs.lock import WriterLease, batch_commit
 from spark_jobs.offsets import PartitionRange, watermarks
-from spark_jobs.reconcile import history
-from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
-from spark_jobs.sinks import delta, postgres
-from spark_jobs.spark import FrozenFrames
+from spark_jobs.sinks import delta_tables, postgres
+from spark_jobs.spark import FrozenFrames, run_concurrently
+from spark_jobs.store import ledger, quarantine, retention, stored_rules, verified
+from spark_jobs.store.lock import WriterLease, batch_commit
+from spark_jobs.store.runs import BatchResult
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -60,23 +58,6 @@ FAULT_POINTS = (
 Fault = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class BatchResult:
-    pipeline: str
-    batch_id: int
-    ranges: list[PartitionRange]
-    read: int
-    accepted: int
-    duplicates: int
-    quarantined: int
-    sessions_written: int
-    sessions_deleted: int
-    skipped: bool  # the ledger already had this batch
-    seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
-    producer: producers.ProducerChecks = field(default_factory=producers.ProducerChecks)
-    lost: list[retention.Loss] = field(default_factory=list)  # offsets retention removed before the batch read them
-
-
 # What Spark's Kafka source says when offsets it must read are gone (failOnDataLoss on).
 KAFKA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka any more"
 
@@ -89,7 +70,7 @@ class BatchWriter:
 
     ``fault``, for tests only, is called with each of :data:`FAULT_POINTS` as the batch passes it.
 
-    ``scope`` goes into the batches' Delta transaction identifiers (:func:`batch_write_id`);
+    ``scope`` goes into the batches' Delta transaction identifiers (:func:`spark_jobs.batch_writes.batch_write_id`);
     ``topic_id``, the id of the topic the run checked it reads (``ledger.verify_topic``), into its ledger ranges.
 
     ``watch_losses``: the read skips offsets retention removed (a run or a backfill that
@@ -100,7 +81,7 @@ class BatchWriter:
     (:class:`spark_jobs.batch_plan.BatchPlanner` says what that saves).
 
     ``rewrites``: a repair's batches, which write ranges again from Kafka: every verified range they
-    overlap is marked moved (``history.mark_moved``), so reconcile takes what they wrote as its new
+    overlap is marked moved (``verified.mark_moved``), so reconcile takes what they wrote as its new
     baseline once it holds each offset once (the old baseline may predate a takeover whose mark a
     PostgreSQL restore lost).
 
@@ -145,10 +126,10 @@ class BatchWriter:
         # were recorded (ledger.write_floor).
         # The pipeline's contract, read from its file once a run: every batch checks records against it.
         self.contract = settings.contract()
-        created = delta.ensure_tables(spark, settings, self.contract)
+        created = delta_tables.ensure_tables(spark, settings, self.contract)
         created_lake = set(RECORD_TABLES) <= set(created)
         if "events" not in created and self._contract_changed():
-            delta.add_typed_columns(spark, settings, self.contract)
+            delta_tables.add_typed_columns(spark, settings, self.contract)
         self.planner = BatchPlanner(
             spark, settings, self.contract, pipeline, self.rules, self._frozen, self._on_ledger, scheduled,
             created_lake, watch_losses, readmitting, rewrites,
@@ -163,7 +144,7 @@ class BatchWriter:
         if not self.contract.columns:
             return False
         with db.transaction(self.settings.pipeline_dsn) as cur:
-            stored = ledger.stored_contract(cur)
+            stored = stored_rules.stored_contract(cur)
         return stored is None or stored[0] != self.contract.digest
 
     def write(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -224,7 +205,7 @@ class BatchWriter:
 
     def _write_new_batch(self, batch_df: DataFrame, batch_id: int, ranges: list[PartitionRange]) -> BatchResult:
         clock = Stopwatch()
-        batch = batch_key(self.pipeline, batch_id, ranges, self.scope)
+        batch = batch_writes.batch_key(self.pipeline, batch_id, ranges, self.scope)
         moved_before = moves.recorded(self.spark, self.settings, batch)
         plan = self.planner.plan(batch_df, batch_id, ranges, clock, moved_before)
         self.fault("planned")
@@ -251,8 +232,8 @@ class BatchWriter:
             ledger.lock_batches(cur)
             if ledger.batch_exists(cur, self.pipeline, batch_id):
                 raise LedgerConflict(f"batch {batch_id} of {self.pipeline} was committed concurrently")
-            ledger.check_session_rules(cur, self.rules)
-            ledger.check_contract(cur, self.planner.contract, self.settings.pipeline)
+            stored_rules.check_session_rules(cur, self.rules)
+            stored_rules.check_contract(cur, self.planner.contract, self.settings.pipeline)
             written = deleted = 0
             if plan.session_rows is not None and plan.anchor_rows is not None:
                 anchors, sessions = postgres.pulled(plan.session_rows, plan.anchor_rows)
@@ -275,15 +256,15 @@ class BatchWriter:
         """Before the first Delta write: where the batch may write, and the verified ranges it moves
         rows of (committed first, so no reconcile sees a move without its mark). What the batch's commit
         would refuse (other session rules, an incompatible contract) is refused here, before any write."""
-        ledger.refuse_other_rules(cur, self.rules)
-        ledger.refuse_incompatible_contract(cur, self.planner.contract, self.settings.pipeline)
+        stored_rules.refuse_other_rules(cur, self.rules)
+        stored_rules.refuse_incompatible_contract(cur, self.planner.contract, self.settings.pipeline)
         ledger.record_attempt(cur, self.pipeline, plan.batch_id, plan.ranges)
         quarantine.record_attempt(
             cur, self.pipeline, plan.batch_id, plan.quarantine_reasons, plan.readmitted_reasons, plan.held_quarantined
         )
         # A repair's batch marks the ranges it rewrites beside those its takeovers move rows of
         # (a displaced row may lie outside the batch's ranges).
-        history.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)
+        verified.mark_moved(cur, plan.moved + (plan.ranges if self.rewrites else []), self.pipeline, plan.batch_id)
 
     def _on_ledger(self, work: Callable[[Cursor], T]) -> T:
         """``work`` in one PostgreSQL transaction of its own."""
@@ -291,95 +272,18 @@ class BatchWriter:
             return work(cur)
 
     def write_delta(self, plan: BatchPlan, fence: Callable[[], None] = lambda: None) -> None:
-        """The plan's Delta writes: one commit per table, each a write of its own :func:`batch_write_id`.
-
-        A plan places only records no table held when it was made, so its writes append them (a
-        blind append needs no table state). Each write carries the batch's transaction identifier for
-        its table: a table that committed it once skips it after that, so the same plan written
-        again, or the same batch planned by a writer that took over while this one still wrote,
-        adds nothing twice (docs/design.md, "Fenced, idempotent Delta writes"). ``fence`` runs before
-        each write and fails when the run lost its lease.
-
-        A takeover removes a row from ``events`` that only ``duplicates`` will hold, and the next
-        attempt of the batch can only find it there: so with takeovers ``events`` is written after
-        ``quarantine`` and the displaced rows' copies committed (an insert-only MERGE: an earlier
-        attempt may have moved them already). The batch's own later copies go to ``duplicates``
-        after ``events``: a duplicate is never held while no table holds the copy it is a duplicate
-        of (that copy may be gone from Kafka before the next attempt). ``sessions`` is written with
-        them, once the record tables hold every record its sessions are made of: the next attempt
-        finds those records held and recomputes their entities' sessions even when retention
-        removed them from Kafka in between. Any subset of these commits, followed by
-        another attempt (planned afresh), ends as one clean run (see docs/design.md, "Partial
-        commits and retries"). An attempt that can no longer finish an earlier attempt's move
-        (``plan.unmoved``, see :mod:`spark_jobs.moves`) deletes its leftover ``duplicates`` copies
-        in the ``duplicates`` step, before that table's write.
-        """
-        spark, path = self.spark, self._path
-
-        def write_id(write: str) -> delta.WriteId:
-            return batch_write_id(plan.pipeline, plan.batch_id, plan.ranges, write, self.scope)
-
-        first: list[Callable[[], None]] = []  # before events: quarantine, the displaced rows' copies
-        if plan.quarantine is not None:
-            invalid = plan.quarantine
-            write_quarantine = lambda: delta.append(invalid, path("quarantine"), write_id("quarantine"))  # noqa: E731
-            first.append(self._guard("quarantine", fence, write_quarantine))
-        moving: list[Callable[[], None]] = []  # run in order, one step
-        if plan.unmoved:
-            unmoved, since = moves.rows_of(spark, plan.unmoved), min(row[3] for row in plan.unmoved)
-            moving.append(lambda: delta.delete_rows(spark, path("duplicates"), unmoved, since))
-        if plan.displaced_copies is not None:  # an earlier attempt may have moved some of them already
-            displaced = plan.displaced_copies
-            moving.append(
-                lambda: delta.insert_new(
-                    spark, path("duplicates"), displaced, plan.duplicates_span, write_id("duplicates:displaced")
-                )
-            )
-        if moving:
-
-            def move_duplicates() -> None:
-                for write in moving:
-                    write()
-
-            first.append(self._guard("duplicates", fence, move_duplicates))
-        after: list[Callable[[], None]] = []  # once events holds the copies they are later copies of
-        if plan.duplicates is not None:
-            later = plan.duplicates
-            write_later = lambda: delta.append(later, path("duplicates"), write_id("duplicates"))  # noqa: E731
-            after.append(self._guard("duplicates", fence, write_later))
-        c = plan.sessions
-        if c is not None and (c.changed or c.inserted):
-
-            def write_sessions() -> None:
-                delta.apply_session_changes(
-                    spark, path("sessions"), c.compared, c.changed, c.inserted, c.earliest_us, write_id("sessions"),
-                    written_ids=c.written_ids,
-                )  # fmt: skip
-
-            after.append(self._guard("sessions", fence, write_sessions))
-        last: list[Callable[[], None]] = []
-        if plan.first_arrivals is not None or plan.takeovers is not None:
-
-            def write_events() -> None:
-                if plan.first_arrivals is not None:
-                    delta.append(plan.first_arrivals, path("events"), write_id("events"))
-                if plan.takeovers is not None:
-                    fence()
-                    delta.take_over(
-                        spark, path("events"), plan.takeovers, plan.displaced, plan.takeovers_since_us,
-                        write_id("events:takeovers"),
-                    )  # fmt: skip
-
-            last.append(self._guard("events", fence, write_events))
-        stages = [first + last] if plan.takeovers is None else [first, last]
-        # Last, once another record table holds each of them: readmitted records leave quarantine.
-        final: list[Callable[[], None]] = []
-        if plan.readmitted is not None:
-            readmitted, since = plan.readmitted, plan.readmitted_since_us
-            leave = lambda: delta.delete_rows(spark, path("quarantine"), readmitted, since)  # noqa: E731
-            final.append(self._guard("quarantine:readmitted", fence, leave))
-        for stage in [*stages, after, final]:
-            delta.run_concurrently(stage)
+        """The plan's Delta writes (:mod:`spark_jobs.batch_writes`): one commit per table, each a write of its
+        own :func:`~spark_jobs.batch_writes.batch_write_id`. ``fence`` runs before each write and fails when
+        the run lost its lease."""
+        writes = batch_writes.Writes(
+            self.spark,
+            self._path,
+            lambda write: batch_writes.batch_write_id(plan.pipeline, plan.batch_id, plan.ranges, write, self.scope),
+            lambda table, write: self._guard(table, fence, write),
+            fence,
+        )
+        for stage in batch_writes.stages(plan, writes):
+            run_concurrently(stage)
 
     def _guard(self, table: str, fence: Callable[[], None], write: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
@@ -388,99 +292,3 @@ class BatchWriter:
             write()
 
         return run
-
-
-def batch_key(pipeline: str, batch_id: int, ranges: list[PartitionRange], scope: str = "") -> str:
-    """What names one batch's notes (``moves``) and the writes of a readmit's or a repair's batch: the pipeline,
-    the batch, its ranges (a batch id planned again over other ranges writes afresh) and the ``scope`` (the
-    records a readmit brings back; a repair's id: every repair rewrites what it cleared)."""
-    return f"tidemark/{pipeline}/{batch_id}/{_ranges_digest(ranges)}{'/' + scope if scope else ''}"
-
-
-def _ranges_digest(ranges: list[PartitionRange]) -> str:
-    spans = ",".join(f"{r.topic}/{r.partition}/{r.start}-{r.end}" for r in sorted(ranges))
-    return hashlib.sha256(spans.encode()).hexdigest()[:16]
-
-
-# The kinds of batch (the ledger pipeline's prefix: spark_jobs.ingest's SCHEDULED and BACKFILL) that land a
-# range's records from Kafka: a scheduled batch and a backfill of the same ranges write the same records.
-LANDING = ("ingest", "backfill")
-
-
-def batch_write_id(
-    pipeline: str, batch_id: int, ranges: list[PartitionRange], write: str, scope: str = ""
-) -> delta.WriteId:
-    """The Delta transaction identifier of one write (``write``: a table; ``events`` has two) of a batch of the
-    ledger ``pipeline`` (``ingest:<topic>``, ...).
-
-    A batch that lands records follows from what it writes, not from the run that writes it: a scheduled
-    batch and a backfill over the same ranges share one identifier per table whatever their batch ids, so
-    whichever commits a table's write first, the other's is skipped, even a write already in flight when
-    its writer lost the lease (a failover, and the backfill took over). A readmit's batch is named by
-    :func:`batch_key` with the records it brings back as ``scope`` (:func:`spark_jobs.readmit.records_scope`),
-    so a readmit that finishes another's batch shares its names too; a repair's, with the repair's id
-    (each repair rewrites what it cleared)."""
-    if pipeline.split(":", 1)[0] in LANDING and not scope:
-        return delta.WriteId(f"tidemark/land/{_ranges_digest(ranges)}/{write}", 0)
-    return delta.WriteId(f"{batch_key(pipeline, batch_id, ranges, scope)}/{write}", batch_id)
-
-
-def recompute_sessions(
-    spark: SparkSession, settings: Settings, lease: WriterLease, entities: list[str] | None = None
-) -> tuple[int, int]:
-    """Recompute stored sessions from ``events`` under ``settings.session_rules``, in both sinks (None:
-    the pipeline cuts no sessions, so whatever a sink holds goes).
-
-    Every entity's (a change of session rules), or only ``entities``' (a repair), under the
-    writer lock's ``lease``. The same comparison as a batch writes only what differs to Delta, and
-    PostgreSQL gets the entities' full recomputed sessions, so a row missing or changed in either
-    sink is put back; so are the sessions of an entity only PostgreSQL knows (a bad insert, a lake
-    restored to an earlier state): a named entity is recomputed from the earliest time either sink
-    holds, and a full rebuild removes the sessions of every entity Delta does not know.
-    A full rebuild records the new rules with PostgreSQL's sessions, so a crash in between leaves the
-    old rules recorded and the rebuild is simply run again.
-    Returns (sessions written, sessions removed) in PostgreSQL.
-    """
-    from pyspark.sql import functions as F
-
-    delta.ensure_tables(spark, settings)
-    with FrozenFrames(spark) as frozen:
-        events = delta.table(spark, settings.table_path("events")).toDF()
-        sessions = delta.table(spark, settings.table_path("sessions")).toDF()
-        if entities is not None:
-            named = spark.createDataFrame([(e,) for e in entities], "entity_id string")
-            events, sessions = (
-                events.join(F.broadcast(named), "entity_id"),
-                sessions.join(F.broadcast(named), "entity_id"),
-            )
-            # Every named entity, whatever Delta holds of it: from the earliest time a sink can store.
-            anchors = frozen.freeze(
-                named.select("entity_id", F.timestamp_micros(F.lit(EARLIEST_EVENT_TIME_US)).alias("anchor"))
-            )
-        else:
-            anchors = frozen.freeze(
-                events.select("entity_id", F.col("arrival_time").alias("anchor"))
-                .unionByName(sessions.select("entity_id", F.col("started_at").alias("anchor")))
-                .groupBy("entity_id")
-                .agg(F.min("anchor").alias("anchor"))
-            )
-        if settings.session_rules is None:  # sessions off: what either sink holds is what it should not
-            recomputed = spark.createDataFrame([], TABLE_SCHEMAS["sessions"])
-        else:
-            recomputed = sessionize(events.select(*session_changes.SESSIONIZE_COLUMNS), settings.session_rules, frozen)
-        compared, ops = frozen.freeze_counted(
-            session_changes.compare(recomputed, sessions, anchors), *session_changes.op_counts()
-        )
-        with batch_commit(settings, lease) as cur:
-            delta.apply_session_changes(
-                spark,
-                settings.table_path("sessions"),
-                compared,
-                ops["changed"],
-                ops["inserted"],
-            )
-            anchor_rows, session_rows = postgres.pulled(session_changes.surviving(compared), anchors)
-            written = postgres.upsert_sessions(cur, session_rows, anchor_rows, every_entity=entities is None)
-            if entities is None:
-                ledger.record_session_rules(cur, settings.session_rules, "rebuild")
-        return written

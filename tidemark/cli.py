@@ -13,9 +13,9 @@ import sys
 from dataclasses import replace
 
 from spark_jobs.errors import TidemarkError
-from spark_jobs.quarantine import SAMPLES
 from spark_jobs.secrets import redact
 from spark_jobs.settings import Settings
+from spark_jobs.store.quarantine import SAMPLES
 from tidemark import demo, doctor
 from tidemark.local_stack import EXIT_USAGE, cmd_airflow, cmd_down, cmd_migrate, cmd_status, cmd_up
 from tidemark.options import fraction, non_negative, positive

@@ -126,8 +126,9 @@ def second_pipeline(spark, settings: Settings, run_id: str, count: int) -> Setti
     contract in waves, ingest and reconcile it, and show its quarantine and one visitor's sessions."""
     import yaml
 
-    from spark_jobs import quarantine, reconcile
+    from spark_jobs import reconcile
     from spark_jobs.sinks.postgres import entity_sessions
+    from spark_jobs.store import quarantine
     from tidemark.migrations import migrate_pipelines
 
     shipped = yaml.safe_load(settings.pipelines_file.read_text())["pipelines"]

@@ -31,14 +31,14 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
 
 def dags_banner(settings: Settings) -> list[str]:
     """The DAGs of each pipeline the file declares (loaded paused), and the entries that get none."""
-    from spark_jobs.pipelines import DAG_KINDS, dag_id
+    from spark_jobs.pipeline_names import DAG_KINDS
 
     try:
         declared = settings.declarations()
     except ConfigError as exc:  # the file as a whole: Airflow shows it as an import error too
         return [f"no DAGs: {line}" for line in str(exc).splitlines()]
     lines = [
-        f"DAGs of pipeline {p.name} (paused until you unpause them): {', '.join(dag_id(k, p.name) for k in DAG_KINDS)}"
+        f"DAGs of pipeline {p.name} (paused until you unpause them): {', '.join(p.names.dag_id(k) for k in DAG_KINDS)}"
         for p in declared.pipelines
     ]
     return lines + [f"no DAGs: {line}" for line in declared.lines()]

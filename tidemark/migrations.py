@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from spark_jobs.errors import TidemarkError
@@ -104,7 +104,7 @@ def _check_encoding(conn) -> None:
 def migrate_pipelines(settings: Settings) -> dict[str, list[str]]:
     """Migrate the schema of every pipeline :attr:`Settings.pipelines_file` declares (``public`` for the
     default pipeline, which deployments made before pipelines keep); returns what each got now."""
-    schemas = {replace(settings, pipeline=p.name).postgres_schema for p in settings.pipelines()}
+    schemas = {p.names.postgres_schema for p in settings.pipelines()}
     return {schema: migrate(settings.postgres_dsn, schema=schema) for schema in sorted(schemas)}
 
 

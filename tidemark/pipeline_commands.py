@@ -85,8 +85,8 @@ def cmd_ingest(settings: Settings, args: argparse.Namespace) -> int:
 def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
     """Reconcile (Spark only if there is something new to check); exit 1 on a finding."""
     from spark_jobs import db, reconcile
-    from spark_jobs.reconcile import history
     from spark_jobs.spark import build_session
+    from spark_jobs.store import history
 
     if args.show is not None:
         with db.transaction(settings.pipeline_dsn) as cur:
@@ -107,7 +107,7 @@ def cmd_findings(settings: Settings, args: argparse.Namespace) -> int:
     import getpass
 
     from spark_jobs import db, reconcile
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import open_findings
 
     if args.acknowledge:
         if args.reason is None:
@@ -116,7 +116,7 @@ def cmd_findings(settings: Settings, args: argparse.Namespace) -> int:
         for finding in closed:
             print(f"acknowledged {finding.describe()}")
     with db.transaction(settings.pipeline_dsn) as cur:
-        still = history.open_findings(cur)
+        still = open_findings.read_open(cur)
     if not still:
         print("no open findings")
         return 0
@@ -160,7 +160,8 @@ def pipelines_table(declared: list) -> list[str]:  # list[Pipeline]
 
 def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
     """Quarantined records by reason, with the latest sample records of each (from PostgreSQL, no Spark)."""
-    from spark_jobs import db, quarantine
+    from spark_jobs import db
+    from spark_jobs.store import quarantine
 
     with db.transaction(settings.pipeline_dsn) as cur:
         totals = quarantine.totals(cur, args.reason)
@@ -184,7 +185,7 @@ def cmd_quarantine(settings: Settings, args: argparse.Namespace) -> int:
 
 def quarantine_table(totals: list) -> list[str]:  # quarantine.ReasonTotal
     """``tidemark quarantine``'s table: a line per reason, most records first."""
-    from spark_jobs.quarantine import reason_code
+    from spark_jobs.store.quarantine import reason_code
 
     header = ("records", "code", "reason", "first seen (UTC)", "last seen (UTC)")
     cells = [

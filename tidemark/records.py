@@ -146,16 +146,16 @@ class Sampler:
             )
 
     def _node(self, pointer: str) -> dict:
-        from spark_jobs.pipelines import _declared
+        from spark_jobs.contract_schema import declared
 
-        return dict(_declared(self.contract.schema, pointer) or {})
+        return dict(declared(self.contract.schema, pointer) or {})
 
     def _sample(self, node: Any, rng: random.Random, depth: int) -> Any:
-        from spark_jobs.pipelines import _resolve
+        from spark_jobs.contract_schema import resolve
 
         if not isinstance(node, dict) or depth > 8:
             return None
-        node = dict(_resolve(self.contract.schema, node))
+        node = dict(resolve(self.contract.schema, node))
         if "const" in node:
             return node["const"]
         if node.get("enum"):
@@ -205,9 +205,9 @@ def _string(node: dict, rng: random.Random) -> str:
 
 def _put(value: dict, pointer: str, item: Any, delete: bool = False) -> None:
     """Set (or delete) ``pointer`` of ``value``, making the objects on its way."""
-    from spark_jobs.pipelines import _tokens
+    from spark_jobs.contract_schema import tokens
 
-    *path, last = _tokens(pointer)
+    *path, last = tokens(pointer)
     for token in path:
         nxt = value.get(token)
         if not isinstance(nxt, dict):

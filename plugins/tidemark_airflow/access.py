@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from tidemark_airflow.pipelines import dag_id
+from spark_jobs.pipeline_names import PipelineNames
 
 RESOURCE = "Tidemark"  # the custom view a deployment grants (FAB: "can read on Tidemark")
 READ = "can_read"
@@ -61,6 +61,7 @@ def pipeline_access(auth_manager, user):  # -> Callable[[str], bool]
     from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 
     def allowed(name: str) -> bool:
-        return auth_manager.is_authorized_dag(method="GET", details=DagDetails(id=dag_id("ingest", name)), user=user)
+        details = DagDetails(id=PipelineNames(name).dag_id("ingest"))
+        return auth_manager.is_authorized_dag(method="GET", details=details, user=user)
 
     return allowed

@@ -17,7 +17,6 @@ from fastapi import Depends, Request
 
 from tidemark_airflow.access import RESOURCE, everything, may_read, pipeline_access, register_view
 from tidemark_airflow.metrics import scrape
-from tidemark_airflow.pipelines import dag_id
 from tidemark_airflow.pipelines_list import read_schema
 from tidemark_airflow.view import overview_page, render_repair, render_run
 
@@ -93,7 +92,7 @@ async def trigger_repair(request: Request, pipeline: str = "", user=Depends(get_
     from fastapi.responses import HTMLResponse, RedirectResponse
 
     settings = pipeline_settings(pipeline, user)
-    repair_dag = dag_id("repair", settings.pipeline)
+    repair_dag = settings.names.dag_id("repair")
     form = parse_qs((await request.body()).decode(), keep_blank_values=True)
     run_id = (form.get("reconcile_run_id") or [""])[0].strip() or None
     status, answer = await _trigger(request, repair_dag, {"reconcile_run_id": run_id})
@@ -106,7 +105,7 @@ async def trigger_repair(request: Request, pipeline: str = "", user=Depends(get_
 
 
 def run(run_id: str, pipeline: str = "", user=Depends(get_user)) -> str:  # noqa: B008
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     def read(cur) -> tuple[tuple[str, str, str] | None, list[tuple]]:
         return history.run_report(cur, run_id), history.run_ranges(cur, run_id)
@@ -123,7 +122,7 @@ def pipeline_settings(pipeline: str, user=None):  # -> Settings
     from fastapi import HTTPException
 
     from spark_jobs.errors import ConfigError
-    from spark_jobs.settings import DEFAULT_PIPELINE
+    from spark_jobs.pipeline_names import DEFAULT_PIPELINE
     from tidemark_airflow.connections import tidemark_settings
 
     name = pipeline.strip() or None

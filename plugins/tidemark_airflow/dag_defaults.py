@@ -82,7 +82,7 @@ def range_params(either: str) -> dict[str, Any]:
 
 
 def reason_codes() -> list[str]:
-    """The quarantine reasons' codes, which the readmit form offers (``spark_jobs.quarantine.REASON_CODES``)."""
-    from spark_jobs.quarantine import REASON_CODES
+    """The quarantine reasons' codes, which the readmit form offers (``spark_jobs.store.quarantine.REASON_CODES``)."""
+    from spark_jobs.store.quarantine import REASON_CODES
 
     return list(REASON_CODES)

@@ -62,20 +62,19 @@ def settings_of(settings: Settings, pipeline: Pipeline | Unrunnable) -> Settings
 def known_pipelines(settings: Settings) -> list[str]:
     """The pipelines the tidemark database has a schema for (a ledger in it): ``events`` for ``public``."""
     from spark_jobs import db
-    from spark_jobs.settings import DEFAULT_PIPELINE
+    from spark_jobs.pipeline_names import PipelineNames
 
     with db.transaction(settings.postgres_dsn) as cur:
         cur.execute("SELECT table_schema FROM information_schema.tables WHERE table_name = 'ledger_batches' ORDER BY 1")
         schemas = [row[0] for row in cur.fetchall()]
-    names = [DEFAULT_PIPELINE if schema == "public" else schema for schema in schemas]
-    return sorted(names, key=lambda name: (name != DEFAULT_PIPELINE, name))
+    return [names.name for names in sorted(map(PipelineNames.of_schema, schemas), key=lambda n: n.sort_key)]
 
 
 def _known(settings: Settings, name: str, lines: list[str]) -> Unrunnable:
-    from spark_jobs.settings import DEFAULT_PIPELINE
+    from spark_jobs.pipeline_names import PipelineNames
     from tidemark_airflow.pipelines import Unrunnable
 
-    return Unrunnable(name, settings.topic if name == DEFAULT_PIPELINE else "", tuple(lines))  # its entry is unread
+    return Unrunnable(name, PipelineNames(name).settings_topic(settings.topic), tuple(lines))  # its entry is unread
 
 
 def _file(settings: Settings) -> str:
@@ -83,7 +82,7 @@ def _file(settings: Settings) -> str:
 
 
 def lag_of_each(settings: Settings, listing: Listing, timeout_s: float = 2.0) -> dict:  # name -> runs.LagNow
-    """Each shown pipeline's lag now (:func:`spark_jobs.runs.lag_now`), measured side by side so that a Kafka
+    """Each shown pipeline's lag now (:func:`spark_jobs.store.runs.lag_now`), measured side by side so that a Kafka
     that does not answer costs one ``timeout_s``, not one per pipeline. A pipeline whose schema cannot be read
     (not migrated yet) says so as its problem."""
     from concurrent.futures import ThreadPoolExecutor
@@ -92,7 +91,7 @@ def lag_of_each(settings: Settings, listing: Listing, timeout_s: float = 2.0) ->
     import psycopg2
 
     from spark_jobs.errors import TidemarkError
-    from spark_jobs.runs import LagNow, lag_now
+    from spark_jobs.store.runs import LagNow, lag_now
 
     def measure(pipeline) -> LagNow:
         if getattr(pipeline, "problems", None) is not None:  # an Unrunnable: its topic is not known for sure

@@ -61,14 +61,13 @@ class State:
 
 
 def read_state(cur, pipeline) -> State:  # psycopg2 cursor on the schema of the Pipeline
-    from spark_jobs import ledger, quarantine, retention, runs
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history, ledger, open_findings, quarantine, retention, runs
 
     return State(
         ledger.pipeline_totals(cur),
         [],  # with_lag measures it now
         history.latest_verdict(cur),
-        history.open_findings_by_kind(cur),
+        open_findings.open_findings_by_kind(cur),
         retention.lost_per_partition(cur),
         runs.last_finished(cur),
         pipeline.name,

@@ -15,7 +15,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from spark_jobs.settings import DEFAULT_PIPELINE
+from spark_jobs.pipeline_names import DEFAULT_PIPELINE, PipelineNames
 from tidemark_airflow.connections import KAFKA_CONN_ID, POSTGRES_CONN_ID, tidemark_settings
 from tidemark_airflow.notifiers import StillOpen
 
@@ -52,7 +52,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     ) -> None:
         if job not in JOBS:
             raise ValueError(f"job must be one of {JOBS}, got {job!r}")
-        kwargs.setdefault("name", f"tidemark-{job}" if pipeline == DEFAULT_PIPELINE else f"tidemark-{job}-{pipeline}")
+        kwargs.setdefault("name", PipelineNames(pipeline).app_name(job))
         super().__init__(**kwargs)
         self.job = job
         self.pipeline = pipeline
@@ -85,8 +85,8 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         """The job's application, jars, environment and Spark configuration, from ``settings`` and the task."""
         from airflow.sdk import BaseHook
 
-        from spark_jobs.runs import STARTED_BY
         from spark_jobs.spark import driver_conf, spark_jars
+        from spark_jobs.store.runs import STARTED_BY
 
         self.application = self.application or job_application(self.job)
         self.jars = self.jars or ",".join(str(jar) for jar in spark_jars(settings))
@@ -168,7 +168,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
         """The run's lineage for Airflow's OpenLineage provider (:mod:`tidemark_airflow.lineage`): the topic and
         the offset ranges its batches processed, the tables it wrote and how many rows; a reconcile's verdict."""
         from spark_jobs import db
-        from spark_jobs.reconcile import history
+        from spark_jobs.store import history
         from tidemark_airflow.lineage import WRITING_JOBS, job_lineage
 
         settings, _started = self._lineage_of
@@ -193,7 +193,7 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
     def _records(self, settings) -> int | None:  # Settings
         """About how many records the job will read, where that is known before it starts: a scheduled
         ingest's (what Kafka holds beyond what the ledger says was processed)."""
-        from spark_jobs.runs import unread_records
+        from spark_jobs.store.runs import unread_records
 
         args = list(self.application_args or [])
         if self.job == "ingest" and args[:1] == ["scheduled"]:
@@ -228,7 +228,8 @@ def producer_alert(extra: dict, threshold: int) -> str | None:
 
 def committed_since(settings, started: datetime) -> dict[str, JsonValue]:  # Settings
     """What the topic's ledger gained since ``started`` (one writer at a time: this run's batches)."""
-    from spark_jobs import db, ledger
+    from spark_jobs import db
+    from spark_jobs.store import ledger
 
     with db.transaction(settings.pipeline_dsn) as cur:
         batches = ledger.committed_batches(cur, settings.topic, started)
@@ -306,7 +307,7 @@ class VerdictOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, object]:
         from spark_jobs import db
-        from spark_jobs.reconcile import history
+        from spark_jobs.store import history
 
         settings = tidemark_settings(self.pipeline, postgres_conn_id=self.postgres_conn_id)
         with db.transaction(settings.pipeline_dsn) as cur:

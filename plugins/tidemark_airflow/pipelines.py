@@ -10,7 +10,8 @@ with the problem's lines, so Airflow lists them under its import errors, while t
 pipelines load and run from what their entries say.
 
 The pipeline ``events`` keeps the DAG ids a deployment made before pipelines has (``tidemark_ingest``,
-...), as it keeps its tables; another pipeline's are suffixed with its name (``tidemark_ingest__web``).
+...), as it keeps its tables; another pipeline's are suffixed with its name (``tidemark_ingest__web``):
+``pipeline.names.dag_id(kind)`` (:class:`~spark_jobs.pipeline_names.PipelineNames`).
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from spark_jobs.pipelines import DEFAULT_SCHEDULE, Alerts, dag_id  # noqa: F401  (dag_id: the DAG files' names)
+from spark_jobs.pipeline_names import PipelineNames
+from spark_jobs.pipeline_options import DEFAULT_SCHEDULE, Alerts
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
 
-    from spark_jobs.pipelines import Declared, Pipeline
+    from spark_jobs.pipelines import Pipeline
+    from spark_jobs.pipelines_check import Declared
     from tidemark_airflow.notifiers import AlertNotifier
 
 
@@ -46,16 +49,23 @@ class Unrunnable:
     schedule: str | None = DEFAULT_SCHEDULE
     alerts: Alerts = field(default_factory=Alerts)
 
+    @property
+    def names(self) -> PipelineNames:
+        """Where the pipeline's state lives and what its parts (DAGs, locks, ...) are called."""
+        return PipelineNames(self.name)
+
 
 def unrunnable(found: Declared) -> list[Unrunnable]:
-    """The pipelines ``found`` declares with a problem (:meth:`~spark_jobs.pipelines.Declared.broken`)."""
-    from spark_jobs.settings import DEFAULT_PIPELINE, Settings
+    """The pipelines ``found`` declares with a problem (:meth:`~spark_jobs.pipelines_check.Declared.broken`)."""
+    from spark_jobs.settings import Settings
 
     deployment = Settings.from_env()
-    # The topic its entry names where it could be read; else the one it would have if it named none.
-    topic = {DEFAULT_PIPELINE: deployment.topic} | dict(found.topics)
+
+    def topic(name: str) -> str:  # the topic its entry names where it could be read; else the one it would have
+        return PipelineNames(name).topic(found.topics.get(name), deployment.topic)
+
     return [
-        Unrunnable(name, topic.get(name, name), tuple(found.problems_of(name)), deployment.ingest_schedule)
+        Unrunnable(name, topic(name), tuple(found.problems_of(name)), deployment.ingest_schedule)
         for name in found.broken()
     ]
 
@@ -73,10 +83,10 @@ def dag_pipelines() -> list[Pipeline | Unrunnable]:
 
 
 def raise_problems() -> None:
-    """Raise the pipelines file's problems, one line each (a :class:`~spark_jobs.pipelines.PipelinesError`), if
-    it has any: ``dags/tidemark_pipelines.py`` does, so that Airflow lists them among its import errors."""
+    """Raise the pipelines file's problems, one line each (a :class:`~spark_jobs.pipelines_check.PipelinesError`),
+    if it has any: ``dags/tidemark_pipelines.py`` does, so that Airflow lists them among its import errors."""
     from spark_jobs.errors import ConfigError
-    from spark_jobs.pipelines import PipelinesError
+    from spark_jobs.pipelines_check import PipelinesError
 
     try:
         problems = declared().lines()
@@ -90,11 +100,8 @@ def sinks(pipeline: str) -> Asset:
     """The Asset a successful ingest, backfill or repair of ``pipeline`` updates; its reconcile is scheduled on it."""
     from airflow.sdk import Asset
 
-    from spark_jobs.pipelines import DEFAULT_PIPELINE
-
-    if pipeline == DEFAULT_PIPELINE:
-        return Asset(name="tidemark_sinks", uri="tidemark://sinks")
-    return Asset(name=f"tidemark_sinks__{pipeline}", uri=f"tidemark://sinks/{pipeline}")
+    name, uri = PipelineNames(pipeline).asset
+    return Asset(name=name, uri=uri)
 
 
 def alert_notifier(pipeline: Pipeline | Unrunnable) -> AlertNotifier:

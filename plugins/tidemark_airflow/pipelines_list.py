@@ -29,20 +29,20 @@ class Summary:
 
 def read_summary(cur, name: str, topic: str) -> Summary:  # psycopg2 cursor on the pipeline's schema
     """The pipeline's line of the list, but its lag (:func:`with_lag_now`)."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history, open_findings
 
     coverage = history.coverage(cur)
     return Summary(
         name,
         topic,
         history.latest_verdict(cur),
-        sum(history.open_findings_by_kind(cur).values()),
+        sum(open_findings.open_findings_by_kind(cur).values()),
         ledger_offsets=sum(row[2] for row in coverage),
         verified_offsets=sum(row[3] for row in coverage),
     )
 
 
-def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.runs.LagNow
+def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.store.runs.LagNow
     """``summary`` with the lag measured ``now``: records behind summed over partitions, the oldest's age."""
     if now.problem:
         return replace(summary, lag_problem=now.problem)
@@ -55,10 +55,9 @@ def with_lag_now(summary: Summary, now) -> Summary:  # a spark_jobs.runs.LagNow
 
 def pipeline_href(path: str, pipeline: str, **params: str | None) -> str:
     """``path`` (relative to the tidemark page) for ``pipeline``, with ``params`` that are set."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
+    from spark_jobs.pipeline_names import PipelineNames
 
-    query = {"pipeline": pipeline} if pipeline != DEFAULT_PIPELINE else {}
-    query |= {k: v for k, v in params.items() if v}
+    query = PipelineNames(pipeline).page_query | {k: v for k, v in params.items() if v}
     return path + (f"?{urlencode(query)}" if query else "")
 
 

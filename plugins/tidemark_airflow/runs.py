@@ -148,7 +148,8 @@ def resolve_backfill(params: Mapping[str, object], log, pipeline: str | None = N
 def processed_before(settings, plan) -> tuple[str, int] | None:  # Settings, BackfillPlan
     """(pipeline, batch_id) of an earlier backfill of exactly ``plan``, if any."""
     from spark_jobs import db
-    from spark_jobs.ingest import BACKFILL, pipeline_name, recorded_plan
+    from spark_jobs.ingest import recorded_plan
+    from spark_jobs.store.ledger import BACKFILL, pipeline_name
 
     with db.transaction(settings.pipeline_dsn) as cur:
         batch_id = recorded_plan(cur, plan)

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spark_jobs.pipeline_names import DEFAULT_PIPELINE, PipelineNames
 from tidemark_airflow.charts import Point, line_chart
 from tidemark_airflow.metrics import run_kind
-from tidemark_airflow.pipelines import dag_id
 from tidemark_airflow.pipelines_list import (
     STATUS_COLOURS,
     Summary,
@@ -39,9 +39,9 @@ class Overview:
     mismatches: list[tuple]  # run_id, counted_at, status, alert, repair_id, repair status, recheck_run
     findings: Sequence[tuple] = ()  # finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at,
     #                                 closed_why
-    ingest_runs: Sequence[Any] = ()  # spark_jobs.runs.Run, newest first
-    quarantine: Sequence[Any] = ()  # spark_jobs.quarantine.ReasonTotal, most records first
-    quarantine_samples: dict | None = None  # reason -> its latest spark_jobs.quarantine.Sample
+    ingest_runs: Sequence[Any] = ()  # spark_jobs.store.runs.Run, newest first
+    quarantine: Sequence[Any] = ()  # spark_jobs.store.quarantine.ReasonTotal, most records first
+    quarantine_samples: dict | None = None  # reason -> its latest spark_jobs.store.quarantine.Sample
     quarantine_days: Sequence[tuple] = ()  # day, reason, records
     pipeline: str = "events"  # whose page this is
     pipelines: Sequence[Summary] = ()  # every declared pipeline
@@ -51,9 +51,8 @@ class Overview:
 
 def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
     """The overview's rows from the reconcile history (the latest ``limit`` runs), the ledger's
-    coverage and the offsets lost to retention (spark_jobs/retention.py), per partition."""
-    from spark_jobs import quarantine, retention, runs
-    from spark_jobs.reconcile import history
+    coverage and the offsets lost to retention (spark_jobs/store/retention.py), per partition."""
+    from spark_jobs.store import history, open_findings, quarantine, retention, runs
 
     reconciles = history.recent_runs(cur, limit)
     lag = history.recent_lag(cur, limit)
@@ -66,8 +65,8 @@ def read_overview(cur, limit: int = 100) -> Overview:  # psycopg2 cursor
         reconciles,
         lag,
         coverage,
-        history.latest_findings(cur),
-        history.recent_findings(cur, 20),
+        open_findings.latest_findings(cur),
+        open_findings.recent_findings(cur, 20),
         runs.recent(cur, limit),
         reasons,
         {r.reason: quarantine.latest_samples(cur, r.reason, quarantine.SAMPLES) for r in reasons},
@@ -79,12 +78,12 @@ QUARANTINE_DAYS = 30  # the quarantine chart's span
 
 
 def helpers() -> dict:
-    """What every template of the page uses: links within it, DAG ids, the status colours."""
+    """What every template of the page uses: links within it, a pipeline's names (DAG ids, the command line's
+    flag), the status colours."""
     return {
         "pipeline_href": pipeline_href,
         "repair_href": repair_href,
-        "pipeline_flag": pipeline_flag,
-        "dag_id": dag_id,
+        "names": PipelineNames,
         "colours": STATUS_COLOURS,
     }
 
@@ -113,7 +112,7 @@ def render_overview(o: Overview) -> str:
     )
 
 
-def render_ingest_runs(runs: Sequence[Any]) -> str:  # spark_jobs.runs.Run, newest first
+def render_ingest_runs(runs: Sequence[Any]) -> str:  # spark_jobs.store.runs.Run, newest first
     """The runs (ingest, backfill, readmit, repair): what each did and how fast, as charts and a table. A readmit's
     row: the quarantined records it checked again (read), those that came back (accepted), those that stay."""
     records: dict[str, list[Point]] = defaultdict(list)
@@ -158,16 +157,9 @@ def repair_href(run_id: str | None, pipeline: str) -> str:
     return pipeline_href("repair", pipeline, reconcile_run_id=run_id)
 
 
-def pipeline_flag(pipeline: str) -> str:
-    """`` --pipeline NAME`` for a command line of ``pipeline`` (nothing for ``events``)."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
-
-    return "" if pipeline == DEFAULT_PIPELINE else f" --pipeline {pipeline}"
-
-
 def render_findings(findings: Sequence[tuple], pipeline: str) -> str:
     """The open findings (and the latest closed ones): what is still wrong, since when, how it closed."""
-    from spark_jobs.reconcile.open_findings import describe
+    from spark_jobs.store.findings import describe
 
     return render("findings.html", findings=findings, pipeline=pipeline, describe=describe, **helpers())
 
@@ -186,7 +178,6 @@ def render_run(run: tuple | None, ranges: list[tuple], pipeline: str = "events")
 def overview_page(deployment, pipeline: str, allowed) -> str:  # Settings, the pipeline asked for, Callable
     """The tidemark page of ``pipeline`` (when empty, ``events`` or else the first pipeline the user may see) among
     the pipelines ``allowed`` says; a ``LookupError`` for one it cannot show."""
-    from spark_jobs.settings import DEFAULT_PIPELINE
     from tidemark_airflow.listing import lag_of_each, listed, readable, settings_of
 
     listing = readable(listed(deployment), allowed)  # the pipeline events' topic is the deployment's

@@ -30,10 +30,10 @@ spark-submit entry point (the ``tidemark_reconcile`` DAG's Spark task)::
    checksum; on a difference, per-bucket checksums narrow it down to the named sessions), and
    Delta against a recompute from ``events`` for the entities of the checked ranges and of every
    commit since the previous run.
-7. **Record** (:mod:`~spark_jobs.reconcile.history`, the one module with SQL on reconcile's
-   tables). ``reconcile_runs`` (the report and its findings, :mod:`~spark_jobs.reconcile.findings`),
+7. **Record** (:mod:`~spark_jobs.store.history`, the one module with SQL on reconcile's
+   tables). ``reconcile_runs`` (the report and its findings, :mod:`~spark_jobs.store.findings`),
    ``reconcile_ranges`` (per range), ``verified_ranges`` (count and checksum at verification).
-8. **Open findings** (:mod:`~spark_jobs.reconcile.open_findings`). A finding stays open, and every
+8. **Open findings** (:mod:`~spark_jobs.store.open_findings`). A finding stays open, and every
    later run reports it, until a check of the same thing finds it fixed or an operator
    acknowledges it (:func:`acknowledge`): a run that checks nothing closes nothing.
 """

@@ -9,38 +9,20 @@ verified ranges is re-checked every run (:func:`rotation_share`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from spark_jobs.contract import COORDINATES, RECORD_TABLES
-from spark_jobs.offsets import PartitionRange, count_committed, first_arrival, watermarks
-from spark_jobs.reconcile.findings import MOVED, NEW, Lag, RangeCheck
+from spark_jobs.offsets import PartitionRange, count_committed, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.sinks.delta_log import union
+from spark_jobs.store.findings import MOVED, NEW, RangeCheck
+from spark_jobs.store.verified import LedgerRange, Verified, key
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from pyspark.sql import DataFrame, SparkSession
-
-NOT_CHECKED = ("land",)  # pipelines whose ranges land in other tables
-
-
-@dataclass(frozen=True)
-class LedgerRange:
-    pipeline: str
-    batch_id: int
-    range: PartitionRange
-
-
-@dataclass(frozen=True)
-class Verified:
-    records: int
-    checksum: int
-    checked_at: datetime
-    moved_by: frozenset[tuple[str, int]] = frozenset()  # (pipeline, batch_id) of batches that moved rows of it
 
 
 def reason_to_check(r: LedgerRange, verified: dict[tuple[str, int, str, int], Verified], reason: str) -> str:
@@ -48,10 +30,6 @@ def reason_to_check(r: LedgerRange, verified: dict[tuple[str, int, str, int], Ve
     since: its checksum is no baseline), else ``reason``."""
     v = verified.get(key(r))
     return NEW if v is None else MOVED if v.moved_by else reason
-
-
-def key(r: LedgerRange) -> tuple[str, int, str, int]:
-    return (r.pipeline, r.batch_id, r.range.topic, r.range.partition)
 
 
 def rotation_share(
@@ -72,37 +50,6 @@ def rotation_share(
     share = math.floor(len(candidates) * min(1.0, elapsed / period))
     overdue = sum(verified[key(r)].checked_at <= now - period for r in candidates)
     return candidates[: max(share, overdue)]
-
-
-def measure_lag(settings: Settings, ranges: list[LedgerRange], now: datetime) -> list[Lag]:
-    """Per partition of every topic the ledger holds: Kafka's high watermark against the furthest
-    processed offset, and how long ago the oldest record not processed yet arrived."""
-    processed: dict[str, dict[int, int]] = {}
-    for r in ranges:
-        ends = processed.setdefault(r.range.topic, {})
-        ends[r.range.partition] = max(ends.get(r.range.partition, 0), r.range.end)
-    return lag_behind(settings, processed, now)
-
-
-def lag_behind(
-    settings: Settings, processed: dict[str, dict[int, int]], now: datetime, timeout_s: float = 10.0
-) -> list[Lag]:
-    """:func:`measure_lag` from the furthest processed offset per topic and partition (``timeout_s``: per request
-    to Kafka)."""
-    lags = []
-    for topic, ends in sorted(processed.items()):
-        for partition, done, high in unprocessed(ends, watermarks(settings, topic, timeout_s)):
-            oldest = first_arrival(settings, topic, partition, done, timeout_s) if done < high else None
-            behind = max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
-            lags.append(Lag(topic, partition, high, done, oldest, behind))
-    return lags
-
-
-def unprocessed(ends: Mapping[int, int], held: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """``(partition, processed to, high watermark)`` per partition Kafka holds (``held``: low and high
-    watermarks), from the furthest processed offsets ``ends``: a partition no batch processed, or
-    whose processed records retention removed since, starts at its low watermark."""
-    return [(partition, max(ends.get(partition, low), low), high) for partition, (low, high) in sorted(held.items())]
 
 
 def ranges_holding(spark: SparkSession, coordinates: DataFrame, ranges: list[LedgerRange]) -> list[LedgerRange]:
@@ -202,7 +149,7 @@ def compare_ranges(
     checks = []
     for (r, reason), (n, checksum, offsets) in zip(to_check, counts, strict=True):
         p = r.range
-        base = dict(
+        measured = RangeCheck(
             pipeline=r.pipeline, batch_id=r.batch_id, topic=p.topic, partition=p.partition, start=p.start,
             end=p.end, sink_records=n, sink_checksum=checksum, sink_offsets=offsets, reason=reason,
         )  # fmt: skip
@@ -211,8 +158,8 @@ def compare_ranges(
                 lows[p.topic] = {k: lo for k, (lo, _) in watermarks(settings, p.topic).items()}
             low = lows[p.topic].get(p.partition, 0)
             kafka = count_committed(settings, p) if low <= p.start or p.size == 0 else None
-            checks.append(RangeCheck(**base, kafka_records=kafka, low_watermark=low))
+            checks.append(replace(measured, kafka_records=kafka, low_watermark=low))
         else:
             v = verified[key(r)]
-            checks.append(RangeCheck(**base, verified_records=v.records, verified_checksum=v.checksum))
+            checks.append(replace(measured, verified_records=v.records, verified_checksum=v.checksum))
     return checks

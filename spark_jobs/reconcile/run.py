@@ -10,33 +10,14 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
-from spark_jobs import db, ledger
+from spark_jobs import db
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.errors import ConfigError
-from spark_jobs.lock import lake_snapshot, one_reconcile
 from spark_jobs.offsets import PartitionRange, check_reachable
-from spark_jobs.reconcile import history
-from spark_jobs.reconcile.findings import (
-    CHANGED,
-    MOVED,
-    NEW,
-    ROTATION,
-    Gap,
-    LedgerEntry,
-    Report,
-    SessionDifference,
-    SessionsSummary,
-    find_gaps,
-)
-from spark_jobs.reconcile.history import Snapshot
-from spark_jobs.reconcile.open_findings import RANGE, OpenFinding, entities_to_recheck, follow_up, range_key
 from spark_jobs.reconcile.ranges import (
-    LedgerRange,
     compare_ranges,
-    key,
-    measure_lag,
     range_counts,
     ranges_holding,
     reason_to_check,
@@ -48,13 +29,53 @@ from spark_jobs.reconcile.sessions import (
     sessions_differing_from_events,
     sessions_differing_from_postgres,
 )
-from spark_jobs.retention import Loss, recorded_losses
+from spark_jobs.reconcile.snapshot import Snapshot, read_snapshot, snapshot_time
 from spark_jobs.settings import Settings
 from spark_jobs.sinks.delta_log import local_versions, spark_versions, touched_since
 from spark_jobs.spark import FrozenFrames
+from spark_jobs.store import history, ledger, open_findings, stored_rules
+from spark_jobs.store.findings import (
+    CHANGED,
+    MOVED,
+    NEW,
+    RANGE,
+    ROTATION,
+    Gap,
+    LedgerEntry,
+    SessionDifference,
+    SessionsSummary,
+    find_gaps,
+    range_key,
+)
+from spark_jobs.store.lag import measure_lag
+from spark_jobs.store.lock import lake_snapshot, one_reconcile
+from spark_jobs.store.open_findings import OpenFinding, entities_to_recheck, follow_up
+from spark_jobs.store.report import Report
+from spark_jobs.store.retention import Loss, recorded_losses
+from spark_jobs.store.verified import LedgerRange, key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+
+@overload
+def run(
+    settings: Settings,
+    run_id: str,
+    spark_factory: Callable[[], SparkSession],
+    repair_of: str | None = None,
+    wait: bool = False,
+) -> Report: ...
+
+
+@overload
+def run(
+    settings: Settings,
+    run_id: str,
+    spark_factory: None,
+    repair_of: str | None = None,
+    wait: bool = False,
+) -> Report | None: ...
 
 
 def run(
@@ -94,16 +115,16 @@ def _run(
         with lake_snapshot(settings):
             held_from = time.perf_counter()
             versions = spark_versions(spark, settings) if spark is not None else local_versions(settings)
-            now = history.snapshot_time(cur)  # the PostgreSQL snapshot is fixed at the first query
+            assert versions is not None  # None for a remote lake only, whose log Spark read
+            now = snapshot_time(cur)  # the PostgreSQL snapshot is fixed at the first query
         held = time.perf_counter() - held_from
-        snapshot = history.read_snapshot(cur, versions, now)
+        snapshot = read_snapshot(cur, versions, now)
         snapshot.to_check = _due(snapshot, settings)
         lags = measure_lag(settings, snapshot.ranges, now)
         buckets = snapshot.previous_buckets  # Delta sessions per entity bucket, as of this run
-        if not snapshot.to_check and _nothing_changed(snapshot):
-            report = Report(
-                run_id, [], [], snapshot.previous_delta_sessions, snapshot.postgres_sessions, used_spark=False
-            )
+        previous_sessions = snapshot.previous_delta_sessions
+        if not snapshot.to_check and previous_sessions is not None and _nothing_changed(snapshot):
+            report = Report(run_id, [], [], previous_sessions, snapshot.postgres_sessions, used_spark=False)
         else:
             if spark is None:
                 if spark_factory is None:
@@ -128,7 +149,9 @@ def _run(
             closed=[f"{f.describe()}: {why}" for f, why in follow.closed],
             opened=len(follow.opened),
         )
-        history.record_run(cur, report, snapshot, buckets, repair_of, follow)
+        committed = {(r.pipeline, r.batch_id) for r in snapshot.ranges}
+        checked = history.RunChecked(snapshot.now, snapshot.versions, buckets, snapshot.verified, committed)
+        history.record_run(cur, report, checked, repair_of, follow)
         return report
 
 
@@ -139,7 +162,7 @@ def acknowledge(settings: Settings, finding_ids: list[int], who: str, reason: st
         raise ConfigError("say why the findings are acknowledged: --reason TEXT (it is kept with them)")
     holder = f"acknowledging {', '.join(f'#{i}' for i in finding_ids)}"
     with one_reconcile(settings, holder, wait=True), db.transaction(settings.pipeline_dsn) as cur:
-        return history.acknowledge(cur, finding_ids, who, reason.strip())
+        return open_findings.acknowledge(cur, finding_ids, who, reason.strip())
 
 
 def _due(snapshot: Snapshot, settings: Settings) -> list[tuple[LedgerRange, str]]:
@@ -212,17 +235,17 @@ def _check_with_spark(
     if delta_sessions != snapshot.postgres_sessions:
         pairs = sessions_differing_from_postgres(tables["sessions"], buckets, cur)
         differences.append(SessionDifference.of("sinks", pairs))
-    recorded = ledger.recorded_session_rules(cur)
+    recorded = stored_rules.recorded_session_rules(cur)
     rules = recorded.rules if recorded else settings.session_rules
     checked = 0
     if rules is not None:  # else the pipeline cuts no sessions: both sinks must hold none, as compared above
         reopened = entities_to_recheck(snapshot.open_findings)
         anchored = frozen.freeze(anchors_to_recompute(tables, [r.range for r, _ in to_check], touched, rules, reopened))
         checked = anchored.count()
-    if checked:
-        pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules, frozen)
-        if pairs:
-            differences.append(SessionDifference.of("events", pairs))
+        if checked:
+            pairs = sessions_differing_from_events(tables["events"], tables["sessions"], anchored, rules, frozen)
+            if pairs:
+                differences.append(SessionDifference.of("events", pairs))
     report = Report(run_id, checks, [], delta_sessions, snapshot.postgres_sessions, differences, checked)
     return report, buckets
 

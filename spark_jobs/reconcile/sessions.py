@@ -14,6 +14,8 @@ from spark_jobs.sinks import delta, postgres
 from spark_jobs.sinks.delta_log import union
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pyspark.sql import DataFrame
 
     from spark_jobs.contract import SessionRules
@@ -88,7 +90,7 @@ def anchors_to_recompute(
     ranges: list[PartitionRange],
     touched: Touched,
     rules: SessionRules,
-    entities: list[str] = (),
+    entities: Sequence[str] = (),
 ) -> DataFrame:
     """``(entity_id, anchor)``: whose sessions to recompute from events, and from when.
 
@@ -126,7 +128,9 @@ def sessions_differing_from_events(
     from spark_jobs.session_changes import SESSIONIZE_COLUMNS
     from spark_jobs.sessionize import sessionize
 
-    earliest = anchored.agg(F.min(F.unix_micros("anchor"))).first()[0]
+    row = anchored.agg(F.min(F.unix_micros("anchor"))).first()
+    assert row is not None  # an aggregate without groups is one row
+    earliest = row[0]
     named = F.broadcast(anchored)
     since = events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(earliest)))
     recomputed = sessionize(

@@ -1,4 +1,4 @@
-"""The Delta side: creating the sink tables, idempotent writes, versions and fingerprints.
+"""The Delta side: idempotent writes, what the tables hold of a batch's ranges, versions and fingerprints.
 
 Every write here is idempotent on its own: inserts skip coordinates a table holds, MERGEs set
 absolute values. So a batch whose writes fail part way is completed by running it again.
@@ -8,23 +8,20 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
-from spark_jobs.errors import ContractChanged
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_jobs.pipelines import Contract
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # One text form of a session row, the same as sinks.postgres.SESSION_ROW_TEXT (UTC, microseconds,
@@ -39,17 +36,6 @@ SESSION_ROW_TEXT = (
 SESSIONS_CHECKSUM = (
     f"coalesce(sum(cast(conv(substr(sha2({SESSION_ROW_TEXT}, 256), 1, 15), 16, 10) AS decimal(38,0))), 0)"
 )
-
-
-# Table properties beyond Delta's defaults, set when a table is created and by maintenance on tables
-# created before them. ``sessions``: a batch replaces a few open sessions. Without deletion
-# vectors Delta rewrites every file holding one, copying all its other sessions, and the new file
-# holds the open sessions again: after a compaction, every batch copied all of history. With them,
-# it marks the old rows deleted and writes only the changed ones. Its change data feed gives
-# reconcile exactly the rows commits changed (files marked by deletion vectors hold many others).
-TABLE_PROPERTIES: dict[str, dict[str, str]] = {
-    "sessions": {"delta.enableDeletionVectors": "true", "delta.enableChangeDataFeed": "true"},
-}
 
 
 @dataclass(frozen=True)
@@ -88,71 +74,6 @@ def table(spark: SparkSession, path: str):  # -> DeltaTable
     from delta.tables import DeltaTable
 
     return DeltaTable.forPath(spark, path)
-
-
-def ensure_tables(spark: SparkSession, settings: Settings, contract: Contract | None = None) -> list[str]:
-    """Create the sink tables that do not exist yet (idempotent); returns the names it created.
-
-    A table whose ``_delta_log`` already holds commits is left alone without loading it: every
-    run calls this, and loading four snapshots costs more than an empty run's work. Missing
-    tables (a first run) are created concurrently, ``events`` with the typed columns of
-    ``contract`` (default: the pipeline's, read from its file only when a table is missing;
-    :func:`add_typed_columns` adds those a later contract declares).
-    """
-
-    def missing(name: str) -> bool:
-        return not jvm.list_names(spark, f"{settings.table_path(name).rstrip('/')}/_delta_log")
-
-    def create(name: str) -> Callable[[], None]:
-        path, schema = settings.table_path(name), contract.table_schema(name)
-        return lambda: create_table(spark, path, schema, TABLE_PROPERTIES.get(name))
-
-    created = [name for name in TABLE_SCHEMAS if missing(name)]
-    if created:
-        contract = contract or settings.contract()
-        run_concurrently([create(name) for name in created])
-    return created
-
-
-# Spark SQL's names of the types a typed column may be declared with, where they differ.
-_TYPE_NAMES = {"long": "bigint", "integer": "int"}
-
-
-def add_typed_columns(spark: SparkSession, settings: Settings, contract: Contract) -> list[str]:
-    """Add to the pipeline's ``events`` the typed columns ``contract`` declares and the table lacks
-    (older rows hold null there); returns their names. One commit when there are some, none
-    otherwise, so a run that stopped after it adds nothing twice. A column the table holds with
-    another type than the contract's is a :class:`ContractChanged`, before any write: the contract
-    recorded by the last batch may not know the column yet (a run that read nothing added it)."""
-    path = settings.table_path("events")
-    held = {f.name: f.dataType.simpleString() for f in table(spark, path).toDF().schema.fields}
-    for column in contract.columns:
-        declared = _TYPE_NAMES.get(column.type, column.type)
-        if column.name in held and held[column.name] != declared:
-            raise ContractChanged(
-                f"pipeline {settings.pipeline!r}: contract.columns.{column.pointer[1:].replace('/', '.')}: events "
-                f"holds the column {column.name} as {held[column.name]}, the contract declares {column.type}; a typed "
-                f"column keeps its type. Declare it {held[column.name]} again, or declare the new type as a new "
-                "pipeline (another name and topic)"
-            )
-    missing = [c for c in contract.columns if c.name not in held]
-    if missing:
-        columns = ", ".join(f"`{c.name}` {c.type}" for c in missing)
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({columns})")
-    return [c.name for c in missing]
-
-
-def create_table(spark: SparkSession, path: str, schema: str, properties: dict[str, str] | None = None) -> None:
-    """Create the Delta table at ``path`` with ``schema`` (a DDL column list) unless it exists."""
-    from delta.tables import DeltaTable
-
-    builder = DeltaTable.createIfNotExists(spark).location(path)
-    for key, value in (properties or {}).items():
-        builder = builder.property(key, value)
-    for column in schema.split(", "):
-        column_name, column_type = column.split(" ")
-        builder = builder.addColumn(column_name, column_type)
-    builder.execute()
 
 
 # A MERGE's match of a stored row (``t``) and a source row (``s``) of the same Kafka record.
@@ -370,18 +291,6 @@ def states_loaded_ahead(
         thread.join()
 
 
-def run_concurrently(steps: list[Callable[[], T]]) -> list[T]:
-    """Run Spark/Delta steps in threads (one Spark job queue each); wait for all, raise the first
-    failure; their results, in order."""
-    if len(steps) <= 1:
-        return [step() for step in steps]
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix="tidemark-spark") as pool:
-        futures = [pool.submit(step) for step in steps]
-    return [future.result() for future in futures]
-
-
 def table_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
     """The latest commit version of each sink table."""
     return {name: table(spark, settings.table_path(name)).history(1).first()["version"] for name in TABLE_SCHEMAS}
@@ -418,4 +327,17 @@ def fingerprint(spark: SparkSession, settings: Settings, name: str) -> tuple[int
         .selectExpr("count(*)", "coalesce(sum(cast(xxhash64(to_json(struct(*))) AS decimal(38, 0))), 0)")
         .first()
     )
+    assert row is not None  # an aggregate without groups is one row
     return int(row[0]), str(row[1])
+
+
+def owners(held: DataFrame) -> DataFrame:
+    """``held`` with one row per record: the table that accounts for it. An offset both ``events``
+    and ``duplicates`` hold is the row a takeover displaces, between an attempt that committed its
+    ``duplicates`` and the ``events`` write that removes it (written last): it counts once, as the
+    ``events`` row the batch ranks again."""
+    from pyspark.sql import functions as F
+
+    tables = held.groupBy(*COORDINATES).agg(F.collect_set("table").alias("tables"))
+    owner = F.when(F.array_contains("tables", "events"), F.lit("events")).otherwise(F.col("tables")[0])
+    return tables.select(*COORDINATES, owner.alias("table"))

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from spark_jobs import jvm
 from spark_jobs.contract import COORDINATES, RECORD_TABLES, SESSION_COLUMNS, TABLE_SCHEMAS
 from spark_jobs.settings import Settings
-from spark_jobs.sinks import delta
+from spark_jobs.sinks import delta, delta_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,11 +43,12 @@ def log_version(table_path: str) -> int | None:
 
 def local_versions(settings: Settings) -> dict[str, int] | None:
     found = {name: log_version(settings.table_path(name)) for name in TABLE_SCHEMAS}
-    return None if any(v is None for v in found.values()) else found  # type: ignore[return-value]
+    versions = {name: v for name, v in found.items() if v is not None}
+    return None if len(versions) < len(found) else versions
 
 
 def spark_versions(spark: SparkSession, settings: Settings) -> dict[str, int]:
-    delta.ensure_tables(spark, settings)
+    delta_tables.ensure_tables(spark, settings)
     return delta.table_versions(spark, settings)
 
 
@@ -87,7 +88,9 @@ def touched_since(
     if previous is None:
         return Touched(None, None)
     coordinates, times = [], []
-    sessions_added = sessions_removed = spark.createDataFrame([], TABLE_SCHEMAS["sessions"])
+    none_yet = spark.createDataFrame([], TABLE_SCHEMAS["sessions"])
+    sessions_added: DataFrame | None = none_yet
+    sessions_removed: DataFrame | None = none_yet
     for name in TABLE_SCHEMAS:
         start, end = previous.get(name, -1), versions[name]
         if end <= start:
@@ -149,6 +152,8 @@ class ChangedFiles:
 
 def changed_files(spark: SparkSession, table_path: str, after: int, upto: int) -> ChangedFiles | None:
     """The data files commits ``after < v <= upto`` added and removed (None: part of the log is gone)."""
+    from pyspark.sql.types import StructType
+
     root = table_path.rstrip("/")
     logs = [f"{root}/_delta_log/{v:020d}.json" for v in range(after + 1, upto + 1)]
     if not _all_exist(spark, root, logs):
@@ -159,7 +164,9 @@ def changed_files(spark: SparkSession, table_path: str, after: int, upto: int) -
     for kind in found:
         if kind not in actions.columns:
             continue
-        fields = actions.schema[kind].dataType.fieldNames()
+        action = actions.schema[kind].dataType
+        assert isinstance(action, StructType)  # a log action is a JSON object, which Spark reads as a struct
+        fields = action.fieldNames()
         columns = [f"{kind}.path"] + ([f"{kind}.deletionVector IS NOT NULL"] if "deletionVector" in fields else [])
         # dataChange false: a compaction's rewrite (maintenance), the same rows in other files.
         changed = f"{kind}.path IS NOT NULL" + (f" AND {kind}.dataChange" if "dataChange" in fields else "")

@@ -41,7 +41,7 @@ from typing import TypeVar
 import pytest
 import yaml
 
-from spark_jobs.pipelines import DAG_KINDS, dag_id
+from spark_jobs.pipeline_names import DAG_KINDS, PipelineNames
 
 # pyproject's 900 s per test is too short for a shared 2-core machine: the stack's start counts
 # towards the first test, ingest and reconcile (two Spark applications) towards the second.
@@ -247,14 +247,14 @@ def test_a_second_pipeline_from_the_mounted_file_gets_its_schema_and_dags(stack:
     ]
     assert "web" in exec_in("airflow-scheduler", "tidemark", "pipelines").stdout
     # The dag-processor made its DAGs, which the api-server lists.
-    expected = {dag_id(kind, "web") for kind in DAG_KINDS}
+    expected = {PipelineNames("web").dag_id(kind) for kind in DAG_KINDS}
 
     def listed() -> set[str] | None:
         dags = {d["dag_id"] for d in stack.airflow("GET", "/dags?limit=100")["dags"]}
         return dags if expected <= dags else None
 
     dags = wait_for(listed, 300, f"the dag-processor to parse {sorted(expected)}")
-    assert {dag_id(kind, "events") for kind in DAG_KINDS} <= dags
+    assert {PipelineNames("events").dag_id(kind) for kind in DAG_KINDS} <= dags
     errors = stack.airflow("GET", "/importErrors")["import_errors"]
     assert errors == [], errors
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs import pipelines
+from spark_jobs import pipelines_file
 from spark_jobs.settings import PROJECT_ROOT
 
 PAGES = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").rglob("*.md"))]
@@ -57,7 +57,7 @@ def test_the_readmes_example_pipeline_is_the_checked_example_file(tmp_path: Path
     shipped = (PROJECT_ROOT / "pipelines.yaml").read_text()
     path = tmp_path / "pipelines.yaml"
     path.write_text(shipped.rstrip("\n") + "\n" + EXAMPLE.read_text())
-    declared = pipelines.load_each(path)
+    declared = pipelines_file.load_each(path)
     assert declared.lines() == []
     web = next(p for p in declared.pipelines if p.name == "web")
     assert web.topic == "web" and web.schedule == "*/5 * * * *"

@@ -1,4 +1,5 @@
-"""docs/configuration.md's settings table is the one spark_jobs/settings.py declares, so the two cannot drift apart."""
+"""docs/configuration.md's settings table is the one spark_jobs/settings.py declares, and its table of pipeline
+options the one spark_jobs/pipelines.py declares, so that neither can drift apart from its declarations."""
 
 from __future__ import annotations
 
@@ -6,22 +7,31 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.settings import settings_table
+from spark_jobs.settings import options_table, settings_table
 
 CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 START, END = "<!-- settings:start", "<!-- settings:end -->"
+OPTIONS_START, OPTIONS_END = "<!-- pipeline-options:start", "<!-- pipeline-options:end -->"
 
 
-def test_the_settings_table_is_generated_from_the_declarations() -> None:
+def assert_generated(start: str, end: str, table: str, declared_in: str, section: str) -> None:
+    """The lines between ``start`` and ``end`` of docs/configuration.md are ``table``; else it is printed."""
     text = CONFIGURATION.read_text()
-    assert START in text and END in text, f"docs/configuration.md's Settings section lost its {START} / {END} markers"
-    between = text[text.index("\n", text.index(START)) : text.index(END)]
-    table = settings_table()
+    assert start in text and end in text, f"docs/configuration.md's {section} section lost its {start} / {end} markers"
+    between = text[text.index("\n", text.index(start)) : text.index(end)]
     if between.strip() != table.strip():
         # Unprefixed, so it can be pasted as it is.
         print(table)
         pytest.fail(
-            f"docs/configuration.md's settings table differs from spark_jobs/settings.py: replace the lines between "
-            f"its {START} ... --> and {END} lines with the table under 'Captured stdout call'",
+            f"docs/configuration.md's {section} table differs from {declared_in}: replace the lines between "
+            f"its {start} ... --> and {end} lines with the table under 'Captured stdout call'",
             pytrace=False,
         )
+
+
+def test_the_settings_table_is_generated_from_the_declarations() -> None:
+    assert_generated(START, END, settings_table(), "spark_jobs/settings.py", "settings")
+
+
+def test_the_pipeline_options_table_is_generated_from_the_declarations() -> None:
+    assert_generated(OPTIONS_START, OPTIONS_END, options_table(), "spark_jobs/pipelines.py", "pipeline options")

@@ -13,11 +13,11 @@ import urllib.request
 
 import pytest
 
+from spark_jobs.pipeline_names import PipelineNames
 from spark_jobs.settings import Settings
 from tests.integration.dags.airflow_ui import Api, own_airflow, scrape, sign_in
 from tidemark.embedded.airflow import AirflowServices
 from tidemark.producer import ProduceSpec, produce
-from tidemark_airflow.pipelines import dag_id
 
 pytestmark = pytest.mark.airflow
 
@@ -33,14 +33,15 @@ def fab(stack: Settings):
         admin = Api(airflow)
         for pipeline in ("events", "web"):
             for kind in KINDS:  # parsed, so FAB holds their per-DAG permissions
-                admin.wait_for_dag(dag_id(kind, pipeline))
+                admin.wait_for_dag(PipelineNames(pipeline).dag_id(kind))
         # The page's first answer creates FAB's "can read on Tidemark" and gives it to Admin, at once.
         assert _get(airflow, "/tidemark/", admin.token)[0] == 200
         airflow.cli("roles", "create", "events_team", "web_team")
         for role, pipeline in (("events_team", "events"), ("web_team", "web")):
-            dags = [f"DAG:{dag_id(kind, pipeline)}" for kind in KINDS]
+            dags = [f"DAG:{PipelineNames(pipeline).dag_id(kind)}" for kind in KINDS]
             airflow.cli("roles", "add-perms", role, "-r", "Tidemark", *dags, "-a", "can_read")
-        repair = dag_id("repair", "events")  # events' team may trigger its repair: edit the DAG, create its runs
+        # events' team may trigger its repair: edit the DAG, create its runs
+        repair = PipelineNames("events").dag_id("repair")
         airflow.cli("roles", "add-perms", "events_team", "-r", f"DAG:{repair}", "-a", "can_edit")
         airflow.cli("roles", "add-perms", "events_team", "-r", f"DAG Run:{repair}", "-a", "can_create")
         airflow.add_user("alice", "events_team")
@@ -111,7 +112,7 @@ def test_a_repair_goes_through_only_where_airflow_lets_the_user_trigger_it(fab: 
 
     admin = Api(fab)
     for pipeline in ("events", "web"):  # unpaused, so a refusal is Airflow's permission, not the pause
-        admin.patch(f"/api/v2/dags/{dag_id('repair', pipeline)}", {"is_paused": False})
+        admin.patch(f"/api/v2/dags/{PipelineNames(pipeline).dag_id('repair')}", {"is_paused": False})
     try:
         sign_in(browser, fab, "bob")  # reads web's DAGs, may trigger none
         browser.get(fab.url + "/tidemark/repair?pipeline=web")
@@ -128,4 +129,4 @@ def test_a_repair_goes_through_only_where_airflow_lets_the_user_trigger_it(fab: 
         assert run["run_type"] == "manual" and run["triggering_user_name"] == "alice", run
     finally:
         for pipeline in ("events", "web"):
-            admin.patch(f"/api/v2/dags/{dag_id('repair', pipeline)}", {"is_paused": True})
+            admin.patch(f"/api/v2/dags/{PipelineNames(pipeline).dag_id('repair')}", {"is_paused": True})

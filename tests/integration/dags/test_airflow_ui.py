@@ -487,7 +487,8 @@ def test_runs_of_two_pipelines_run_at_once_through_airflow_each_under_its_own_wr
 def test_the_metrics_a_prometheus_scrape_reads_are_the_databases_numbers(airflow: AirflowServices) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from spark_jobs import db, quarantine
+    from spark_jobs import db
+    from spark_jobs.store import quarantine
 
     settings = airflow.settings
     token = Api(airflow).token

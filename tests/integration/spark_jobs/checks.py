@@ -8,7 +8,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.session_changes import SESSIONIZE_COLUMNS
@@ -147,20 +147,19 @@ def assert_sinks_agree(snap: dict[str, set]) -> None:
 def delete_records(settings: Settings, partition: int, before: int) -> None:
     """What retention does: the broker drops the partition's records below ``before``."""
     from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient(settings.kafka_client_config())
+    from spark_jobs.offsets import admin_client
+
+    admin = admin_client(settings)
     for future in admin.delete_records([TopicPartition(settings.topic, partition, before)]).values():
         future.result(timeout=30)
 
 
 def recreate_topic(settings: Settings, partitions: int, **config) -> None:
     """Delete the settings' topic and create it again under its name (its offsets start at 0 again)."""
-    from confluent_kafka.admin import AdminClient
+    from spark_jobs.offsets import admin_client, ensure_topic
 
-    from spark_jobs.offsets import ensure_topic
-
-    admin = AdminClient(settings.kafka_client_config())
+    admin = admin_client(settings)
     admin.delete_topics([settings.topic])[settings.topic].result(timeout=30)
 
     def created() -> bool:
@@ -178,7 +177,7 @@ def send(settings: Settings, topic: str, events: list[dict], arrivals: list[date
 
     producer = Producer(settings.kafka_client_config())
     for i, event in enumerate(events):
-        timestamp = {"timestamp": int(arrivals[i].timestamp() * 1000)} if arrivals else {}
+        timestamp: dict[str, Any] = {"timestamp": int(arrivals[i].timestamp() * 1000)} if arrivals else {}
         producer.produce(topic, key=event["entity_id"].encode(), value=json.dumps(event).encode(), **timestamp)
     assert producer.flush(30) == 0
 
@@ -201,6 +200,7 @@ def send_to(settings: Settings, topic: str, records: list[tuple[int, str, str, d
 def assert_sessions_follow_events(spark, settings: Settings) -> None:
     """Delta ``sessions`` equals a from-scratch sessionization of ``events`` (ignoring row order)."""
     events = spark.read.format("delta").load(settings.table_path("events"))
+    assert settings.session_rules is not None, "the pipeline cuts sessions"
     expected = sessionize(events.select(*SESSIONIZE_COLUMNS), settings.session_rules)
     stored = spark.read.format("delta").load(settings.table_path("sessions")).select(*expected.columns)
     missing = expected.exceptAll(stored).collect()

@@ -108,7 +108,7 @@ def expected(
         return r.valid and (not r.pending or r.coordinates in admitted)
 
     quarantine = {r.coordinates for r in seen if not accepted(r)}
-    first: dict[str, Record] = {}
+    first: dict[str | None, Record] = {}  # by event_id (an accepted record has one)
     duplicates = set()
     for r in sorted((r for r in seen if accepted(r)), key=lambda r: (r.arrival_ms, r.partition, r.offset)):
         if r.event_id in first:

@@ -140,7 +140,7 @@ def test_a_gap_with_a_fraction_of_a_second_joins_a_record_to_the_session_it_cont
 
 def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, database, topic) -> None:
     """The rules are recorded with the sessions; a run with others fails first, or rebuilds on request."""
-    from spark_jobs.db import transaction
+    from spark_jobs.db import fetch_one, transaction
 
     home = database.home / "runs" / f"rules-{uuid.uuid4().hex[:8]}"
     settings = replace(database, lake_root=str(home / "lake"), checkpoint_root=str(home / "checkpoints"), topic=topic)
@@ -163,7 +163,7 @@ def test_other_session_rules_are_refused_until_the_sessions_are_rebuilt(spark, d
     assert_sessions_follow_events(spark, narrow)
     with transaction(settings.postgres_dsn) as cur:
         cur.execute("SELECT count(*) FROM sessions")
-        assert cur.fetchone()[0] == 3
+        assert fetch_one(cur)[0] == 3
         cur.execute("SELECT DISTINCT session_gap_seconds FROM ledger_batches ORDER BY 1")
         assert [r[0] for r in cur.fetchall()] == [600.0, 1800.0]
         cur.execute("SELECT reason FROM session_rules ORDER BY changed_at")
@@ -242,6 +242,45 @@ def test_a_batch_whose_writes_fail_part_way_ends_as_one_clean_run_when_retried(s
     counts = {r["entity_id"]: r["event_count"] for r in delta_rows(spark, settings, "sessions")}
     assert counts == {f"{prefix}A": 1, f"{prefix}B": 2}
     assert_exact(spark, settings, pg, prefix, committed=6)
+
+
+def ingest_kind(run_kind: str) -> str:
+    return {"scheduled": "ingest", "backfill": "backfill"}[run_kind]
+
+
+@pytest.mark.parametrize("run_kind", ["scheduled", "backfill"])
+def test_a_batch_of_invalid_records_only_retried_after_its_delta_writes_counts_each_once(
+    spark, run, pg, run_kind
+) -> None:
+    """A batch whose records are all invalid crashes once its Delta writes committed (quarantine holds them,
+    the ledger does not): the retry finds every record it reads held, so none is fresh, and counts each once.
+    Model seed 60025 found the retry failing inside Spark, reading the fresh records' totals from an
+    observation that no row had passed through."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    t = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    malformed = [{"event_id": f"{prefix}M{i}", "entity_id": f"{prefix}B"} for i in range(2)]  # no type, no time
+    send(settings, settings.topic, malformed, [t, t + timedelta(seconds=1)])
+    plan = plan_backfill(settings, settings.topic, offsets={0: (0, 2)})
+
+    def work(fault=None) -> None:
+        if run_kind == "scheduled":
+            ingest.run_scheduled(spark, settings, fault=fault)
+        else:
+            ingest.run_backfill(spark, settings, plan, fault=fault)
+
+    with pytest.raises(Exception, match="injected crash"):
+        work(crash_at("after_delta"))
+    work()
+
+    assert sorted(r["offset"] for r in delta_rows(spark, settings, "quarantine")) == [0, 1]
+    batches = query(
+        settings,
+        "SELECT records_read, quarantined, accepted FROM ledger_batches WHERE pipeline = %s",
+        f"{ingest_kind(run_kind)}:{settings.topic}",
+    )
+    assert batches == [(2, 2, 0)]
+    assert_offset_coverage(spark, settings, committed=2)  # no event: no session to compare
 
 
 def test_delta_is_searched_for_held_records_only_where_postgresql_says_a_batch_may_have_written(
@@ -329,9 +368,9 @@ def test_a_blind_retry_of_every_delta_write_of_a_batch_writes_nothing_twice(spar
     """
     from spark_jobs.contract import TABLE_SCHEMAS
     from spark_jobs.kafka_source import read_range
-    from spark_jobs.lock import single_writer
     from spark_jobs.offsets import PartitionRange
     from spark_jobs.sinks.delta import fingerprint
+    from spark_jobs.store.lock import single_writer
     from spark_jobs.writer import BatchWriter
 
     settings, prefix = run

@@ -11,18 +11,20 @@ import re
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from spark_jobs import db, dedupe, ingest, runs
+from spark_jobs import db, dedupe, ingest
 from spark_jobs.errors import DataLossError, TopicError
 from spark_jobs.kafka_source import read_range
-from spark_jobs.lock import single_writer
 from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
 from spark_jobs.sinks.delta import files_rewritten_since, table_versions
 from spark_jobs.spark import broadcastable
+from spark_jobs.store import runs
+from spark_jobs.store.lock import single_writer
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sinks_agree,
@@ -340,7 +342,10 @@ def test_a_backfill_of_some_partitions_reads_only_those(spark, run, pg) -> None:
     assert result.read == ends[1]
     assert {r["partition"] for r in delta_rows(spark, settings, "events")} == {1}
     # By arrival time, for partitions 0 and 2 (what Airflow's Backfill passes with a run conf).
-    window = {"from_time": datetime.now(UTC) - timedelta(hours=1), "to_time": datetime.now(UTC) + timedelta(minutes=1)}
+    window: dict[str, Any] = {
+        "from_time": datetime.now(UTC) - timedelta(hours=1),
+        "to_time": datetime.now(UTC) + timedelta(minutes=1),
+    }
     plan = plan_backfill(settings, settings.topic, partitions=[0, 2], **window)
     assert [(r.partition, r.start, r.end) for r in plan.ranges] == [(0, 0, ends[0]), (2, 0, ends[2])]
     with pytest.raises(ValueError, match="has no partition 7"):

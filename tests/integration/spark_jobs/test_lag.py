@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 from spark_jobs import ingest
 from spark_jobs.offsets import ensure_topic
-from spark_jobs.runs import lag_now
 from spark_jobs.settings import Settings
+from spark_jobs.store.runs import lag_now
 from tests.integration.spark_jobs.checks import send
 
 
@@ -46,4 +46,4 @@ def test_the_lag_now_grows_while_ingest_is_stalled_and_a_silent_kafka_is_said_wi
     started = time.monotonic()
     silent = lag_now(replace(fresh, bootstrap_servers="127.0.0.1:9"), timeout_s=2.0)  # nothing listens on 9
     assert time.monotonic() - started < 10
-    assert silent.lags == [] and silent.problem.startswith("Kafka unreachable: "), silent
+    assert silent.lags == [] and silent.problem is not None and silent.problem.startswith("Kafka unreachable: "), silent

@@ -66,7 +66,7 @@ def test_vacuum_keeps_files_exactly_as_long_as_the_retention_setting_says(spark,
     # table's delta.deletedFileRetentionDuration): the setting must reach the table.
     from datetime import UTC, datetime
 
-    from spark_jobs.sinks.delta import ensure_tables
+    from spark_jobs.sinks.delta_tables import ensure_tables
 
     settings = fresh
     ensure_tables(spark, settings)
@@ -130,7 +130,7 @@ def test_maintenance_gives_an_older_sessions_table_deletion_vectors_and_reconcil
     """A sessions table created before tidemark set TABLE_PROPERTIES has no change data for its
     older commits: the reconcile run that spans them reads the changed files instead, and the next
     one reads the change data feed."""
-    from spark_jobs.sinks.delta import TABLE_PROPERTIES, create_table
+    from spark_jobs.sinks.delta_tables import TABLE_PROPERTIES, create_table
 
     settings = fresh
     sessions = settings.table_path("sessions")
@@ -186,7 +186,8 @@ def test_compaction_leaves_full_files_alone_so_the_dedupe_horizon_skips_older_fi
 
     from pyspark.sql import functions as F
 
-    from spark_jobs.sinks.delta import append, ensure_tables
+    from spark_jobs.sinks.delta import append
+    from spark_jobs.sinks.delta_tables import ensure_tables
 
     settings = fresh
     ensure_tables(spark, settings)

@@ -51,22 +51,23 @@ import random
 import re
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import pytest
 import yaml
 
-from spark_jobs import ingest, maintenance, quarantine, readmit, reconcile, repair
+from spark_jobs import ingest, maintenance, readmit, reconcile, repair
 from spark_jobs.db import transaction
 from spark_jobs.errors import ConfigError, ContractChanged, DataLossError, SessionRulesChanged, TopicRecreated
 from spark_jobs.offsets import ensure_topic, watermarks
-from spark_jobs.pipelines import PipelinesError
+from spark_jobs.pipelines_check import PipelinesError
 from spark_jobs.planning import plan_backfill
-from spark_jobs.reconcile import history
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+from spark_jobs.store import open_findings, quarantine
 from tests.integration.spark_jobs.checks import (
     delete_records,
     delta_rows,
@@ -100,6 +101,12 @@ from tests.integration.spark_jobs.model import (
     retention_cuts,
 )
 from tidemark.migrations import migrate_pipelines
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructField
+
+    from spark_jobs.contract import SessionRules
 
 # The second pipeline's scenario is drawn from seed + SECOND, the third's from seed + 2 * SECOND.
 SECOND = 1_000_003
@@ -137,13 +144,13 @@ def _seeds() -> list[int]:
 class Trial:
     """One pipeline's run of a seed: the real services' settings, and what the model knows so far."""
 
-    spark: object
-    settings: object
+    spark: SparkSession
+    settings: Settings
     scenario: Scenario
     home: Path
     done: list[str]  # what every pipeline did so far, in order (shared)
     seed: int  # the test's (every pipeline's): what `make fuzz SEED=` replays
-    base: object  # the settings every pipeline's are made from (TIDEMARK_PIPELINE events, its topic)
+    base: Settings  # the settings every pipeline's are made from (TIDEMARK_PIPELINE events, its topic)
     neighbours: list[str] = field(default_factory=list)  # the other pipelines' topics
     records: list[Record] = field(default_factory=list)
     processed: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) the sinks must hold
@@ -296,7 +303,7 @@ def _run(trial: Trial, index: int, step: Scheduled | Backfill) -> None:
         except DataLossError:
             _refused_for(trial, "backfill")
             plan = plan_backfill(settings, settings.topic, offsets=step.offsets, allow_data_loss=True)
-        run = lambda fault, plan=plan: ingest.run_backfill(spark, settings, plan, fault=fault)  # noqa: E731
+        run: Callable[..., object] = lambda fault, plan=plan: ingest.run_backfill(spark, settings, plan, fault=fault)  # noqa: E731
         covered = {(p, o) for p, (start, end) in step.offsets.items() for o in range(start, end)}
     else:
 
@@ -430,7 +437,7 @@ def _eroding(trial: Trial, run):
     rng = random.Random(trial.scenario.seed * 31 + len(trial.done))
 
     def eroding_run(fault) -> None:
-        struck = []
+        struck: list[bool] = []
 
         def strike(point: str) -> None:
             if fault is not None:
@@ -528,7 +535,7 @@ def _tamper(trial: Trial, index: int, step: Tamper) -> None:
         (session,) = rng.choice(sessions)
         with transaction(settings.pipeline_dsn) as cur:
             cur.execute("DELETE FROM sessions WHERE session_id = %s RETURNING *", (session,))
-            row, columns = cur.fetchone(), [d.name for d in cur.description]
+            row, columns = cast(tuple, cur.fetchone()), [d.name for d in cast(tuple, cur.description)]
 
         def undo() -> None:
             with transaction(settings.pipeline_dsn) as cur:
@@ -667,7 +674,9 @@ def _edit(trial: Trial, step: Edit) -> None:
         return
     if step.what == EDITS[1]:
         events = Path(settings.table_path("events"))
-        schema = spark.read.format("delta").load(str(events)).schema if _newest_commit(events) else []
+        schema: Iterable[StructField] = (
+            spark.read.format("delta").load(str(events)).schema if _newest_commit(events) else []
+        )
         held = {f.name: f.dataType.simpleString() for f in schema}
         if trial.column is None or not held or held.get("n") != "int":
             trial.note("(the events table does not hold the column n as int yet: nothing a run could refuse)")
@@ -688,7 +697,7 @@ def _edit(trial: Trial, step: Edit) -> None:
 
         _refused_before_any_write(trial, run, ContractChanged, line)
     else:
-        rules = settings.session_rules
+        rules = cast(SessionRules, settings.session_rules)
         before = _entry_edited(trial, lambda e: e["sessions"].update(gap_minutes=rules.gap.total_seconds() / 60 + 5))
         if not query(settings, "SELECT count(*) FROM ledger_batches")[0][0]:
             trial.note("(no batch committed yet: no session rules are recorded to refuse other ones)")
@@ -764,7 +773,7 @@ def _reconcile_and_repair(trial: Trial, index: int) -> None:
     # read again to rewrite it). The operator acknowledges exactly those; nothing else may be left.
     lows = {p: low for p, (low, _) in watermarks(settings, settings.topic).items()}
     with transaction(settings.pipeline_dsn) as cur:
-        still = history.open_findings(cur)
+        still = open_findings.read_open(cur)
     gone = [f.finding_id for f in still if f.kind == "range" and f.finding["end"] <= lows[f.finding["partition"]]]
     if len(gone) < len(still):
         trial.fail(f"the repair after a restore left findings:\n{fixed.describe()}")
@@ -809,7 +818,7 @@ def _quarantine_counted(trial: Trial, reasons: list[str]) -> list[str]:
             """SELECT count(*) FROM write_attempts AS a WHERE NOT EXISTS
                    (SELECT FROM ledger_batches AS b WHERE (b.pipeline, b.batch_id) = (a.pipeline, a.batch_id))"""
         )
-        if cur.fetchone()[0] or trial.restored:
+        if cast(tuple, cur.fetchone())[0] or trial.restored:
             return []
         counted = {t.reason: t.records for t in quarantine.totals(cur)}
     held = dict(Counter(reasons))

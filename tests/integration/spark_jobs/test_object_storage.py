@@ -102,6 +102,7 @@ def test_ingest_replay_and_reconcile_with_the_lake_and_checkpoints_on_s3(
     }
 
     def tidemark(*args: str) -> str:
+        assert TIDEMARK is not None, f"no tidemark script in {BIN}"
         result = subprocess.run([TIDEMARK, *args], env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
         return result.stdout

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,9 +23,9 @@ import yaml
 from spark_jobs import ingest, reconcile
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import WriterBusy
-from spark_jobs.lock import check_writer_free, single_writer
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
+from spark_jobs.store.lock import check_writer_free, single_writer
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sessions_follow_events,
@@ -36,7 +38,7 @@ from tidemark.migrations import migrate_pipelines
 
 SHIPPED = Path(__file__).resolve().parents[3] / "pipelines.yaml"
 
-WEB = {
+WEB: dict[str, Any] = {
     "name": "web",
     "contract": {
         "schema": {
@@ -81,7 +83,7 @@ def two(fresh: Settings, tmp_path: Path) -> tuple[Settings, Settings]:
     return events, web
 
 
-def send_web(settings: Settings, records: list[dict | str]) -> None:
+def send_web(settings: Settings, records: Sequence[dict | str]) -> None:
     """Segment-style records (or raw text), keyed by an anonymous id: the key is not the entity."""
     from confluent_kafka import Producer
 
@@ -344,7 +346,7 @@ def test_a_pipeline_with_sessions_off_cuts_none_and_stays_exact_until_they_are_t
     def send_orders(first: int, count: int) -> None:
         producer = Producer(orders.kafka_client_config())
         for i in range(first, first + count):
-            order = {"id": f"{prefix}o{i // 2}", "customer": f"{prefix}c{i % 3}", "total": 10 + i}
+            order: dict[str, Any] = {"id": f"{prefix}o{i // 2}", "customer": f"{prefix}c{i % 3}", "total": 10 + i}
             value = {"order": order, "occurred_at": (t + timedelta(minutes=i)).isoformat(),
                      "type": "order.placed" if i % 2 == 0 else "order.shipped"}  # fmt: skip
             producer.produce(orders.topic, key=order["id"].encode(), value=json.dumps(value).encode())

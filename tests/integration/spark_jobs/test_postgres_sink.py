@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.contract import SESSION_COLUMNS
-from spark_jobs.db import connect, transaction
+from spark_jobs.db import connect, fetch_one, transaction
 from spark_jobs.sinks import postgres
 
 ENTITIES = 1_000
@@ -60,7 +60,7 @@ def test_a_batch_replaces_its_entities_sessions_without_reading_all_stored_sessi
         cur.execute("SELECT session_id FROM sessions WHERE entity_id = 'entity-0' AND started_at >= %s", (last,))
         assert [r[0] for r in cur.fetchall()] == [rows[0][0]]
         cur.execute("SELECT count(*) FROM sessions")
-        assert cur.fetchone()[0] == ENTITIES * STORED_PER_ENTITY  # one replaced, nothing else lost
+        assert fetch_one(cur)[0] == ENTITIES * STORED_PER_ENTITY  # one replaced, nothing else lost
 
         # The same statement, planned with the same staged rows: each anchor's entity is looked up.
         reads = sessions_reads(cur, len(anchors))
@@ -88,7 +88,7 @@ def test_a_batch_of_every_entity_replaces_their_sessions_in_one_pass(database) -
             cur.execute("SELECT session_id FROM sessions WHERE entity_id IN ('entity-0', 'entity-1')")
             assert [r[0] for r in cur.fetchall()] == [rows[0][0]]
             cur.execute("SELECT count(*) FROM sessions")
-            assert cur.fetchone()[0] == ENTITIES - 1
+            assert fetch_one(cur)[0] == ENTITIES - 1
 
             # Planned with the same staged rows: sessions is read once, not looked up per anchor.
             reads = sessions_reads(cur, len(anchors))

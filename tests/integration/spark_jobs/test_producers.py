@@ -1,4 +1,4 @@
-"""Producer requirements are checked per batch (spark_jobs.producers), against real Kafka and sinks."""
+"""Producer requirements are checked per batch (spark_jobs.store.producers), against real Kafka and sinks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from spark_jobs import ingest
 from spark_jobs.offsets import ensure_topic
-from spark_jobs.producers import ProducerChecks
+from spark_jobs.store.producers import ProducerChecks
 from tests.integration.spark_jobs.checks import assert_offset_coverage, query, send_to
 
 

@@ -23,11 +23,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import db, ingest, quarantine, readmit, reconcile, repair, runs
+from spark_jobs import db, ingest, readmit, reconcile, repair
 from spark_jobs.errors import WriterFenced
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
+from spark_jobs.store import quarantine, runs
 from tests.integration.spark_jobs.checks import (
     InjectedCrash,
     assert_offset_coverage,

@@ -16,8 +16,8 @@ from spark_jobs import db, ingest, reconcile, repair
 from spark_jobs.errors import ConfigError
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.planning import plan_backfill
-from spark_jobs.reconcile.findings import SessionsSummary
 from spark_jobs.sinks import delta
+from spark_jobs.store.findings import SessionsSummary
 from tests.integration.spark_jobs.checks import (
     assert_sessions_follow_events,
     crash_at,
@@ -104,7 +104,8 @@ def test_a_clean_run_verifies_every_range_and_the_next_needs_no_spark(spark, fre
     assert sum(lag.behind_records for lag in lagging.lags) == 100 and len(lagging.lags) == 3
     assert "lag: topic" in lagging.alert() and "tidemark repair" not in lagging.alert()
     assert query(settings, "SELECT sum(behind_records) FROM reconcile_lag WHERE run_id = 'lagging'") == [(100,)]
-    assert not reconcile.run(settings, "not-lagging-yet", spark_factory=None).lagging  # within the hour
+    within_the_hour = reconcile.run(settings, "not-lagging-yet", spark_factory=None)
+    assert within_the_hour is not None and not within_the_hour.lagging  # within the hour
 
     # New data in the sinks: the same call says it needs Spark and records nothing.
     ingest.run_scheduled(spark, settings)
@@ -252,8 +253,8 @@ def test_damage_a_count_or_a_millisecond_hides_is_found_and_repaired(spark, fres
     checksums compared milliseconds), a session only PostgreSQL holds (the rebuild took its entities
     from Delta only, so repair never removed it), and a record held twice beside a missing one in a
     new range (the first check counted rows, so the damage became the verified baseline)."""
-    from spark_jobs.lock import single_writer
-    from spark_jobs.writer import recompute_sessions
+    from spark_jobs.rebuild import recompute_sessions
+    from spark_jobs.store.lock import single_writer
 
     settings = fresh
     ingest_some(spark, settings, seed=5, count=200)
@@ -515,6 +516,7 @@ def tidemark(settings, *args: str):
     from pathlib import Path
 
     script = shutil.which("tidemark", path=str(Path(sys.executable).parent))
+    assert script is not None, "no tidemark script beside this Python"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("TIDEMARK_")}, **settings.to_env()}
     return subprocess.run([script, *args], env=env, capture_output=True, text=True, timeout=300)
 
@@ -528,7 +530,7 @@ def test_a_finding_stays_open_until_a_repairs_recheck_closes_it_and_a_run_that_c
 ) -> None:
     """Rows deleted from Delta ``events``; the next ingest brings nothing new and its reconcile
     checks nothing: it must stay red (verdict, CLI, exit codes, coverage), not turn green."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     settings = fresh
     ingest_some(spark, settings, seed=21)
@@ -581,7 +583,8 @@ def test_a_finding_stays_open_until_a_repairs_recheck_closes_it_and_a_run_that_c
     closed = query(settings, "SELECT DISTINCT closed_by, closed_why FROM findings")
     assert closed == [(fixed.recheck.run_id, "the repair's re-check found it fixed")]
     assert tidemark(settings, "findings").returncode == 0
-    assert reconcile.run(settings, "after", spark_factory=None).ok
+    after = reconcile.run(settings, "after", spark_factory=None)
+    assert after is not None and after.ok
 
 
 def test_a_finding_no_repair_can_fix_stays_open_until_an_operator_acknowledges_it(spark, fresh) -> None:
@@ -615,7 +618,7 @@ def test_a_finding_no_repair_can_fix_stays_open_until_an_operator_acknowledges_i
 
 def test_coverage_counts_each_offset_once_however_many_ranges_read_it(spark, fresh) -> None:
     """A backfill replays offsets an ingest read: the partition still has 5 offsets, all verified."""
-    from spark_jobs.reconcile import history
+    from spark_jobs.store import history
 
     settings = fresh
     five_events_of_one_entity(spark, settings)

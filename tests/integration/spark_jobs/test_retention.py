@@ -497,9 +497,9 @@ def test_a_batch_that_crashed_before_its_quarantine_write_and_lost_those_records
     nothing (they are lost, and no table holds them), so no reason may count them: the totals
     ``tidemark quarantine`` and the tidemark page show are what the quarantine table holds (found by
     the model test, seed 8827)."""
-    from spark_jobs import quarantine
     from spark_jobs.db import transaction
     from spark_jobs.offsets import ensure_topic
+    from spark_jobs.store import quarantine
     from tests.integration.spark_jobs.checks import crash_at, send
 
     settings = fresh

@@ -18,6 +18,7 @@ import yaml
 from spark_jobs import ingest
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
+from spark_jobs.store import ledger
 from tests.integration.spark_jobs.checks import delta_rows, query, send
 from tests.integration.spark_jobs.test_pipelines import SHIPPED, WEB, send_web
 from tests.integration.tidemark.test_errors import NO_SPARK, one_line, tidemark
@@ -156,7 +157,7 @@ def test_a_checkpoint_named_by_the_topic_alone_is_moved_by_the_operator_before_a
     with pytest.raises(ConfigError, match=f"is at {legacy}, named by its topic alone; move that folder to "):
         ingest.run_scheduled(spark, web)
     assert query(web, "SELECT count(*) FROM ledger_batches") == [(0,)]
-    moved = Path(web.checkpoint(ingest.SCHEDULED))
+    moved = Path(web.checkpoint(ledger.SCHEDULED))
     moved.parent.mkdir(parents=True)
     legacy.rename(moved)  # what the line says to do
     assert [r.accepted for r in ingest.run_scheduled(spark, web)] == [4]

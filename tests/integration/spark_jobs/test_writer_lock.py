@@ -1,4 +1,4 @@
-"""The lake's single writer, fenced (spark_jobs.lock), against real PostgreSQL, Kafka, Spark and Delta.
+"""The lake's single writer, fenced (spark_jobs.store.lock), against real PostgreSQL, Kafka, Spark and Delta.
 
 The lock can be lost while its run goes on (an idle timeout, a failover or a pooler closes the
 connection that holds it): here an operator's ``pg_terminate_backend`` does it mid-run, while a run
@@ -18,9 +18,10 @@ import pytest
 from spark_jobs import ingest
 from spark_jobs.db import connect
 from spark_jobs.errors import WriterBusy, WriterFenced
-from spark_jobs.lock import WRITER_KEY, single_writer
 from spark_jobs.offsets import latest_ranges
 from spark_jobs.planning import plan_backfill
+from spark_jobs.store.lock import WRITER_KEY, single_writer
+from spark_jobs.store.runs import BatchResult
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
     assert_sessions_follow_events,
@@ -82,7 +83,7 @@ def test_a_writer_that_lost_its_lock_cannot_commit_and_the_waiting_run_takes_ove
     second = produce(settings, spec, topic=other.topic, partitions=1)
     frozen = latest_ranges(settings, settings.topic)
 
-    waiting: list[object] = []
+    waiting: list[list[BatchResult] | BaseException] = []
 
     def second_run() -> None:
         try:

@@ -137,7 +137,7 @@ def test_an_unknown_topic_is_one_line_before_spark_starts(stack: Settings, tmp_p
 def test_a_second_reconcile_is_one_line_naming_the_run_in_progress_before_any_counting(
     stack: Settings, tmp_path: Path
 ) -> None:
-    from spark_jobs.lock import one_reconcile
+    from spark_jobs.store.lock import one_reconcile
 
     with one_reconcile(stack, "scheduled__2026-11-26T03:00:00+00:00"):
         result = tidemark(["reconcile"], stack.to_env(), tmp_path)
@@ -191,7 +191,7 @@ def test_up_with_kafkas_port_taken_names_the_cause_and_leaves_nothing_running(st
 def test_a_busy_writer_is_one_line_naming_the_run_before_spark_starts(
     stack: Settings, tmp_path: Path, command: list[str]
 ) -> None:
-    from spark_jobs.lock import single_writer
+    from spark_jobs.store.lock import single_writer
     from tidemark.producer import ProduceSpec, produce
 
     topic = f"busy-{tmp_path.name[-12:]}"

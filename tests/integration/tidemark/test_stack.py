@@ -74,7 +74,7 @@ def test_a_database_that_is_not_utf8_is_refused_before_any_migration(stack: Sett
         migrate(dsn)
     with db.transaction(dsn) as cur:
         cur.execute("SELECT to_regclass('schema_migrations') IS NULL")
-        assert cur.fetchone()[0], "nothing was created"
+        assert db.fetch_one(cur)[0], "nothing was created"
 
 
 def test_migrations_apply_once_and_re_run_cleanly(stack: Settings) -> None:

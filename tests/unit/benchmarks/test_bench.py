@@ -8,14 +8,7 @@ import json
 import pytest
 
 from benchmarks.checks import Check, Target, build_checks
-from benchmarks.figures import (
-    Measurement,
-    format_table,
-    median,
-    per_second,
-    results_document,
-    throughput_ratio,
-)
+from benchmarks.figures import Measurement, median, per_second, throughput_ratio
 from benchmarks.options import (
     STAGES,
     BenchOptions,
@@ -24,6 +17,7 @@ from benchmarks.options import (
     options_from_arguments,
     parse_stages,
 )
+from benchmarks.report import format_table, results_document
 from benchmarks.workloads import changed_rows, submit_env
 from spark_jobs.settings import Settings
 

@@ -31,8 +31,11 @@ EXPECTED_DAGS = {
 DAG_FILES = EXPECTED_DAGS | {"tidemark_pipelines"}  # the last one only reports the pipelines file's problems
 HEAVY_MODULES = ("pyspark", "pandas", "pyarrow", "psycopg2", "confluent_kafka", "delta")
 # What parsing may import of tidemark's jobs: the settings and the pipelines file's reader.
-LIGHT_JOB_MODULES = {"spark_jobs", "spark_jobs.contract", "spark_jobs.errors", "spark_jobs.pipelines",
-                     "spark_jobs.pipelines_file", "spark_jobs.quarantine", "spark_jobs.settings"}  # fmt: skip
+LIGHT_JOB_MODULES = {"spark_jobs", "spark_jobs.contract", "spark_jobs.contract_schema", "spark_jobs.errors",
+                     "spark_jobs.pipeline_names", "spark_jobs.pipeline_options", "spark_jobs.pipelines",
+                     "spark_jobs.pipelines_check", "spark_jobs.pipelines_file", "spark_jobs.pipelines_schema",
+                     "spark_jobs.settings", "spark_jobs.settings_parsers",
+                     "spark_jobs.store", "spark_jobs.store.quarantine"}  # fmt: skip
 
 PARSE = r"""
 import json, socket, sys

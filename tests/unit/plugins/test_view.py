@@ -58,8 +58,8 @@ def test_the_overview_shows_the_latest_verdict_coverage_findings_and_runs() -> N
 
 
 def test_the_overview_shows_each_ingest_run_and_the_quarantine_by_reason_with_samples() -> None:
-    from spark_jobs.quarantine import ReasonTotal, Sample
-    from spark_jobs.runs import Run
+    from spark_jobs.store.quarantine import ReasonTotal, Sample
+    from spark_jobs.store.runs import Run
 
     run = Run("u1", "ingest:events", "events", "airflow tidemark_ingest manual__2026-11-21T08:00:00+00:00", T0,
               T0 + timedelta(seconds=40), 2, 1_000, 900, 60, 40, 120, 3)  # fmt: skip

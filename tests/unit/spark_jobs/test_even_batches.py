@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from spark_jobs.ingest import even_limit
+from spark_jobs.streaming import even_limit
 
 
 def spark_batches(remaining: list[int], limit: int) -> list[int]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spark_jobs import moves
-from spark_jobs.batch_plan import moved_spans
+from spark_jobs.moves import moved_spans
 from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
 

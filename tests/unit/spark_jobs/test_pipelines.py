@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from spark_jobs import pipelines
+from spark_jobs import pipelines, pipelines_check, pipelines_file
 from spark_jobs.contract import SessionRules
-from spark_jobs.pipelines import Column, Defaults, PipelinesError
+from spark_jobs.pipelines import Column, Defaults
+from spark_jobs.pipelines_check import PipelinesError
 from spark_jobs.settings import PROJECT_ROOT
 
 WEB_SCHEMA = {
@@ -91,14 +92,14 @@ def write(tmp_path: Path, config: dict | str) -> Path:
 
 def problems(tmp_path: Path, config: dict | str) -> list[str]:
     with pytest.raises(PipelinesError) as raised:
-        pipelines.load(write(tmp_path, config))
+        pipelines_file.load(write(tmp_path, config))
     assert str(raised.value) == "\n".join(raised.value.problems)
     return raised.value.problems
 
 
 def test_the_shipped_file_declares_todays_events_pipeline_with_the_settings_defaults() -> None:
     defaults = Defaults(sessions=SessionRules(timedelta(minutes=7.5)), dedupe_horizon_days=3, max_offsets_per_trigger=9)
-    [events] = pipelines.load(PROJECT_ROOT / "pipelines.yaml", defaults)
+    [events] = pipelines_file.load(PROJECT_ROOT / "pipelines.yaml", defaults)
     assert (events.name, events.topic, events.schedule) == ("events", "events", "*/15 * * * *")
     contract = events.contract
     assert (contract.event_id, contract.entity_id, contract.event_time, contract.event_type) == (
@@ -114,7 +115,7 @@ def test_the_shipped_file_declares_todays_events_pipeline_with_the_settings_defa
 
 
 def test_three_pipelines_with_their_own_contracts_rules_schedules_and_alerts(tmp_path: Path) -> None:
-    events, web, orders = pipelines.load(write(tmp_path, three_pipelines()))
+    events, web, orders = pipelines_file.load(write(tmp_path, three_pipelines()))
     assert [p.name for p in (events, web, orders)] == ["events", "web", "orders"]
     assert (web.topic, web.contract.schema, web.contract.key_is_entity_id) == ("web-clicks", WEB_SCHEMA, False)
     assert web.contract.columns == (
@@ -308,14 +309,14 @@ def test_a_file_that_is_not_a_list_of_pipelines_says_what_it_is(tmp_path: Path, 
 
 def test_a_missing_file_says_which_setting_names_it(tmp_path: Path) -> None:
     with pytest.raises(PipelinesError, match="no such file; set TIDEMARK_PIPELINES to your pipelines file"):
-        pipelines.load(tmp_path / "nowhere.yaml")
+        pipelines_file.load(tmp_path / "nowhere.yaml")
 
 
 def test_a_broken_entry_is_named_in_its_problems_and_leaves_the_others_usable(tmp_path: Path) -> None:
     config = three_pipelines()
     config["pipelines"][2]["contract"]["event_time"] = "/when"  # orders: a pointer the schema lacks
     config["pipelines"].append({**config["pipelines"][1], "topic": "web-2"})  # web twice: neither is usable
-    declared = pipelines.load_each(write(tmp_path, config))
+    declared = pipelines_file.load_each(write(tmp_path, config))
 
     assert [p.name for p in declared.pipelines] == ["events"]
     assert declared.problems_of("events") == []
@@ -327,18 +328,18 @@ def test_a_broken_entry_is_named_in_its_problems_and_leaves_the_others_usable(tm
     ]
     # The file as a whole is still refused by load (and `tidemark pipelines check`), every problem a line.
     with pytest.raises(PipelinesError) as raised:
-        pipelines.load(tmp_path / "pipelines.yaml")
+        pipelines_file.load(tmp_path / "pipelines.yaml")
     assert raised.value.problems == declared.lines() and len(declared.lines()) == 2
 
 
 def test_the_events_pipelines_topic_is_the_setting_unless_its_entry_names_one(tmp_path: Path) -> None:
-    defaults = Defaults(default_topic="clicks")
-    [events] = pipelines.load(PROJECT_ROOT / "pipelines.yaml", defaults)
-    events_, web, orders = pipelines.load(write(tmp_path, three_pipelines()), defaults)
+    defaults = Defaults(events_topic="clicks")
+    [events] = pipelines_file.load(PROJECT_ROOT / "pipelines.yaml", defaults)
+    events_, web, orders = pipelines_file.load(write(tmp_path, three_pipelines()), defaults)
     assert (events.topic, events_.topic, web.topic, orders.topic) == ("clicks", "clicks", "web-clicks", "orders")
     config = three_pipelines()
     config["pipelines"][0]["topic"] = "events-v2"
-    assert pipelines.load(write(tmp_path, config), defaults)[0].topic == "events-v2"
+    assert pipelines_file.load(write(tmp_path, config), defaults)[0].topic == "events-v2"
 
 
 def test_a_contract_change_is_compatible_unless_a_role_moves_or_a_typed_column_narrows_or_goes() -> None:
@@ -382,10 +383,10 @@ def test_sessions_off_in_the_settings_is_the_default_an_entry_can_override() -> 
     """TIDEMARK_SESSION_GAP_MINUTES=off: entries that say nothing cut no sessions; an entry's own
     rules fill what they leave out from the documented defaults."""
     config = {"pipelines": [{**three_pipelines()["pipelines"][0], "name": "a", "topic": "a"}]}
-    plain = pipelines.parse(config, Path("pipelines.yaml"), Defaults(sessions=None))
+    plain = pipelines_check.parse(config, Path("pipelines.yaml"), Defaults(sessions=None))
     assert plain[0].sessions is None
     config["pipelines"][0]["sessions"] = {"gap_minutes": 5}
-    own = pipelines.parse(config, Path("pipelines.yaml"), Defaults(sessions=None))
+    own = pipelines_check.parse(config, Path("pipelines.yaml"), Defaults(sessions=None))
     assert own[0].sessions == SessionRules(timedelta(minutes=5), SessionRules().max_length)
 
 
@@ -419,7 +420,7 @@ def test_two_topics_kafka_cannot_tell_apart_are_one_topic_read_by_two_pipelines(
         "'shop.orders': Kafka treats '.' and '_' in a name as one); a topic feeds one pipeline (its offsets are "
         "that pipeline's proof of coverage)"
     ]
-    declared = pipelines.load_each(write(tmp_path, config))
+    declared = pipelines_file.load_each(write(tmp_path, config))
     assert declared.readers_of("shop.orders") == declared.readers_of("shop_orders") == ("web", "orders")
 
 
@@ -428,7 +429,7 @@ def test_an_entry_that_is_not_yaml_is_its_pipelines_problem_and_the_rest_of_the_
     text = yaml.safe_dump(three_pipelines(), sort_keys=False)
     assert text.count("- name: orders\n") == 1
     path = write(tmp_path, text.replace("- name: orders\n", "- name: orders\n  topic: 'orders\n"))
-    declared = pipelines.load_each(path)
+    declared = pipelines_file.load_each(path)
 
     assert [p.name for p in declared.pipelines] == ["events", "web"]
     [line] = declared.problems_of("orders")
@@ -436,7 +437,7 @@ def test_an_entry_that_is_not_yaml_is_its_pipelines_problem_and_the_rest_of_the_
     assert "begun at line " in line  # where YAML began what it could not finish, in orders' entry
     assert declared.broken() == ["orders"]
     with pytest.raises(PipelinesError):  # `tidemark pipelines check` still refuses the file
-        pipelines.load(path)
+        pipelines_file.load(path)
 
 
 def test_an_unreadable_entry_of_a_name_another_entry_has_leaves_neither_to_run(tmp_path: Path) -> None:
@@ -444,7 +445,7 @@ def test_an_unreadable_entry_of_a_name_another_entry_has_leaves_neither_to_run(t
     config["pipelines"].append({**config["pipelines"][1], "topic": "web-2"})
     text = yaml.safe_dump(config, sort_keys=False)
     path = write(tmp_path, text.replace("topic: web-2", "topic: [web-2"))
-    declared = pipelines.load_each(path)
+    declared = pipelines_file.load_each(path)
 
     assert [p.name for p in declared.pipelines] == ["events", "orders"]
     assert declared.broken() == ["web"]
@@ -452,7 +453,7 @@ def test_an_unreadable_entry_of_a_name_another_entry_has_leaves_neither_to_run(t
 
 def test_an_unreadable_entry_without_a_name_is_named_by_its_line_and_names_no_pipeline(tmp_path: Path) -> None:
     text = yaml.safe_dump(three_pipelines(), sort_keys=False) + "- topic: 'x\n  contract: {}\n"
-    declared = pipelines.load_each(write(tmp_path, text))
+    declared = pipelines_file.load_each(write(tmp_path, text))
 
     assert [p.name for p in declared.pipelines] == ["events", "web", "orders"]
     [problem] = declared.problems
@@ -465,6 +466,66 @@ def test_only_a_name_a_pipeline_could_have_is_kept_visible_with_its_problem(tmp_
     config["pipelines"] += [{**copy.deepcopy(config["pipelines"][1]), "name": name, "topic": f"t{i}"}
                             for i, name in enumerate(("Web", "public", "shop"))]  # fmt: skip
     config["pipelines"][-1]["contract"]["event_time"] = "/when"
-    declared = pipelines.load_each(write(tmp_path, config))
+    declared = pipelines_file.load_each(write(tmp_path, config))
 
     assert declared.broken() == ["shop"]
+
+
+def test_the_file_is_read_and_checked_once_until_it_or_a_contracts_schema_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked = []
+    check = pipelines_file.check
+
+    def counted_check(*args):  # the check, each call kept
+        checked.append(args)
+        return check(*args)
+
+    monkeypatch.setattr(pipelines_file, "check", counted_check)
+    path = write(tmp_path, three_pipelines())
+
+    first = pipelines_file.load_each(path)
+    first.pipelines.clear()  # each caller has its own copy
+    again = pipelines_file.load_each(path)
+    assert [p.name for p in again.pipelines] == ["events", "web", "orders"] and len(checked) == 1
+    assert len(pipelines_file.load_each(path, Defaults(events_topic="clicks")).pipelines) == 3 and len(checked) == 2
+
+    # An edit of the file is seen by the next read, and so is one of a contract's schema file beside it.
+    write(tmp_path, change("2.topic", "orders-v2"))
+    assert pipelines_file.load_each(path).pipelines[2].topic == "orders-v2" and len(checked) == 3
+    (tmp_path / "web.schema.json").write_text(json.dumps({**WEB_SCHEMA, "required": ["messageId", "timestamp"]}))
+    assert pipelines_file.load_each(path).problems_of("web") == [
+        "pipelines.yaml: pipeline 'web': contract.entity_id: '/userId' is not required by the schema; a record "
+        "needs its entity_id"
+    ]
+    (tmp_path / "web.schema.json").unlink()
+    assert "no such file beside the pipelines file" in pipelines_file.load_each(path).problems_of("web")[0]
+    assert len(checked) == 5
+    assert pipelines_file.load_each(path).problems_of("web") and len(checked) == 5
+
+
+def test_each_option_is_declared_once_and_drives_the_files_shape_its_reading_and_a_runs_settings(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import fields
+
+    from spark_jobs.pipeline_options import options
+    from spark_jobs.pipelines import Pipeline
+    from spark_jobs.pipelines_schema import CONFIG_SCHEMA
+    from spark_jobs.settings import Settings
+
+    declared = [f.name for f in options(Pipeline)]
+    assert declared == ["sessions", "dedupe_horizon_days", "max_offsets_per_trigger", "schedule", "alerts"]
+    entry = CONFIG_SCHEMA["properties"]["pipelines"]["items"]["properties"]
+    assert list(entry) == ["name", "topic", "contract", *declared]
+    assert [f.name for f in fields(Defaults)] == [*declared, "events_topic"]
+    # An entry that leaves every option out gets the settings' values; a run carries the pipeline's.
+    settings = Settings.from_env(
+        {"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "7", "TIDEMARK_INGEST_SCHEDULE": "@daily"}
+    )
+    [events] = settings.pipelines()
+    assert (events.max_offsets_per_trigger, events.schedule, events.dedupe_horizon_days) == (7, "@daily", 30.0)
+    _, _, orders = pipelines_file.load(write(tmp_path, three_pipelines()))
+    run = settings.for_pipeline(orders)
+    assert (run.session_rules, run.dedupe_horizon_days, run.max_offsets_per_trigger) == (None, 0.0, 100_000)
+    assert run.ingest_schedule == "@daily", "a run's settings keep the deployment's schedule"

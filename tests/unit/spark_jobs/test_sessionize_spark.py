@@ -106,10 +106,10 @@ def test_a_batch_compares_only_the_stored_sessions_its_anchors_can_reach(spark_s
     """
     from spark_jobs.contract import TABLE_SCHEMAS
     from spark_jobs.session_changes import compare
-    from spark_jobs.sinks import delta
+    from spark_jobs.sinks import delta, delta_tables
 
     path = str(tmp_path / "sessions")
-    delta.create_table(spark_session, path, TABLE_SCHEMAS["sessions"])
+    delta_tables.create_table(spark_session, path, TABLE_SCHEMAS["sessions"])
 
     def sessions(start: datetime, entities: int) -> list[tuple]:
         ms = int(start.timestamp() * 1000)

@@ -1,6 +1,8 @@
+import logging
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
+from typing import cast
 
 import pytest
 from psycopg2.extensions import parse_dsn
@@ -87,7 +89,9 @@ def test_explicit_values_win_over_derived_ones(tmp_path: Path) -> None:
 def test_kafka_options_pass_through_to_clients(tmp_path: Path) -> None:
     settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path), "TIDEMARK_KAFKA_OPT_SECURITY_PROTOCOL": "SASL_SSL"})
     config = settings.kafka_client_config(**{"group.id": "g"})
-    assert config.pop("logger").name == "tidemark.kafka", "librdkafka logs through Python's logging"
+    assert cast(logging.Logger, config.pop("logger")).name == "tidemark.kafka", (
+        "librdkafka logs through Python's logging"
+    )
     assert config == {"bootstrap.servers": "127.0.0.1:19092", "security.protocol": "SASL_SSL", "group.id": "g"}
 
 
@@ -129,7 +133,7 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
     assert settings.dedupe_horizon_us is None
     assert settings.max_offsets_per_trigger == 0 and settings.producer_alert_threshold == 25
     assert settings.read_task_records == 0
-    assert settings.session_rules.gap.total_seconds() == 750
+    assert settings.session_rules is not None and settings.session_rules.gap.total_seconds() == 750
     assert settings.shuffle_partitions == 8 and settings.spark_ui
 
 
@@ -151,6 +155,7 @@ def test_the_dedupe_horizon_is_30_days_unless_set(tmp_path: Path) -> None:
 
 def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
     rules = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)}).session_rules
+    assert rules is not None
     assert rules.gap.total_seconds() == 30 * 60 and rules.max_length.total_seconds() == 24 * 3600
 
 
@@ -227,6 +232,7 @@ def test_every_setting_round_trips_a_value_other_than_its_default(tmp_path: Path
     assert not same, f"give these settings a value other than their default in OTHER_VALUES: {same}"
     assert Settings.from_env(settings.to_env()) == settings
     assert settings.to_env() == {"TIDEMARK_HOME": str(tmp_path.resolve()), **OTHER_VALUES}
+    assert settings.session_rules is not None
     assert settings.session_rules.gap.total_seconds() == 20 and settings.jars_dir == Path("/opt/tidemark/jars")
 
 
@@ -271,7 +277,7 @@ def test_a_run_chooses_its_pipeline_and_topic_together_and_refuses_another_pipel
     import yaml
 
     from spark_jobs.errors import ConfigError
-    from spark_jobs.pipelines import PipelinesError
+    from spark_jobs.pipelines_check import PipelinesError
     from spark_jobs.settings import PROJECT_ROOT
 
     config = yaml.safe_load((PROJECT_ROOT / "pipelines.yaml").read_text())

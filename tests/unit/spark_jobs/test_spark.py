@@ -3,7 +3,6 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.runs import unread_records
 from spark_jobs.settings import Settings
 from spark_jobs.spark import (
     CLASS_ARCHIVE_MAGIC,
@@ -17,6 +16,7 @@ from spark_jobs.spark import (
     class_archive,
     driver_conf,
 )
+from spark_jobs.store.runs import unread_records
 
 
 def java_options(records: int | None, tmp_path: Path) -> list[str]:

@@ -13,7 +13,7 @@ from tidemark.producer import MALFORMED_KINDS, ProduceSpec, generate
 ARRIVAL = datetime(2026, 3, 1, tzinfo=UTC)
 
 
-def kafka_rows(spark, records: dict[int, tuple[bytes | None, bytes]]):  # a DataFrame
+def kafka_rows(spark, records: dict[int, tuple[bytes | None, bytes | None]]):  # a DataFrame
     """Rows as Spark's Kafka source gives them: offset -> (key, value), one partition, one arrival."""
     return spark.createDataFrame(
         [("events", 0, offset, ARRIVAL, key, value) for offset, (key, value) in records.items()],
@@ -170,7 +170,7 @@ def test_properties_are_exactly_what_sparks_variant_writes_back(spark_session) -
     import random
 
     rng = random.Random(47)
-    documents = []
+    documents: list[str] = []
     while len(documents) < 3000:
         text = _json_value(rng, 1)
         if text.startswith("{"):
@@ -239,7 +239,7 @@ _TIMES = (
     "",
     "last tuesday",
 )
-_VALUES = (None, 0, -1.5, True, [], {}, "", "x", [1, "a"], {"a": None})
+_VALUES: tuple[object, ...] = (None, 0, -1.5, True, [], {}, "", "x", [1, "a"], {"a": None})
 _PROPERTIES = (
     '{"z": 2.50, "a": 1E2, "n": -0, "e": 1.5e1, "big": 123456789012345678901234567890123456789012, "huge": 1e400}',
     '{"nested": {"b": [1, {"c": "\\u00e9\\ud83d\\ude00"}], "a": null}, "t": true}',
@@ -310,16 +310,17 @@ def _mutant(rng) -> tuple[bytes | None, bytes | None]:
     if rng.random() < 0.03:  # around the size limit
         value = value[:-1] + b" " * (MAX_VALUE_BYTES - len(value) + rng.choice((-1, 0, 1))) + value[-1:]
     entity = event.get("entity_id")
-    key = entity.encode("utf-8", "surrogatepass") if isinstance(entity, str) else b"u1"
+    entity_key = entity.encode("utf-8", "surrogatepass") if isinstance(entity, str) else b"u1"
+    key: bytes | None = entity_key
     roll = rng.random()
     if roll < 0.04:
         key = None
     elif roll < 0.08:
-        key = key + b"\xff"
+        key = entity_key + b"\xff"
     elif roll < 0.12:
         key = b"other"
     if rng.random() < 0.01:
-        value = None
+        return key, None
     return key, value
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from spark_jobs.offsets import PartitionRange
-from spark_jobs.reconcile.ranges import LedgerRange, Verified, rotation_share
+from spark_jobs.reconcile.ranges import rotation_share
 from spark_jobs.settings import Settings
+from spark_jobs.store.verified import LedgerRange, Verified
 
 
 def test_the_rotation_rechecks_a_share_of_verified_ranges_and_everything_overdue(tmp_path) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.offsets import PartitionRange
-from spark_jobs.sinks import delta
+from spark_jobs.sinks import delta, delta_tables
 
 T0 = datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
 
@@ -28,8 +28,8 @@ def events(spark, rows: list[tuple[str, int, int, str]]):
 
 
 def test_ensure_tables_creates_the_missing_tables_once(spark_session, lake) -> None:
-    assert sorted(delta.ensure_tables(spark_session, lake)) == sorted(TABLE_SCHEMAS)
-    assert delta.ensure_tables(spark_session, lake) == []
+    assert sorted(delta_tables.ensure_tables(spark_session, lake)) == sorted(TABLE_SCHEMAS)
+    assert delta_tables.ensure_tables(spark_session, lake) == []
     versions = delta.table_versions(spark_session, lake)
     assert versions == dict.fromkeys(TABLE_SCHEMAS, 0)
     for name, schema in TABLE_SCHEMAS.items():
@@ -38,7 +38,7 @@ def test_ensure_tables_creates_the_missing_tables_once(spark_session, lake) -> N
 
 
 def test_insert_new_adds_only_what_the_table_lacks_and_commits_nothing_when_it_has_all(spark_session, lake) -> None:
-    delta.ensure_tables(spark_session, lake)
+    delta_tables.ensure_tables(spark_session, lake)
     path = lake.table_path("events")
     delta.append(events(spark_session, [("a", 0, 0, "e0"), ("a", 0, 1, "e1")]), path)
     batch = events(spark_session, [("a", 0, 1, "e1"), ("a", 0, 2, "e2")])
@@ -53,7 +53,7 @@ def test_insert_new_adds_only_what_the_table_lacks_and_commits_nothing_when_it_h
 
 
 def test_held_names_the_tables_holding_records_of_the_ranges(spark_session, lake) -> None:
-    delta.ensure_tables(spark_session, lake)
+    delta_tables.ensure_tables(spark_session, lake)
     delta.append(events(spark_session, [("a", 0, o, f"e{o}") for o in range(5)]), lake.table_path("events"))
     duplicates = spark_session.createDataFrame([("a", 0, 7, T0, "e1", "u1")], TABLE_SCHEMAS["duplicates"])
     delta.append(duplicates, lake.table_path("duplicates"))
@@ -70,7 +70,7 @@ def test_held_names_the_tables_holding_records_of_the_ranges(spark_session, lake
 
 
 def test_a_takeover_moves_the_stored_copy_out_in_one_commit_and_again_changes_nothing(spark_session, lake) -> None:
-    delta.ensure_tables(spark_session, lake)
+    delta_tables.ensure_tables(spark_session, lake)
     path = lake.table_path("events")
     delta.append(events(spark_session, [("a", 0, 5, "e1")]), path)
     winners = events(spark_session, [("a", 1, 0, "e1")])
@@ -108,7 +108,7 @@ def test_session_changes_are_one_commit_and_the_same_again_keeps_the_rows(
     """Updates, deletes and inserts in one commit, by a MERGE (many changes) or by replacing the named
     sessions (few; their IDs collected, or as the comparison observed them); either way the unchanged
     sessions stay, and the same answer again keeps the rows."""
-    delta.ensure_tables(spark_session, lake)
+    delta_tables.ensure_tables(spark_session, lake)
     path = lake.table_path("sessions")
     stored = [session("s1", 1), session("s2", 1), session("s3", 1), session("s4", 1)]
     delta.append(spark_session.createDataFrame(stored, TABLE_SCHEMAS["sessions"]), path)
@@ -145,7 +145,7 @@ def test_a_tables_state_loaded_ahead_is_what_its_next_reader_and_writer_use(spar
     with delta.states_loaded_ahead(spark_session, lake, ("events",)):  # no table yet: nothing, and no error
         pass
     assert not Path(path).exists()
-    delta.ensure_tables(spark_session, lake)
+    delta_tables.ensure_tables(spark_session, lake)
 
     def append(offset: int) -> None:
         events(spark_session, [("t", 0, offset, f"e{offset}")]).write.format("delta").mode("append").save(path)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.reconcile.findings import Gap, LedgerEntry, Report, SessionsSummary, find_gaps
-from spark_jobs.retention import Loss, check_start, loss_error
+from spark_jobs.store.findings import Gap, LedgerEntry, SessionsSummary, find_gaps
+from spark_jobs.store.report import Report
+from spark_jobs.store.retention import Loss, check_start, loss_error
 
 PIPELINE = "ingest:events"
 
@@ -126,7 +127,7 @@ def test_a_frozen_uncommitted_batch_takes_only_the_part_of_a_loss_inside_its_ran
 
 def test_a_batch_records_as_lost_what_it_skipped_below_the_low_watermark() -> None:
     from spark_jobs.offsets import PartitionRange
-    from spark_jobs.retention import lost_in_batch
+    from spark_jobs.store.retention import lost_in_batch
 
     def r(partition: int, start: int, end: int) -> PartitionRange:
         return PartitionRange("events", partition, start, end)
@@ -147,7 +148,7 @@ def test_a_batch_records_as_lost_what_it_skipped_below_the_low_watermark() -> No
 def test_a_backfill_that_skips_removed_offsets_covers_what_was_asked_and_its_losses_are_acknowledged() -> None:
     from spark_jobs.offsets import PartitionRange
     from spark_jobs.planning import BackfillPlan
-    from spark_jobs.retention import lost_in_batch
+    from spark_jobs.store.retention import lost_in_batch
 
     def r(partition: int, start: int, end: int) -> PartitionRange:
         return PartitionRange("events", partition, start, end)

@@ -1,9 +1,9 @@
-"""The Delta transaction identifiers of a batch's writes (spark_jobs.writer.batch_write_id)."""
+"""The Delta transaction identifiers of a batch's writes (spark_jobs.batch_writes.batch_write_id)."""
 
 from __future__ import annotations
 
+from spark_jobs.batch_writes import batch_write_id
 from spark_jobs.offsets import PartitionRange
-from spark_jobs.writer import batch_write_id
 
 RANGES = [PartitionRange("clicks", 0, 0, 20), PartitionRange("clicks", 1, 5, 9)]
 

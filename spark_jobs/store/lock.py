@@ -110,7 +110,7 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
             cur.execute("SET idle_session_timeout = 0")
             cur.execute("SET idle_in_transaction_session_timeout = 0")
             cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
-            if not cur.fetchone()[0]:
+            if not db.fetch_one(cur)[0]:
                 if not wait:
                     raise _busy(cur, settings)
                 cur.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
@@ -120,7 +120,7 @@ def single_writer(settings: Settings, what: str, wait: bool = False) -> Iterator
                    WHERE name = %s RETURNING epoch""",
                 (holder, EPOCH_ROW),
             )
-            lease = WriterLease(cur.fetchone()[0], conn.get_backend_pid(), holder)
+            lease = WriterLease(db.fetch_one(cur)[0], conn.get_backend_pid(), holder)
         heartbeat = _Heartbeat(conn, lease, settings.writer_heartbeat_seconds)
         heartbeat.start()
         try:
@@ -143,7 +143,7 @@ def check_writer_free(settings: Settings) -> None:
     with db.session(settings.pipeline_dsn) as conn, conn.cursor() as cur:
         key = settings.lock_key(WRITER_KEY)
         cur.execute(f"SELECT count(*) FROM pg_locks AS l WHERE {_HELD}", (key, key))
-        if cur.fetchone()[0]:
+        if db.fetch_one(cur)[0]:
             raise _busy(cur, settings)
 
 
@@ -230,7 +230,7 @@ def one_reconcile(settings: Settings, run_id: str, wait: bool = False) -> Iterat
     with db.session(settings.pipeline_dsn, application_name=holder) as conn:
         with conn.cursor() as cur:
             cur.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (key,))
-            if not cur.fetchone()[0]:
+            if not db.fetch_one(cur)[0]:
                 running = _advisory_holder(cur, key, "another reconcile run")
                 if not wait:
                     raise ReconcileBusy(

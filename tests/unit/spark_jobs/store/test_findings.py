@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from spark_jobs.reconcile.findings import (
+from spark_jobs.store.findings import (
     CHANGED,
     Gap,
     LedgerEntry,
     RangeCheck,
-    Report,
     SessionDifference,
     SessionsSummary,
     find_gaps,
 )
+from spark_jobs.store.report import Report
 
 
 def entry(pipeline: str, batch: int, start: int, end: int, partition: int = 0) -> LedgerEntry:
@@ -45,7 +46,7 @@ def test_backfill_pipelines_and_other_partitions_are_not_compared_with_each_othe
     assert find_gaps(entries) == []
 
 
-def check(sink: int, kafka: int | None, **kw: object) -> RangeCheck:
+def check(sink: int, kafka: int | None, **kw: Any) -> RangeCheck:
     return RangeCheck("ingest:events", 3, "events", 1, 100, 200, sink_records=sink, kafka_records=kafka, **kw)
 
 
@@ -111,7 +112,7 @@ def test_a_long_list_of_differing_sessions_is_bounded_in_the_text_but_counted() 
 
 
 def test_a_run_too_far_behind_kafka_is_lagging_not_a_mismatch() -> None:
-    from spark_jobs.reconcile.findings import Lag
+    from spark_jobs.store.findings import Lag
 
     fresh = Lag("events", 0, high_watermark=100, processed_to=100, oldest_unprocessed=None, behind_seconds=0)
     late = Lag("events", 1, 500, 200, datetime(2026, 11, 21, 9, tzinfo=UTC), behind_seconds=2 * 3600)
@@ -127,7 +128,7 @@ def test_a_run_too_far_behind_kafka_is_lagging_not_a_mismatch() -> None:
 
 
 def test_the_headline_counts_the_records_waiting_even_when_they_arrived_a_moment_ago() -> None:
-    from spark_jobs.reconcile.findings import Lag
+    from spark_jobs.store.findings import Lag
 
     summary = SessionsSummary(1, 1)
     just_now = Lag("events", 0, 2_100, 100, datetime(2026, 11, 21, 9, tzinfo=UTC), behind_seconds=12)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spark_jobs.errors import WriterBusy
-from spark_jobs.runs import failure_line
+from spark_jobs.store.runs import failure_line
 
 
 def test_a_failure_the_user_can_fix_is_its_own_message() -> None:

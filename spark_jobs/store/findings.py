@@ -1,20 +1,20 @@
-"""What a reconcile run found, as values: range checks, gaps, session differences, and the report.
+"""What a reconcile run found, as values: range checks, gaps, lag, session differences, and their stored form.
 
-Pure logic, no I/O. :mod:`spark_jobs.reconcile.run` measures (Kafka, Delta, PostgreSQL) and builds a
-:class:`Report`; the report names every problem by partition and offsets, or by entity and
-session id, stores as JSON (``reconcile_runs.findings``), and tells the operator the repair.
-:mod:`spark_jobs.repair` reads the stored findings back to repair exactly what they name.
+Pure logic, no I/O. Each finding names its problem by partition and offsets, or by entity and session id,
+and stores as a JSON object (``reconcile_runs.findings``, ``findings.finding``); :func:`describe` gives one
+line for a stored one, :func:`finding_key` what it is about in every run that finds it. A run's findings
+make its :class:`~spark_jobs.store.report.Report`; :mod:`spark_jobs.repair` reads the stored findings back
+to repair exactly what they name.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
-from spark_jobs.reconcile.open_findings import describe_open
-from spark_jobs.retention import Loss
+from spark_jobs.store.retention import Loss
 
 SCHEDULED_PREFIX = "ingest:"  # scheduled pipelines tile their partitions batch after batch
 SHOWN = 10  # names listed per finding in a report; the stored finding keeps up to STORED
@@ -88,8 +88,8 @@ class RangeCheck:
 
     def describe(self) -> str:
         source = f"({self.pipeline} batch {self.batch_id})"
-        outcome = self.outcome
-        if outcome == "expired":
+        outcome, rows = self.outcome, self.expected
+        if rows is None:  # the outcome is "expired"
             return (
                 f"expired: {self.where} {source}: Kafka's retention removed offsets [{self.start}, "
                 f"{self.low_watermark}) before the range was verified, so there is nothing to count it against; "
@@ -103,10 +103,11 @@ class RangeCheck:
             what = "same count, other rows (the checksum changed)"
         elif self.held_twice:
             what = f"{self.held_twice:,} rows beyond one per offset"
-            if self.sink_offsets < self.expected:
-                what += f", {self.expected - self.sink_offsets:,} offsets held by none"
+            # Rows are held twice only where the distinct offsets were counted.
+            if self.sink_offsets is not None and self.sink_offsets < rows:
+                what += f", {rows - self.sink_offsets:,} offsets held by none"
         else:
-            what = f"{abs(self.sink_records - self.expected):,} {outcome}"
+            what = f"{abs(self.sink_records - rows):,} {outcome}"
         held = f"the sinks hold {self.sink_records:,} (events + duplicates + quarantine)"
         return f"{self.where} {source}: {expected}, {held}: {what}"
 
@@ -310,135 +311,53 @@ class SessionDifference:
         }
 
 
-@dataclass(frozen=True)
-class Report:
-    run_id: str
-    checks: list[RangeCheck]
-    gaps: list[Gap]
-    delta_sessions: SessionsSummary
-    postgres_sessions: SessionsSummary
-    differences: list[SessionDifference] = field(default_factory=list)
-    entities_checked: int = 0
-    used_spark: bool = True
-    lags: list[Lag] = field(default_factory=list)
-    lag_alert_seconds: float = float("inf")
-    snapshot_seconds: float = 0.0  # how long the run held the lake lock
-    losses: list[Loss] = field(default_factory=list)  # acknowledged: reported, not failed
-    # Findings of earlier runs still open that this run did not find itself (it did not check
-    # them, or they expired since): each with its "finding_id" and "open_since" run.
-    carried: list[dict] = field(default_factory=list)
-    closed: list[str] = field(default_factory=list)  # earlier findings this run found fixed, a line each
-    opened: int = 0  # findings this run found for the first time
+RANGE, GAP, SINKS, EVENTS = "range", "gap", "sessions_sinks", "sessions_events"
 
-    @property
-    def lagging(self) -> list[Lag]:
-        return [lag for lag in self.lags if lag.behind_seconds > self.lag_alert_seconds]
 
-    @property
-    def mismatched(self) -> list[RangeCheck]:
-        return [c for c in self.checks if c.outcome not in ("ok", "expired")]
+def kind_of(finding: dict) -> str:
+    """The kind a finding is kept as: Delta vs PostgreSQL totals and named sessions are one."""
+    return SINKS if finding["kind"] == "sessions_totals" else finding["kind"]
 
-    @property
-    def expired(self) -> list[RangeCheck]:
-        return [c for c in self.checks if c.outcome == "expired"]
 
-    @property
-    def sessions_match(self) -> bool:
-        return self.delta_sessions == self.postgres_sessions and not self.differences
+def finding_key(finding: dict) -> str | None:
+    """What ``finding`` is about, the same in every run that finds it; None for what is not kept
+    open (lag, retention losses, and a range that expired before its first check)."""
+    kind = kind_of(finding)
+    if kind == RANGE:
+        if finding["outcome"] in ("ok", "expired"):
+            return None
+        return f"range {finding['pipeline']} {finding['batch_id']} {finding['topic']} {finding['partition']}"
+    if kind == GAP:
+        f = finding
+        return f"gap {f['pipeline']} {f['topic']} {f['partition']} {f['start']} {f['end']}"
+    if kind in (SINKS, EVENTS):
+        return kind
+    return None
 
-    @property
-    def consistent(self) -> bool:
-        """No finding that needs a repair, found now or still open from an earlier run (expired
-        ranges are reported, not failed)."""
-        return not self.mismatched and not self.gaps and self.sessions_match and not self.carried
 
-    @property
-    def ok(self) -> bool:
-        return self.consistent and not self.lagging
-
-    @property
-    def status(self) -> str:
-        """``ok``; ``mismatch`` (something to repair); ``lagging`` (consistent, but too far behind Kafka)."""
-        if not self.consistent:
-            return "mismatch"
-        return "lagging" if self.lagging else "ok"
-
-    def findings(self) -> list[dict[str, object]]:
-        """Every finding as JSON-ready dicts (what ``reconcile_runs.findings`` stores, and a repair
-        of this run repairs): this run's own, and the earlier ones still open."""
-        return self.found() + self.carried
-
-    def found(self) -> list[dict[str, object]]:
-        """This run's own findings as JSON-ready dicts."""
-        found: list[dict[str, object]] = [c.as_dict() for c in self.mismatched + self.expired]
-        found += [g.as_dict() for g in self.gaps]
-        found += [loss.as_dict() for loss in self.losses]
-        found += [d.as_dict() for d in self.differences]
-        found += [lag.as_dict() for lag in self.lagging]
-        if self.delta_sessions != self.postgres_sessions and not any(d.kind == "sinks" for d in self.differences):
-            found.append({"kind": "sessions_totals", **self._totals()})
-        return found
-
-    def _totals(self) -> dict[str, int]:
-        d, p = self.delta_sessions, self.postgres_sessions
-        return {"delta": d.count, "delta_checksum": d.checksum, "postgres": p.count, "postgres_checksum": p.checksum}
-
-    def problems(self) -> list[str]:
-        lines = [c.describe() for c in self.mismatched]
-        lines += [g.describe() for g in self.gaps]
-        lines += [d.describe() for d in self.differences]
-        if self.delta_sessions != self.postgres_sessions:
-            d, p = self.delta_sessions, self.postgres_sessions
-            lines.append(f"sessions: Delta has {d.count:,} rows, PostgreSQL has {p.count:,} (checksums differ)")
-        lines += [lag.describe() for lag in self.lagging]
-        lines += [f"still open: {describe_open(f)}" for f in self.carried]
-        return lines
-
-    def headline(self) -> str:
-        new = sum(c.reason == NEW for c in self.checks)
-        if not self.checks and not self.used_spark:
-            checked = ["nothing new"]
-        else:
-            checked = [f"{len(self.checks)} ranges checked ({new} new, {len(self.checks) - new} re-checked)"]
-        if self.carried:
-            n = len(self.carried)
-            checked[-1] += f"; {n} open finding{'s' if n > 1 else ''} from earlier runs"
-        parts = [
-            *checked,
-            f"{len(self.mismatched)} mismatched",
-            f"{len(self.expired)} expired",
-            f"{len(self.gaps)} gaps",
-            *([f"{len(self.losses)} lost to retention"] if self.losses else []),
-            f"sessions {'match' if self.sessions_match else 'DIFFER'} ({self.delta_sessions.count:,} in Delta, "
-            f"{self.entities_checked:,} entities recomputed from events)",
-        ]
-        if self.lags:
-            parts.append(lag_summary(self.lags))
-        return f"tidemark reconcile {self.run_id}: {self.status.upper()}: " + ", ".join(parts)
-
-    def summary(self) -> str:
-        """The full report: the headline, every problem on its own line, expired ranges, the repair."""
-        lines = [self.headline()]
-        lines += [f"- {line}" for line in self.problems()]
-        lines += [f"- {c.describe()}" for c in self.expired]
-        lines += [f"- {loss.describe()}" for loss in self.losses]
-        lines += [f"- closed: {line}" for line in self.closed]
-        if not self.consistent:
-            lines.append(self.repair_hint())
-        return "\n".join(lines)
-
-    def alert(self) -> str:
-        """The alert: short, what is wrong and where, and the repair (the full report is in the run)."""
-        problems = self.problems()
-        shown = [f"- {line}" for line in problems[:5]]
-        if len(problems) > 5:
-            shown.append(f"- and {len(problems) - 5} more (tidemark reconcile --show {self.run_id})")
-        hint = [self.repair_hint()] if not self.consistent else []
-        return "\n".join([self.headline(), *shown, *hint])
-
-    def repair_hint(self) -> str:
+def describe(finding: dict) -> str:
+    """One line for a stored finding."""
+    kind = kind_of(finding)
+    if kind == RANGE:
+        f = finding
+        where = f"topic {f['topic']} partition {f['partition']} offsets [{f['start']}, {f['end']})"
+        return f"{f['outcome']}: {where} ({f['pipeline']} batch {f['batch_id']})"
+    if kind == GAP:
         return (
-            f"Repair: `tidemark repair --run-id {self.run_id}`, or trigger the tidemark_repair DAG with "
-            f"reconcile_run_id={self.run_id}. It rewrites only what is named above, then re-checks. "
-            "What no repair can fix (a range retention removed): `tidemark findings --acknowledge ID --reason TEXT`."
+            f"gap: topic {finding['topic']} partition {finding['partition']} offsets [{finding['start']}, "
+            f"{finding['end']}) in no ledger range"
         )
+    if finding["kind"] == "sessions_totals":
+        return f"sessions: Delta has {finding['delta']:,} rows, PostgreSQL has {finding['postgres']:,}"
+    what = "Delta and PostgreSQL differ in" if kind == SINKS else "Delta differs from a recompute from events in"
+    return f"sessions: {what} {finding['session_count']:,} sessions of {finding['entity_count']:,} entities"
+
+
+def describe_open(finding: dict) -> str:
+    """One line for a finding a run carried over (:meth:`OpenFinding.carried`)."""
+    return f"#{finding['finding_id']} (open since run {finding['open_since']}): {describe(finding)}"
+
+
+def range_key(finding: dict) -> tuple[str, int, str, int]:
+    """The ledger range a range finding names, as :func:`spark_jobs.reconcile.ranges.key`."""
+    return (finding["pipeline"], finding["batch_id"], finding["topic"], finding["partition"])

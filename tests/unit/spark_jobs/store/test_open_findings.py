@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
-from spark_jobs.reconcile.findings import CHANGED, Gap, RangeCheck, Report, SessionDifference, SessionsSummary
-from spark_jobs.reconcile.open_findings import OpenFinding, finding_key, follow_up
+from spark_jobs.store.findings import CHANGED, Gap, RangeCheck, SessionDifference, SessionsSummary, finding_key
+from spark_jobs.store.open_findings import OpenFinding, follow_up
+from spark_jobs.store.report import Report
 
 T0 = datetime(2026, 11, 26, tzinfo=UTC)
 SAME = SessionsSummary(10, 99)
@@ -17,7 +19,7 @@ EVENTS = {"kind": "sessions_events", "entity_count": 1, "session_count": 1, "ses
 
 
 def opened(finding_id: int, finding: dict) -> OpenFinding:
-    return OpenFinding(finding_id, finding_key(finding), finding, "found", T0)
+    return OpenFinding(finding_id, cast(str, finding_key(finding)), finding, "found", T0)  # every one here is kept open
 
 
 def report(checks=(), gaps=(), differences=(), used_spark=True, postgres=SAME) -> Report:

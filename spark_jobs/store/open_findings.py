@@ -1,6 +1,6 @@
 """Findings stay open until fixed: which earlier findings a run closes, keeps, or carries over.
 
-Pure logic, no I/O (:mod:`spark_jobs.reconcile.history` stores them in the ``findings`` table). A
+Pure logic, no I/O (:mod:`spark_jobs.store.history` stores them in the ``findings`` table). A
 finding is open from the run that found it until a later check of the same thing finds it fixed,
 or an operator acknowledges it. What a run checks decides what it may close:
 
@@ -19,14 +19,15 @@ finding"). Lag and retention losses are reported by every run as they are, and n
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from spark_jobs.reconcile.findings import Report
-
-RANGE, GAP, SINKS, EVENTS = "range", "gap", "sessions_sinks", "sessions_events"
+from spark_jobs.errors import ConfigError
+from spark_jobs.store import retention, verified
+from spark_jobs.store.findings import EVENTS, GAP, RANGE, describe_open, finding_key, kind_of, range_key
+from spark_jobs.store.report import Report
+from spark_jobs.store.retention import Loss
 
 
 @dataclass(frozen=True)
@@ -49,55 +50,6 @@ class OpenFinding:
     def carried(self, finding: dict | None = None) -> dict:
         """The finding as a run that carries it over stores it: with its id and the run that opened it."""
         return {**(finding or self.finding), "finding_id": self.finding_id, "open_since": self.opened_by}
-
-
-def kind_of(finding: dict) -> str:
-    """The kind a finding is kept as: Delta vs PostgreSQL totals and named sessions are one."""
-    return SINKS if finding["kind"] == "sessions_totals" else finding["kind"]
-
-
-def finding_key(finding: dict) -> str | None:
-    """What ``finding`` is about, the same in every run that finds it; None for what is not kept
-    open (lag, retention losses, and a range that expired before its first check)."""
-    kind = kind_of(finding)
-    if kind == RANGE:
-        if finding["outcome"] in ("ok", "expired"):
-            return None
-        return f"range {finding['pipeline']} {finding['batch_id']} {finding['topic']} {finding['partition']}"
-    if kind == GAP:
-        f = finding
-        return f"gap {f['pipeline']} {f['topic']} {f['partition']} {f['start']} {f['end']}"
-    if kind in (SINKS, EVENTS):
-        return kind
-    return None
-
-
-def describe(finding: dict) -> str:
-    """One line for a stored finding."""
-    kind = kind_of(finding)
-    if kind == RANGE:
-        f = finding
-        where = f"topic {f['topic']} partition {f['partition']} offsets [{f['start']}, {f['end']})"
-        return f"{f['outcome']}: {where} ({f['pipeline']} batch {f['batch_id']})"
-    if kind == GAP:
-        return (
-            f"gap: topic {finding['topic']} partition {finding['partition']} offsets [{finding['start']}, "
-            f"{finding['end']}) in no ledger range"
-        )
-    if finding["kind"] == "sessions_totals":
-        return f"sessions: Delta has {finding['delta']:,} rows, PostgreSQL has {finding['postgres']:,}"
-    what = "Delta and PostgreSQL differ in" if kind == SINKS else "Delta differs from a recompute from events in"
-    return f"sessions: {what} {finding['session_count']:,} sessions of {finding['entity_count']:,} entities"
-
-
-def describe_open(finding: dict) -> str:
-    """One line for a finding a run carried over (:meth:`OpenFinding.carried`)."""
-    return f"#{finding['finding_id']} (open since run {finding['open_since']}): {describe(finding)}"
-
-
-def range_key(finding: dict) -> tuple[str, int, str, int]:
-    """The ledger range a range finding names, as :func:`spark_jobs.reconcile.ranges.key`."""
-    return (finding["pipeline"], finding["batch_id"], finding["topic"], finding["partition"])
 
 
 def entities_to_recheck(open_findings: list[OpenFinding]) -> list[str]:
@@ -151,3 +103,85 @@ def follow_up(earlier: list[OpenFinding], report: Report, repair_of: str | None)
         else:  # a gap, sessions between the sinks: every run looks again
             result.closed.append((f, fixed))
     return result
+
+
+def record(cur, run_id: str, follow: FollowUp) -> None:
+    cur.executemany(
+        """INSERT INTO findings (finding_key, kind, finding, opened_by, seen_by) VALUES (%s, %s, %s, %s, %s)""",
+        [(key, kind_of(f), json.dumps(f), run_id, run_id) for key, f in follow.opened],
+    )
+    cur.executemany(
+        "UPDATE findings SET finding = %s, seen_by = %s WHERE finding_id = %s",
+        [(json.dumps(f), run_id, o.finding_id) for o, f in follow.seen + follow.carried],
+    )
+    cur.executemany(
+        "UPDATE findings SET closed_by = %s, closed_at = now(), closed_why = %s WHERE finding_id = %s",
+        [(run_id, why, o.finding_id) for o, why in follow.closed],
+    )
+
+
+_FINDING = "finding_id, finding_key, finding, opened_by, opened_at"
+
+
+def read_open(cur) -> list[OpenFinding]:
+    """The findings no check closed and no operator acknowledged, oldest first."""
+    cur.execute(f"SELECT {_FINDING} FROM findings WHERE closed_at IS NULL ORDER BY finding_id")
+    return [OpenFinding(*row) for row in cur.fetchall()]
+
+
+def recent_findings(cur, limit: int) -> list[tuple]:
+    """The open findings and the latest closed ones, up to ``limit``, open first then newest:
+    (finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why)."""
+    cur.execute(
+        """SELECT finding_id, finding, opened_by, opened_at, seen_by, closed_by, closed_at, closed_why
+           FROM findings ORDER BY closed_at IS NOT NULL, finding_id DESC LIMIT %s""",
+        (limit,),
+    )
+    return cur.fetchall()
+
+
+def acknowledge(cur, finding_ids: list[int], who: str, reason: str) -> list[OpenFinding]:
+    """Close the open findings ``finding_ids`` as acknowledged by ``who`` for ``reason``; the ones closed.
+    Raises ``ConfigError`` naming the ids that are not open (and closes none)."""
+    cur.execute(
+        f"SELECT {_FINDING} FROM findings WHERE closed_at IS NULL AND finding_id = ANY(%s) ORDER BY finding_id",
+        (finding_ids,),
+    )
+    found = [OpenFinding(*row) for row in cur.fetchall()]
+    missing = sorted(set(finding_ids) - {f.finding_id for f in found})
+    if missing:
+        raise ConfigError(
+            f"no open finding {', '.join(f'#{i}' for i in missing)}: `tidemark findings` lists the open ones"
+        )
+    cur.execute(
+        """UPDATE findings SET closed_by = %s, closed_at = now(), closed_why = %s
+           WHERE finding_id = ANY(%s)""",
+        (f"acknowledged by {who}", f"acknowledged: {reason}", finding_ids),
+    )
+    # What the sinks hold of an acknowledged range is taken as it is: its next check sets a new
+    # baseline (against Kafka; expired when retention removed its start). An acknowledged gap is
+    # an acknowledged loss, reported by every run as such and no gap any more.
+    ranges = [f.finding for f in found if f.kind == RANGE]
+    verified.forget(cur, [range_key(f) for f in ranges])
+    gaps = [f.finding for f in found if f.kind == GAP]
+    retention.record_acknowledged(
+        cur, [Loss(g["pipeline"], g["topic"], g["partition"], g["start"], g["end"], False) for g in gaps]
+    )
+    return found
+
+
+def latest_findings(cur) -> list[tuple]:
+    """The latest 10 runs that did not pass, with their repair: (run_id, counted_at, status, alert,
+    repair_id, repair status, recheck_run)."""
+    cur.execute(
+        """SELECT r.run_id, r.counted_at, r.status, r.alert, p.repair_id, p.status, p.recheck_run
+           FROM reconcile_runs AS r LEFT JOIN repairs AS p ON p.reconcile_run = r.run_id
+           WHERE r.status <> 'ok' ORDER BY r.counted_at DESC LIMIT 10"""
+    )
+    return cur.fetchall()
+
+
+def open_findings_by_kind(cur) -> dict[str, int]:
+    """How many findings of each kind are open."""
+    cur.execute("SELECT kind, count(*) FROM findings WHERE closed_at IS NULL GROUP BY 1")
+    return dict(cur.fetchall())

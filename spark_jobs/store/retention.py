@@ -204,6 +204,15 @@ def record_losses(cur, losses: list[Loss]) -> None:
     )
 
 
+def record_acknowledged(cur, losses: list[Loss]) -> None:
+    """Record gaps an operator acknowledged as ``losses``; a loss recorded at the same start stays as it was."""
+    cur.executemany(
+        """INSERT INTO retention_losses (pipeline, topic, kafka_partition, start_offset, end_offset, before_first_run)
+           VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING""",
+        [(x.pipeline, x.topic, x.partition, x.start, x.end, x.before_first_run) for x in losses],
+    )
+
+
 def lost_in_batch(
     pipeline: str,
     ranges: list[PartitionRange],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.quarantine import REASON_CODES, reason_code, selects
+from spark_jobs.store.quarantine import REASON_CODES, reason_code, selects
 
 ENUM = 'schema: enum at /status: does not have a value in the enumeration ["new", "paid"]'
 
@@ -46,6 +46,6 @@ def test_the_codes_are_every_code_the_contract_check_writes() -> None:
     code = r"([a-z0-9_]+)"
     written = set(re.findall(rf'reject\("{code}', java)) | set(re.findall(rf'Parsed\(null, null, "{code}', java))
     written |= set(re.findall(rf'(?:return|String \w+ =) "{code}: ', java))
-    written |= set(re.findall(r"(?:THEN |f\")'([a-z0-9_]+): ", python))
+    written |= set(re.findall(r"(?:THEN |f?\")'([a-z0-9_]+): ", python))
     assert {"null_key", "invalid_json", "schema", "bad_event_time", "wrong_type"} <= written
     assert written <= set(REASON_CODES), written - set(REASON_CODES)

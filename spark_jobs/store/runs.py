@@ -15,16 +15,35 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from spark_jobs import db
 from spark_jobs.errors import TidemarkError
-from spark_jobs.reconcile.findings import Lag
-from spark_jobs.reconcile.ranges import NOT_CHECKED, lag_behind, unprocessed
+from spark_jobs.offsets import PartitionRange
 from spark_jobs.settings import Settings
+from spark_jobs.store import producers, retention
+from spark_jobs.store.findings import Lag
+from spark_jobs.store.lag import lag_behind, unprocessed
+from spark_jobs.store.verified import NOT_CHECKED
 
-if TYPE_CHECKING:
-    from spark_jobs.writer import BatchResult
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one batch did: its ranges, where its records went, its sessions, and how long each step took."""
+
+    pipeline: str
+    batch_id: int
+    ranges: list[PartitionRange]
+    read: int
+    accepted: int
+    duplicates: int
+    quarantined: int
+    sessions_written: int
+    sessions_deleted: int
+    skipped: bool  # the ledger already had this batch
+    seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
+    producer: producers.ProducerChecks = field(default_factory=producers.ProducerChecks)
+    lost: list[retention.Loss] = field(default_factory=list)  # offsets retention removed before the batch read them
+
 
 # Who started the run, as the Airflow operator sets it ("airflow <dag_id> <run_id>"); "cli" otherwise.
 STARTED_BY = "TIDEMARK_STARTED_BY"
