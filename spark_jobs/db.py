@@ -1,8 +1,8 @@
 """PostgreSQL connections: the one way tidemark opens a connection and a transaction.
 
-Each table group has one module that owns its SQL and takes a cursor (``ledger``, ``lock``,
-``retention``, ``reconcile.history``, ``sinks.postgres``); callers open the transaction here and
-pass the cursor down, so a batch's writes and its ledger rows share one.
+Each table group has one module that owns its SQL and takes a cursor (the ``store`` package's:
+``store.ledger``, ``store.lock``, ``store.history``, ...; and ``sinks.postgres``); callers open the
+transaction here and pass the cursor down, so a batch's writes and its ledger rows share one.
 """
 
 from __future__ import annotations
