@@ -379,11 +379,8 @@ U = TypeVar("U")
 def run_both(first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
     """:func:`run_concurrently` of two steps whose results differ in type: both in threads, both waited
     for, the first failure raised; their results."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="tidemark-spark") as pool:
-        futures = pool.submit(first), pool.submit(second)
-    return futures[0].result(), futures[1].result()
+    results: list[Any] = run_concurrently([first, second])
+    return results[0], results[1]
 
 
 def run_concurrently(steps: list[Callable[[], T]]) -> list[T]:
