@@ -47,7 +47,13 @@ $(STATE)/jars/contract/.built: jvm/settings.xml $(CONTRACT_SOURCES)
 	cp $(STATE)/build/contract/tidemark-contract-*.jar $(STATE)/jars/contract/
 	touch $@
 
-jars: system-jars $(STATE)/jars/.fetched $(STATE)/jars/contract/.built  ## fetch the pinned Kafka connector, Delta and Kafka broker jars, and build the contract check (Maven)
+# The local schema registry of Avro pipelines (Apicurio Registry, about 170 MB unpacked): `tidemark up` runs it.
+$(STATE)/jars/registry/.fetched: jvm/settings.xml jvm/registry/pom.xml
+	rm -rf $(STATE)/jars/registry
+	$(MVN) -f jvm/registry/pom.xml dependency:unpack -Dregistry.dir=$(abspath $(STATE))/jars/registry
+	touch $@
+
+jars: system-jars $(STATE)/jars/.fetched $(STATE)/jars/contract/.built $(STATE)/jars/registry/.fetched  ## fetch the pinned Kafka connector, Delta and Kafka broker jars and the schema registry, and build the contract check (Maven)
 
 $(STATE)/jars/s3/.fetched: jvm/settings.xml jvm/s3/pom.xml
 	rm -rf $(STATE)/jars/s3

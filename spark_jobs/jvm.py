@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import ConfigError
 
@@ -164,27 +165,58 @@ def classes_generated(spark: SparkSession) -> int:
     return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
-def register_contract_check(
-    spark: SparkSession,
-    name: str,
-    schema_json: str,
-    roles: tuple[str, str, str | None, str],
-    properties: str | None,
-    columns: tuple[str, ...],
-    key_is_entity_id: bool,
-    max_value_bytes: int,
-    max_entity_id_bytes: int,
-) -> None:
+@dataclass(frozen=True)
+class RecordRules:
+    """What ``io.tidemark.contract.RecordCheck`` checks beside the schema: the JSON pointers of the roles
+    (event id, entity id, event type: None for none, event time), the properties' pointer, the typed
+    columns' pointers (whose JSON texts the check returns), the key rule and the size limits."""
+
+    roles: tuple[str, str, str | None, str]
+    properties: str | None
+    columns: tuple[str, ...]
+    key_is_entity_id: bool
+    max_value_bytes: int
+    max_entity_id_bytes: int
+
+    def java(self, spark: SparkSession, schema_json: str, max_value_bytes: int | None = None) -> Any:
+        """The ``RecordCheck`` of these rules and ``schema_json`` (a JSON Schema)."""
+        limit = self.max_value_bytes if max_value_bytes is None else max_value_bytes
+        columns = json.dumps(self.columns)
+        return _contract(spark).RecordCheck(
+            schema_json, *self.roles, self.properties, columns, self.key_is_entity_id, limit, self.max_entity_id_bytes
+        )
+
+
+def register_contract_check(spark: SparkSession, name: str, schema_json: str, rules: RecordRules) -> None:
     """Register the SQL function ``name(key, value)``: a pipeline's contract check of a Kafka record,
-    ``io.tidemark.contract.RecordCheck`` (jvm/contract; its struct is ``RecordCheck.RESULT``).
-    ``roles``: the JSON pointers of the event id, entity id, event type (None: none) and event time;
-    ``columns``: the typed columns' pointers, whose JSON texts the check returns."""
+    ``io.tidemark.contract.RecordCheck`` (jvm/contract; its struct is ``RecordCheck.RESULT``) of
+    ``schema_json`` and ``rules``."""
+    spark._jsparkSession.udf().register(name, rules.java(spark, schema_json), _contract(spark).RecordCheck.RESULT)
+
+
+def register_avro_check(
+    spark: SparkSession, name: str, writers: dict[int, str], reader: tuple[int, str], rules: RecordRules
+) -> None:
+    """Register the SQL function ``name(key, value)``: the contract check of a Kafka record whose value
+    is Avro in Confluent's wire format, ``io.tidemark.contract.AvroCheck``: decoded with the writer
+    schema its id names in ``writers`` (id: schema text), resolved to ``reader`` (the subject's
+    version, its schema text), then checked by ``rules`` as :func:`register_contract_check`'s check
+    does. Its struct is ``RecordCheck.RESULT``."""
+    # The Avro schema validates the record: the JSON Schema accepts every object. The size limit is
+    # the Avro value's, checked before decoding.
+    check = rules.java(spark, "{}", max_value_bytes=2**31 - 1)
+    contract = _contract(spark)
+    version, schema = reader
+    by_id = json.dumps({str(k): v for k, v in writers.items()})
+    avro = contract.AvroCheck(by_id, schema, version, check, rules.max_value_bytes)
+    spark._jsparkSession.udf().register(name, avro, contract.RecordCheck.RESULT)
+
+
+def _contract(spark: SparkSession) -> Any:
+    """The package of the contract check's classes (jvm/contract)."""
     from py4j.java_gateway import JavaClass
 
-    record_check = _jvm(spark).io.tidemark.contract.RecordCheck
-    if not isinstance(record_check, JavaClass):  # py4j's JavaPackage: no such class on the classpath
+    package = _jvm(spark).io.tidemark.contract
+    if not isinstance(package.RecordCheck, JavaClass):  # py4j's JavaPackage: no such class on the classpath
         raise ConfigError("the contract check (jars/contract) is not on Spark's classpath. Run `make jars`.")
-    check = record_check(
-        schema_json, *roles, properties, json.dumps(columns), key_is_entity_id, max_value_bytes, max_entity_id_bytes
-    )
-    spark._jsparkSession.udf().register(name, check, record_check.RESULT)
+    return package

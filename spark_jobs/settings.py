@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
@@ -72,6 +73,12 @@ class Settings:
     kafka_controller_port: int = setting("TIDEMARK_KAFKA_CONTROLLER_PORT", PORT, 19093,
         "the embedded Kafka broker's controller port")
     postgres_port: int = setting("TIDEMARK_POSTGRES_PORT", PORT, 15432, "the embedded PostgreSQL's port")
+    schema_registry_port: int = setting("TIDEMARK_SCHEMA_REGISTRY_PORT", PORT, 18081, "the embedded schema "
+        "registry's port (Avro pipelines are being built: docs/design.md, \"Avro pipelines\")")
+    schema_registry_url: str = setting("TIDEMARK_SCHEMA_REGISTRY_URL", TEXT, "", "the Confluent-compatible schema "
+        "registry of Avro pipelines; credentials go in this URL (`https://user:password@host`), "
+        "never in the pipelines file",
+        shown="`http://127.0.0.1:$TIDEMARK_SCHEMA_REGISTRY_PORT/apis/ccompat/v7`")
     # A run works on one pipeline: its Delta tables, PostgreSQL schema, writer lock and contract.
     pipeline: str = setting("TIDEMARK_PIPELINE", TEXT, DEFAULT_PIPELINE, "the pipeline a run works on, and so its "
         "topic (its tables, PostgreSQL schema, writer lock and contract; README, \"Your own pipelines\"); "
@@ -150,6 +157,8 @@ class Settings:
         derived = {
             "home": home,
             "bootstrap_servers": self.bootstrap_servers or f"127.0.0.1:{self.kafka_port}",
+            "schema_registry_url": self.schema_registry_url
+            or f"http://127.0.0.1:{self.schema_registry_port}/apis/ccompat/v7",
             "postgres_dsn": self.postgres_dsn or dsn,
             "lake_root": self.lake_root or str(home / "lake"),
             "checkpoint_root": self.checkpoint_root or str(home / "checkpoints"),
@@ -315,7 +324,8 @@ class Settings:
         """The secret values these settings carry (for :func:`spark_jobs.secrets.redact`)."""
         from spark_jobs.secrets import dsn_password, option_secrets
 
-        return [s for s in (dsn_password(self.postgres_dsn), *option_secrets(self.kafka_options)) if s]
+        registry = urllib.parse.urlsplit(self.schema_registry_url).password
+        return [s for s in (dsn_password(self.postgres_dsn), *option_secrets(self.kafka_options), registry) if s]
 
     def kafka_client_config(self, **extra: object) -> dict[str, object]:
         """confluent-kafka configuration for this cluster, pass-through options included."""

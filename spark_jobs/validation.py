@@ -72,14 +72,18 @@ def register_check(raw: DataFrame, contract: Contract) -> str:
     """The name of the SQL function that checks a record (key, value) against ``contract``,
     registered in ``raw``'s session."""
     schema = json.dumps(contract.schema, sort_keys=True)
-    limits = (MAX_VALUE_BYTES, MAX_ENTITY_ID_BYTES)
-    name = f"tidemark_contract_{contract.digest[:16]}_{limits[0]}_{limits[1]}"
+    rules = record_rules(contract)
+    name = f"tidemark_contract_{contract.digest[:16]}_{rules.max_value_bytes}_{rules.max_entity_id_bytes}"
+    jvm.register_contract_check(raw.sparkSession, name, schema, rules)
+    return name
+
+
+def record_rules(contract: Contract) -> jvm.RecordRules:
+    """What the contract check holds a record's value to beside its schema (:class:`spark_jobs.jvm.RecordRules`)."""
     roles = (contract.event_id, contract.entity_id, contract.event_type, contract.event_time)
     columns = tuple(c.pointer for c in contract.columns)
-    jvm.register_contract_check(
-        raw.sparkSession, name, schema, roles, contract.properties, columns, contract.key_is_entity_id, *limits
-    )
-    return name
+    key_rule = contract.key_is_entity_id
+    return jvm.RecordRules(roles, contract.properties, columns, key_rule, MAX_VALUE_BYTES, MAX_ENTITY_ID_BYTES)
 
 
 def _typed(i: int, column: Column) -> str:

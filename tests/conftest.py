@@ -51,6 +51,7 @@ def settings() -> Settings:
         "TIDEMARK_KAFKA_PORT": os.environ.get("TIDEMARK_TEST_KAFKA_PORT", "29092"),
         "TIDEMARK_KAFKA_CONTROLLER_PORT": os.environ.get("TIDEMARK_TEST_KAFKA_CONTROLLER_PORT", "29093"),
         "TIDEMARK_POSTGRES_PORT": os.environ.get("TIDEMARK_TEST_POSTGRES_PORT", "25432"),
+        "TIDEMARK_SCHEMA_REGISTRY_PORT": os.environ.get("TIDEMARK_TEST_SCHEMA_REGISTRY_PORT", "28081"),
         "TIDEMARK_JARS_DIR": str(PROJECT_ROOT / ".tidemark" / "jars"),
         "TIDEMARK_SHUFFLE_PARTITIONS": "2",
     }
@@ -72,6 +73,22 @@ def stack(settings: Settings):
         yield settings
     finally:
         for service in reversed(started):
+            service.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(settings: Settings):
+    """The local schema registry (Apicurio) running, for the Avro pipelines' tests; stopped after them
+    when this session started it."""
+    from tidemark.embedded.schema_registry import SchemaRegistry
+
+    service = SchemaRegistry(settings)
+    started = not service.is_running()
+    service.start()
+    try:
+        yield service
+    finally:
+        if started:
             service.stop()
 
 

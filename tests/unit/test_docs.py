@@ -61,3 +61,9 @@ def test_the_readmes_example_pipeline_is_the_checked_example_file(tmp_path: Path
     assert declared.lines() == []
     web = next(p for p in declared.pipelines if p.name == "web")
     assert web.topic == "web" and web.schedule == "*/5 * * * *"
+
+
+def test_the_readme_stays_a_users_path_of_at_most_250_lines() -> None:
+    """What a user reads first: the reference belongs in docs/ (docs/contributing.md says where)."""
+    lines = len((PROJECT_ROOT / "README.md").read_text().splitlines())
+    assert lines <= 250, f"README.md has {lines} lines: move reference detail to docs/ and link it"

@@ -107,6 +107,7 @@ def test_each_users_scrape_reads_only_their_pipelines_series(fab: AirflowService
 
 
 def test_a_repair_goes_through_only_where_airflow_lets_the_user_trigger_it(fab: AirflowServices, browser) -> None:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -117,8 +118,11 @@ def test_a_repair_goes_through_only_where_airflow_lets_the_user_trigger_it(fab: 
         sign_in(browser, fab, "bob")  # reads web's DAGs, may trigger none
         browser.get(fab.url + "/tidemark/repair?pipeline=web")
         browser.find_element(By.ID, "trigger-repair").click()
-        error = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "repair-error"))
-        assert error.text.startswith("Airflow refused to trigger tidemark_repair__web (403)"), error.text
+        # The text is read inside the wait: the page that says it may be replaced while it is read (a
+        # reference to the element of a page the browser left is stale).
+        error = WebDriverWait(browser, 30, ignored_exceptions=(NoSuchElementException, StaleElementReferenceException))
+        text = error.until(lambda d: d.find_element(By.ID, "repair-error").text)
+        assert text.startswith("Airflow refused to trigger tidemark_repair__web (403)"), text
         assert admin.get("/api/v2/dags/tidemark_repair__web/dagRuns")["total_entries"] == 0
 
         sign_in(browser, fab, "alice")  # may trigger events' repair

@@ -187,6 +187,8 @@ OTHER_VALUES = {
     "TIDEMARK_KAFKA_PORT": "29092",
     "TIDEMARK_KAFKA_CONTROLLER_PORT": "29093",
     "TIDEMARK_POSTGRES_PORT": "25432",
+    "TIDEMARK_SCHEMA_REGISTRY_PORT": "28081",
+    "TIDEMARK_SCHEMA_REGISTRY_URL": "https://registry.example:8081/apis/ccompat/v7",
     "TIDEMARK_PIPELINE": "web",
     "TIDEMARK_TOPIC": "clicks",
     "TIDEMARK_PIPELINES": "/etc/tidemark/pipelines.yaml",
