@@ -24,6 +24,9 @@ REASON_CODES = (
     "null_key", "null_value", "oversized", "not_utf8", "invalid_json", "not_an_object", "missing_field", "wrong_type",
     "bad_entity_id", "key_mismatch", "bad_event_time", "schema",
 )  # fmt: skip
+# An Avro value's own (io.tidemark.contract.AvroCheck), before the codes above: no framing, an id the registry does
+# not know, a writer schema the reader cannot resolve, a body that does not decode.
+AVRO_REASON_CODES = ("not_avro", "unknown_schema", "incompatible_schema", "bad_avro")
 # SQL: whether the reason of ``q`` is selected by ``%(reason)s`` (:func:`selects`); NULL selects every reason.
 SELECTS_SQL = """(%(reason)s IS NULL OR q.reason = %(reason)s OR split_part(q.reason, ':', 1) = %(reason)s
                   OR (strpos(%(reason)s, ':') > 0 AND starts_with(q.reason, %(reason)s)))"""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.store.quarantine import REASON_CODES, reason_code, selects
+from spark_jobs.store.quarantine import AVRO_REASON_CODES, REASON_CODES, reason_code, selects
 
 ENUM = 'schema: enum at /status: does not have a value in the enumeration ["new", "paid"]'
 
@@ -41,11 +41,12 @@ def test_the_codes_are_every_code_the_contract_check_writes() -> None:
 
     from spark_jobs.settings import PROJECT_ROOT
 
-    java = (PROJECT_ROOT / "jvm/contract/src/main/java/io/tidemark/contract/RecordCheck.java").read_text()
+    sources = sorted((PROJECT_ROOT / "jvm/contract/src/main/java/io/tidemark/contract").glob("*.java"))
+    java = "\n".join(source.read_text() for source in sources)
     python = (PROJECT_ROOT / "spark_jobs/validation.py").read_text()
     code = r"([a-z0-9_]+)"
     written = set(re.findall(rf'reject\("{code}', java)) | set(re.findall(rf'Parsed\(null, null, "{code}', java))
     written |= set(re.findall(rf'(?:return|String \w+ =) "{code}: ', java))
     written |= set(re.findall(r"(?:THEN |f?\")'([a-z0-9_]+): ", python))
-    assert {"null_key", "invalid_json", "schema", "bad_event_time", "wrong_type"} <= written
-    assert written <= set(REASON_CODES), written - set(REASON_CODES)
+    assert {"null_key", "invalid_json", "schema", "bad_event_time", "wrong_type", "not_avro", "bad_avro"} <= written
+    assert written <= {*REASON_CODES, *AVRO_REASON_CODES}, written - {*REASON_CODES, *AVRO_REASON_CODES}
