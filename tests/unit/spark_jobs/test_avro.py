@@ -100,6 +100,8 @@ def test_each_value_that_cannot_be_read_gets_its_reason(spark_session) -> None:
         6: framed(4, ID_AS_LONG, record(id=42)),  # a type the reader cannot resolve
         7: None,
         8: b"\x00" + struct.pack(">I", 1) + b"\xff" * (MAX_VALUE_BYTES),
+        # A corrupt length of a gigabyte in a value of a few bytes: refused, not allocated.
+        9: b"\x00" + struct.pack(">I", 1) + b"\x80\x80\x80\x80\x08o-1",
     }
     rows = checked(spark_session, (1, V1), values)
     reasons = {offset: rows[offset]["reason"] for offset in values}
@@ -112,6 +114,9 @@ def test_each_value_that_cannot_be_read_gets_its_reason(spark_session) -> None:
     assert reasons[6].startswith("incompatible_schema: schema id 4 "), reasons[6]
     assert reasons[7] == "null_value"
     assert reasons[8].startswith("oversized: "), reasons[8]
+    assert reasons[9].startswith("bad_avro: the body does not decode with schema id 1 (SystemLimitException: "), (
+        reasons[9]
+    )
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import org.apache.avro.LogicalType;
 import org.apache.avro.LogicalTypes;
 import org.apache.avro.Schema;
 import org.apache.avro.SchemaCompatibility;
+import org.apache.avro.SystemLimitException;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.DecoderFactory;
@@ -38,8 +39,14 @@ import org.apache.spark.sql.api.java.UDF2;
 public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable {
   private static final long serialVersionUID = 1L;
   private static final int HEADER = 5;
-  // Avro reads a length and allocates it: a corrupt one may ask for gigabytes.
-  private static final String MAX_LENGTH = "org.apache.avro.limits.bytes.maxLength";
+  // Avro reads a length and allocates it before it reads the bytes: a corrupt value of a few bytes may
+  // ask for a gigabyte (an OutOfMemoryError that fails the batch on every retry). Avro reads its limits
+  // from these properties once, when it first checks one; a value is at most maxValueBytes long.
+  private static final String[] LIMITS = {
+    SystemLimitException.MAX_BYTES_LENGTH_PROPERTY,
+    SystemLimitException.MAX_STRING_LENGTH_PROPERTY,
+    SystemLimitException.MAX_COLLECTION_LENGTH_PROPERTY
+  };
 
   /** The decoders of this JVM, by their configuration: tasks share one. */
   private static final Map<String, Decoders> DECODERS = new ConcurrentHashMap<>();
@@ -105,7 +112,7 @@ public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable 
     final Map<Integer, Writer> writers = new HashMap<>();
 
     Decoders(String writersJson, String readerJson, int readerVersion, int maxValueBytes) {
-      if (System.getProperty(MAX_LENGTH) == null) System.setProperty(MAX_LENGTH, String.valueOf(maxValueBytes));
+      limitLengths(maxValueBytes);
       reader = new Schema.Parser().parse(readerJson);
       JsonNode ids;
       try {
@@ -147,6 +154,25 @@ public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable 
         this.reader = problem == null ? new GenericDatumReader<>(writer, reader) : null;
       }
     }
+  }
+
+  /**
+   * Avro's length limits at most {@code maxValueBytes} (a longer length in a value that size is corrupt);
+   * fails when Avro read its limits before (another user of Avro in this JVM) and they are larger.
+   */
+  private static void limitLengths(int maxValueBytes) {
+    for (String limit : LIMITS) {
+      String set = System.getProperty(limit);
+      if (set == null || Long.parseLong(set) > maxValueBytes) System.setProperty(limit, String.valueOf(maxValueBytes));
+    }
+    try {
+      SystemLimitException.checkMaxBytesLength(maxValueBytes + 1L);
+    } catch (SystemLimitException expected) {
+      return;
+    }
+    throw new IllegalStateException(
+        "Avro's length limits were read before tidemark's Avro check loaded: start the driver with -D"
+            + LIMITS[0] + "=" + maxValueBytes + " (and the string and collection limits)");
   }
 
   /**
