@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import struct
+import uuid
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -36,6 +37,7 @@ def order(*extra: dict, amount: dict | None = None) -> dict:
             },
             {"name": "day", "type": ["null", {"type": "int", "logicalType": "date"}], "default": None},
             {"name": "ratio", "type": "double"},
+            {"name": "ref", "type": {"type": "fixed", "name": "Ref", "size": 16, "logicalType": "uuid"}},
             *extra,
         ],
     }
@@ -55,14 +57,19 @@ def framed(schema_id: int, schema: dict, record: dict) -> bytes:
     return b"\x00" + struct.pack(">I", schema_id) + body.getvalue()
 
 
+REF = uuid.UUID("0f5e2c1a-9b7d-4e3f-8a6b-1c2d3e4f5a6b")
+
+
 def record(**changes) -> dict:
     at = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
     base = {"id": "o-1", "customer": "c-7", "kind": "paid", "at": at, "amount": Decimal("12.30"),
-            "day": date(2026, 3, 1), "ratio": 0.1}  # fmt: skip
+            "day": date(2026, 3, 1), "ratio": 0.1, "ref": REF.bytes}  # fmt: skip
     return base | changes
 
 
-def checked(spark, reader: tuple[int, dict], values: dict[int, bytes | None], columns=("/amount", "/day")) -> dict:
+def checked(
+    spark, reader: tuple[int, dict], values: dict[int, bytes | None], columns=("/amount", "/day", "/ref")
+) -> dict:
     name = f"avro_check_{reader[0]}_{len(columns)}"
     writers = {schema_id: json.dumps(schema) for schema_id, schema in WRITERS.items()}
     rules = jvm.RecordRules(ROLES, None, tuple(columns), True, MAX_VALUE_BYTES, MAX_ENTITY_ID_BYTES)
@@ -80,7 +87,7 @@ def test_a_record_is_read_with_its_writer_schema_and_its_logical_types_exactly(s
         assert row["reason"] is None and row["late_reason"] is None, row
         assert (row["event_id"], row["entity_id"], row["event_type"]) == ("o-1", "c-7", "paid")
         assert row["event_time"] == "2026-03-01T12:00:00.123456Z"
-        assert row["columns"] == ["12.30", '"2026-03-01"']  # the decimal's digits, never a double
+        assert row["columns"] == ["12.30", '"2026-03-01"', f'"{REF}"']  # the decimal's digits, never a double
 
 
 def test_an_older_writer_is_read_with_the_readers_default(spark_session) -> None:

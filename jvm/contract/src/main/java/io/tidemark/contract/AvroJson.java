@@ -16,6 +16,7 @@ import java.time.ZoneOffset;
 import java.util.Base64;
 import java.util.Collection;
 import java.util.Map;
+import java.util.UUID;
 import org.apache.avro.LogicalType;
 import org.apache.avro.LogicalTypes;
 import org.apache.avro.Schema;
@@ -32,7 +33,7 @@ import org.apache.avro.generic.IndexedRecord;
  * digits and scale ({@code 12.30}), so a typed column {@code decimal(18,2)} reads it as written;
  * {@code timestamp-millis}/{@code -micros} as ISO-8601 in UTC with a {@code Z} (an event time); the
  * local timestamps without an offset; {@code date} as {@code 2026-03-01}; {@code time-*} as
- * {@code 12:00:00.123}; {@code uuid} as its text. A float or double that JSON cannot hold (NaN,
+ * {@code 12:00:00.123}; {@code uuid} as its text (a fixed(16) one too). A float or double that JSON cannot hold (NaN,
  * infinities) is written as a string.
  */
 final class AvroJson {
@@ -123,8 +124,13 @@ final class AvroJson {
       json.writeNumber(new BigDecimal(new BigInteger(unscaled), ((LogicalTypes.Decimal) logical).getScale()));
       return true;
     }
+    if ("uuid".equals(logical.getName()) && schema.getType() == Schema.Type.FIXED) {
+      ByteBuffer bytes = ByteBuffer.wrap(((GenericFixed) datum).bytes());
+      json.writeString(new UUID(bytes.getLong(), bytes.getLong()).toString());
+      return true;
+    }
     String text = temporal(logical.getName(), datum);
-    if (text == null) return false; // uuid (a string), or a logical type Avro does not define
+    if (text == null) return false; // a uuid string, or a logical type Avro does not define
     json.writeString(text);
     return true;
   }
