@@ -47,7 +47,8 @@ $(STATE)/jars/contract/.built: jvm/settings.xml $(CONTRACT_SOURCES)
 	cp $(STATE)/build/contract/tidemark-contract-*.jar $(STATE)/jars/contract/
 	touch $@
 
-# The local schema registry of Avro pipelines (Apicurio Registry, about 170 MB unpacked): `tidemark up` runs it.
+# The local schema registry of Avro pipelines (Apicurio Registry, about 170 MB unpacked): the tests run it
+# (tidemark/embedded/schema_registry.py; `tidemark up` will once a pipeline can read Avro: docs/design.md).
 $(STATE)/jars/registry/.fetched: jvm/settings.xml jvm/registry/pom.xml
 	rm -rf $(STATE)/jars/registry
 	$(MVN) -f jvm/registry/pom.xml dependency:unpack -Dregistry.dir=$(abspath $(STATE))/jars/registry

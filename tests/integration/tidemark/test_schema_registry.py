@@ -13,6 +13,7 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.schema_registry import RegistryUnavailable, SchemaRegistry
 from spark_jobs.secrets import redact
 from spark_jobs.settings import Settings
+from tests.integration.tidemark.test_errors import free_port
 
 
 def schema(*fields: str) -> str:
@@ -47,8 +48,8 @@ def test_a_subject_without_schemas_is_one_line_saying_how_to_register_one(regist
         client.latest("nobody-value")
 
 
-def test_a_registry_that_does_not_answer_is_one_line_without_the_password(registry, settings: Settings) -> None:
-    port = settings.schema_registry_port + 7  # nothing listens there
+def test_a_registry_that_does_not_answer_is_one_line_without_the_password(settings: Settings) -> None:
+    port = free_port()
     url = f"http://reader:s3cret-pw@127.0.0.1:{port}/apis/ccompat/v7"
     with pytest.raises(RegistryUnavailable) as raised:
         SchemaRegistry(url).latest("orders-value")

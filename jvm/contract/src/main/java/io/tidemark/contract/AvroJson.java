@@ -33,8 +33,8 @@ import org.apache.avro.generic.IndexedRecord;
  * digits and scale ({@code 12.30}), so a typed column {@code decimal(18,2)} reads it as written;
  * {@code timestamp-millis}/{@code -micros} as ISO-8601 in UTC with a {@code Z} (an event time); the
  * local timestamps without an offset; {@code date} as {@code 2026-03-01}; {@code time-*} as
- * {@code 12:00:00.123}; {@code uuid} as its text (a fixed(16) one too). A float or double that JSON cannot hold (NaN,
- * infinities) is written as a string.
+ * {@code 12:00:00.123}; {@code uuid} as its text (a fixed(16) one too). A float or double that JSON
+ * cannot hold (NaN, infinities) is written as a string.
  */
 final class AvroJson {
   private static final JsonFactory FACTORY =
