@@ -42,7 +42,7 @@ def readmit_dag(pipeline: Pipeline | Unrunnable) -> None:
                 description="Only records quarantined with this reason: its code (a choice here), or the start of "
                 "its text as the tidemark page lists it (e.g. 'schema: enum at /status'). Leave empty for every "
                 "reason. One that selects nothing fails before Spark starts, listing the reasons there are.",
-                examples=reason_codes(),
+                examples=reason_codes(pipeline),
             ),
             **range_params("Leave the times and offsets empty for any arrival."),
             "dry_run": Param(

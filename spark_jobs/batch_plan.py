@@ -190,7 +190,7 @@ class BatchPlanner:
 
         # Read and validated once. Only quarantined records keep their raw key and value.
         quarantined_flag = F.col("quarantine_reason").isNotNull()
-        parsed = parse_records(batch_df, self.contract)
+        parsed = parse_records(batch_df, self.contract, self.settings.schema_registry())
         parsed = parsed.select(
             *[F.when(quarantined_flag, F.col(c)).alias(c) if c in ("key", "value") else c for c in parsed.columns]
         )

@@ -76,13 +76,27 @@ def _schema_file(path: Path, name: str, read: Callable[[Path], str]) -> tuple[An
         return None, f"{name!r} is not valid JSON or YAML: {str(exc).splitlines()[0]}"
 
 
+def avro_problem(contract: Mapping[str, Any]) -> str | None:
+    """What an Avro ``contract`` may not say in the file (its roles and columns are checked against the
+    registry's reader schema when a run starts: ``spark_jobs.avro``)."""
+    if "schema" in contract:
+        return (
+            "contract.schema: an Avro pipeline's schema is its subject's in the schema registry (`subject`, "
+            "default <topic>-value); remove `schema`"
+        )
+    return None
+
+
 def contract_problems(contract: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[str]:
-    """What the file's shape cannot say about an entry's ``contract`` against its ``schema``: a line each."""
+    """What the file's shape cannot say about an entry's ``contract`` against its ``schema``: a line each. An
+    Avro contract's roles and columns are checked against the registry's reader schema when a run starts
+    (``spark_jobs.avro``); here only its columns' names and types."""
+    avro = contract.get("format") == "avro"
     for role in ROLES:
-        if role in contract:
+        if role in contract and not avro:
             yield from (f"contract.{role}: {line}" for line in _role_problems(role, contract[role], schema))
     pointer = contract.get("properties")
-    if pointer:
+    if pointer and not avro:
         node = declared(schema, pointer)
         if node is None:
             yield f"contract.properties: {pointer!r} is not a property the schema declares"
@@ -90,7 +104,7 @@ def contract_problems(contract: Mapping[str, Any], schema: Mapping[str, Any]) ->
             yield f"contract.properties: {pointer!r} is not declared as an object"
     names: dict[str, str] = {}  # a column's name: the path that made it first
     for dotted, type_ in contract.get("columns", {}).items():
-        problem = _column_problem(dotted, type_, names, schema)
+        problem = _column_problem(dotted, type_, names, None if avro else schema)
         if problem:
             yield f"contract.columns.{dotted}: {problem}"
         names.setdefault(dotted.replace(".", "_"), dotted)
@@ -113,8 +127,9 @@ def _role_problems(role: str, pointer: str, schema: Mapping[str, Any]) -> Iterat
         yield f"{pointer!r} has format {node['format']!r}; it must be a date-time"
 
 
-def _column_problem(dotted: str, type_: str, names: Mapping[str, str], schema: Mapping[str, Any]) -> str | None:
-    """What is wrong with the typed column of the path ``dotted`` as ``type_``, given the ``names`` taken."""
+def _column_problem(dotted: str, type_: str, names: Mapping[str, str], schema: Mapping[str, Any] | None) -> str | None:
+    """What is wrong with the typed column of the path ``dotted`` as ``type_``, given the ``names`` taken
+    (``schema`` None: the field is not looked up, an Avro contract's is at run time)."""
     column = dotted.replace(".", "_")
     if not re.fullmatch("[a-z_][a-z0-9_]*", column):
         return "a column's path is lower-case words joined by '.', e.g. page.url"
@@ -124,15 +139,17 @@ def _column_problem(dotted: str, type_: str, names: Mapping[str, str], schema: M
         return f"{column!r} is a name tidemark uses while writing; pick another field"
     if column in names:
         return f"makes the column {column!r}, as {names[column]} does"
-    if declared(schema, _dotted_pointer(dotted)) is None:
+    if schema is not None and declared(schema, _dotted_pointer(dotted)) is None:
         return f"{_dotted_pointer(dotted)!r} is not a property the schema declares"
     if not (type_ in COLUMN_TYPES or DECIMAL_PATTERN.fullmatch(type_) and _decimal_fits(type_)):
         return f"{type_!r} is not a column type: {', '.join(COLUMN_TYPES)} or decimal(p,s) (p up to 38, s up to p)"
     return None
 
 
-def contract_of(raw: Mapping[str, Any], schema: Mapping[str, Any]) -> Contract:
-    """The contract an entry's ``contract`` mapping declares, its schema being ``schema`` (read and checked)."""
+def contract_of(raw: Mapping[str, Any], schema: Mapping[str, Any], topic: str) -> Contract:
+    """The contract an entry's ``contract`` mapping declares, its schema being ``schema`` (read and checked; an
+    Avro contract's is empty until a run resolves it) and its pipeline's topic ``topic``."""
+    avro = raw.get("format") == "avro"
     columns = tuple(
         Column(dotted.replace(".", "_"), _dotted_pointer(dotted), type_.replace(" ", ""))
         for dotted, type_ in raw.get("columns", {}).items()
@@ -146,6 +163,8 @@ def contract_of(raw: Mapping[str, Any], schema: Mapping[str, Any]) -> Contract:
         properties=raw.get("properties"),
         key_is_entity_id=raw.get("key_is_entity_id", True),
         columns=columns,
+        format=raw.get("format", "json"),
+        subject=raw.get("subject", f"{topic}-value") if avro else None,
     )
 
 

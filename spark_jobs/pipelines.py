@@ -51,7 +51,12 @@ class Column:
 
 @dataclass(frozen=True)
 class Contract:
-    """What a valid record's value is (``schema``) and where its roles are (JSON pointers)."""
+    """What a valid record's value is (``schema``) and where its roles are (JSON pointers).
+
+    ``format``: ``json`` (the value is a JSON document; ``schema`` its JSON Schema) or ``avro`` (Avro in
+    Confluent's wire format; the reader schema is the newest version of the registry's ``subject``, which
+    a run resolves before any work: ``spark_jobs.avro.reader_contract`` fills ``schema`` with it and
+    ``schema_version`` with its version, both recorded with each batch's contract)."""
 
     schema: Mapping[str, Any]
     event_id: str
@@ -61,6 +66,13 @@ class Contract:
     properties: str | None = None
     key_is_entity_id: bool = True
     columns: tuple[Column, ...] = ()
+    format: str = "json"
+    subject: str | None = None
+    schema_version: int | None = None
+
+    @property
+    def avro(self) -> bool:
+        return self.format == "avro"
 
     @property
     def event_columns(self) -> tuple[str, ...]:
@@ -79,13 +91,16 @@ class Contract:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def document(self) -> dict[str, Any]:
-        """The contract as the file declares it (with its defaults filled in)."""
+        """The contract as the file declares it (with its defaults filled in); an Avro contract's with its format,
+        subject and the reader schema's version (a JSON contract's document is the same as before Avro)."""
+        avro = {"format": self.format, "subject": self.subject, "schema_version": self.schema_version}
         return {
             "schema": self.schema,
             **{role: getattr(self, role) for role in ROLES if getattr(self, role) is not None},
             "properties": self.properties,
             "key_is_entity_id": self.key_is_entity_id,
             "columns": {c.pointer: c.type for c in self.columns},
+            **(avro if self.avro else {}),
         }
 
 
@@ -129,7 +144,14 @@ def contract_change(stored: Mapping[str, Any], contract: Contract) -> ContractCh
         for pointer, type_ in new_columns.items()
         if pointer not in old_columns
     ]
-    if stored.get("schema") != new["schema"]:
+    if stored.get("format", "json") != new.get("format", "json"):
+        compatible = False
+        what.append(f"the format changed from {stored.get('format', 'json')} to {new.get('format', 'json')}")
+    if stored.get("subject") != new.get("subject") and compatible:
+        what.append(f"the subject {new.get('subject')!r}")
+    if new.get("schema_version") is not None and stored.get("schema_version") != new.get("schema_version"):
+        what.append(f"the reader schema, version {new['schema_version']} of {new.get('subject')!r}")
+    elif stored.get("schema") != new["schema"]:
         what.append("the schema's rules")
     if stored.get("key_is_entity_id") != new["key_is_entity_id"]:
         what.append(f"key_is_entity_id {new['key_is_entity_id']}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.contract_schema import contract_of, contract_problems, read_schema, read_text
+from spark_jobs.contract_schema import avro_problem, contract_of, contract_problems, read_schema, read_text
 from spark_jobs.errors import ConfigError
 from spark_jobs.pipeline_names import PipelineNames
 from spark_jobs.pipeline_options import option_problems, read_options
@@ -115,7 +115,7 @@ def check(document: Any, path: Path, defaults: Any, read: Callable[[Path], str] 
 
 def _pipeline(entry: Mapping[str, Any], topic: str, schema: Mapping[str, Any], defaults: Any) -> Pipeline:
     """The pipeline of a checked ``entry``, its topic and contract's schema being ``topic`` and ``schema``."""
-    contract = contract_of(entry["contract"], schema)
+    contract = contract_of(entry["contract"], schema, topic)
     return Pipeline(entry["name"], topic, contract, **read_options(Pipeline, entry, defaults))
 
 
@@ -145,12 +145,23 @@ class _Entries:
                                   "schema and its folder of the lake; choose another")]  # fmt: skip
         topic = PipelineNames(name).topic(entry.get("topic"), self.defaults.events_topic)
         lines = self._claim(name, topic)
-        # The contract's schema is read once (a file beside this one, or inline) and checked first.
-        schema, problem = read_schema(entry["contract"]["schema"], self.path.parent, self.read)
+        contract = entry["contract"]
+        schema: Mapping[str, Any]
+        problem: str | None
+        if contract.get("format") == "avro":
+            # The reader schema is the registry's: a run checks the roles and columns against it (spark_jobs.avro).
+            schema, problem = {}, avro_problem(contract)
+        elif "subject" in contract:
+            schema, problem = {}, "contract.subject: a subject names an Avro schema; add format: avro, or remove it"
+        elif "schema" not in contract:
+            schema, problem = {}, "contract.schema is missing: a JSON Schema of the value (or format: avro)"
+        else:  # the JSON contract's schema is read once (a file beside this one, or inline) and checked first
+            schema, problem = read_schema(contract["schema"], self.path.parent, self.read)
+            problem = problem and f"contract.schema: {problem}"
         if problem:
-            lines.append(f"contract.schema: {problem}")
+            lines.append(problem)
         else:
-            lines += [*contract_problems(entry["contract"], schema), *option_problems(Pipeline, entry)]
+            lines += [*contract_problems(contract, schema), *option_problems(Pipeline, entry)]
         if not lines:
             self.found.append((entry, topic, schema))
         return [Problem(name, f"{where}: {line}") for line in lines]

@@ -22,14 +22,23 @@ NAME_PATTERN = "^[a-z][a-z0-9_]{0,39}$"
 # Kafka's rule for topic names.
 TOPIC_PATTERN = "^[A-Za-z0-9._-]{1,249}$"
 _POINTER = "^(/([^~]|~[01])*)*$"
+# A registry subject (Confluent's TopicNameStrategy names it `<topic>-value`): printable ASCII, no spaces.
+SUBJECT_PATTERN = "^[!-~]{1,255}$"
 
 _CONTRACT: dict[str, Any] = {
     "type": "object",
-    "required": ["schema", "event_id", "entity_id", "event_time"],
+    # `schema` is required of a JSON contract and refused in an Avro one (spark_jobs.pipelines_check).
+    "required": ["event_id", "entity_id", "event_time"],
     "additionalProperties": False,
-    "x-must": "must be a mapping with schema, event_id, entity_id and event_time",
+    "x-must": "must be a mapping with schema (JSON) or format: avro, event_id, entity_id and event_time",
     "properties": {
+        "format": {"enum": ["json", "avro"], "x-must": "must be json (the default) or avro"},
         "schema": {"type": ["object", "string"], "x-must": "must be a JSON Schema, or the path of a file holding one"},
+        "subject": {
+            "type": "string",
+            "pattern": SUBJECT_PATTERN,
+            "x-must": "must be a schema registry subject: printable characters, no spaces, at most 255",
+        },
         **{
             role: {
                 "type": "string",

@@ -154,7 +154,8 @@ def checked_again(rows: DataFrame, settings: Settings) -> DataFrame:
     from pyspark.sql import functions as F
 
     as_read = rows.select(*COORDINATES, F.col("arrival_time").alias("timestamp"), "key", "value")
-    verdict = parse_records(as_read, settings.contract()).select(*COORDINATES, "quarantine_reason")
+    contract = settings.run_contract()
+    verdict = parse_records(as_read, contract, settings.schema_registry()).select(*COORDINATES, "quarantine_reason")
     return rows.join(verdict, list(COORDINATES)).withColumn("back", F.col("quarantine_reason").isNull())
 
 

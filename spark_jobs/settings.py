@@ -26,6 +26,7 @@ from spark_jobs.pipeline_options import options
 from spark_jobs.pipelines import Defaults, Pipeline
 from spark_jobs.pipelines_check import PipelinesError
 from spark_jobs.pipelines_file import load_each
+from spark_jobs.schema_registry import SchemaRegistry
 from spark_jobs.settings_parsers import COUNT, FLAG, HORIZON, NUMBER, OPTIONS, PATH, PORT, RULES, TEXT, WHOLE, Parser
 
 if TYPE_CHECKING:
@@ -275,8 +276,20 @@ class Settings:
         return f"{self.names.folder(self.checkpoint_root)}/{kind}-{self.topic}"
 
     def contract(self) -> Contract:
-        """The contract :attr:`pipelines_file` declares for :attr:`pipeline`."""
+        """The contract :attr:`pipelines_file` declares for :attr:`pipeline` (an Avro one without its schema)."""
         return self.declared().contract
+
+    def run_contract(self) -> Contract:
+        """The contract a run checks records with: :meth:`contract`, an Avro one with the registry's newest
+        version of its subject as the reader schema, checked against its roles and columns (a registry that
+        does not answer is a :class:`ConfigError` here, before any work)."""
+        from spark_jobs.avro import reader_contract
+
+        return reader_contract(self.contract(), self.schema_registry())
+
+    def schema_registry(self) -> SchemaRegistry:
+        """The schema registry of the Avro pipelines (:attr:`schema_registry_url`)."""
+        return SchemaRegistry(self.schema_registry_url)
 
     @property
     def names(self) -> PipelineNames:

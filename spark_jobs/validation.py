@@ -14,16 +14,18 @@ through Python.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import TYPE_CHECKING
 
-from spark_jobs import jvm
+from spark_jobs import avro, jvm
 from spark_jobs.contract import EARLIEST_EVENT_TIME_US, LATEST_EVENT_TIME_US, MAX_ENTITY_ID_BYTES, MAX_VALUE_BYTES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from spark_jobs.pipelines import Column, Contract
+    from spark_jobs.schema_registry import SchemaRegistry
 
 # ISO-8601 with an explicit offset (or Z), as the contract requires.
 _ISO_WITH_OFFSET = (  # no backslashes: Spark SQL string literals would eat them
@@ -68,14 +70,22 @@ def source_columns(raw: DataFrame) -> list:
     return ["topic", "partition", "offset", F.col("timestamp").alias("arrival_time"), *timestamp_type, "key", "value"]
 
 
-def register_check(raw: DataFrame, contract: Contract) -> str:
+def register_check(raw: DataFrame, contract: Contract, registry: SchemaRegistry | None = None) -> str:
     """The name of the SQL function that checks a record (key, value) against ``contract``,
-    registered in ``raw``'s session."""
+    registered in ``raw``'s session. An Avro contract's (resolved: ``spark_jobs.avro.reader_contract``)
+    decodes with the writer schemas of the ids ``raw``'s records carry, fetched from ``registry``."""
     schema = json.dumps(contract.schema, sort_keys=True)
     rules = record_rules(contract)
     name = f"tidemark_contract_{contract.digest[:16]}_{rules.max_value_bytes}_{rules.max_entity_id_bytes}"
-    jvm.register_contract_check(raw.sparkSession, name, schema, rules)
-    return name
+    if not contract.avro:
+        jvm.register_contract_check(raw.sparkSession, name, schema, rules)
+        return name
+    if registry is None or contract.schema_version is None:
+        raise AssertionError("an Avro contract is checked resolved (Settings.run_contract), with its registry")
+    writers = avro.writer_schemas(raw, registry)
+    ids = hashlib.sha256(json.dumps(writers, sort_keys=True).encode()).hexdigest()[:16]
+    jvm.register_avro_check(raw.sparkSession, f"{name}_{ids}", writers, (contract.schema_version, schema), rules)
+    return f"{name}_{ids}"
 
 
 def record_rules(contract: Contract) -> jvm.RecordRules:
@@ -101,7 +111,7 @@ def _column_reason(contract: Contract) -> str:
     return f"CASE {' '.join(cases)} END" if cases else "CAST(NULL AS string)"
 
 
-def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
+def parse_records(raw: DataFrame, contract: Contract, registry: SchemaRegistry | None = None) -> DataFrame:
     """Kafka source rows -> one row per record with parsed fields and ``quarantine_reason``.
 
     Output columns: topic, partition, offset, arrival_time (the Kafka timestamp), key, value,
@@ -113,7 +123,7 @@ def parse_records(raw: DataFrame, contract: Contract) -> DataFrame:
     from pyspark.sql import functions as F
 
     timestamp_type = ["timestamp_type"] if "timestampType" in raw.columns else []
-    check = register_check(raw, contract)
+    check = register_check(raw, contract, registry)
     checked = raw.select(*source_columns(raw), F.expr(f"{check}(key, value)").alias("checked")).select(
         "*",
         F.expr("try_to_timestamp(checked.event_time)").alias("event_ts"),

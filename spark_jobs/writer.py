@@ -125,7 +125,7 @@ class BatchWriter:
         # A lake whose record tables this writer created holds nothing written before attempts
         # were recorded (ledger.write_floor).
         # The pipeline's contract, read from its file once a run: every batch checks records against it.
-        self.contract = settings.contract()
+        self.contract = settings.run_contract()
         created = delta_tables.ensure_tables(spark, settings, self.contract)
         created_lake = set(RECORD_TABLES) <= set(created)
         if "events" not in created and self._contract_changed():

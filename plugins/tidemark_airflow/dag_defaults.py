@@ -81,8 +81,10 @@ def range_params(either: str) -> dict[str, Any]:
     }
 
 
-def reason_codes() -> list[str]:
-    """The quarantine reasons' codes, which the readmit form offers (``spark_jobs.store.quarantine.REASON_CODES``)."""
-    from spark_jobs.store.quarantine import REASON_CODES
+def reason_codes(pipeline: object = None) -> list[str]:
+    """The quarantine reasons' codes, which the readmit form of ``pipeline`` offers
+    (``spark_jobs.store.quarantine.REASON_CODES``; an Avro pipeline's own codes first)."""
+    from spark_jobs.store.quarantine import AVRO_REASON_CODES, REASON_CODES
 
-    return list(REASON_CODES)
+    contract = getattr(pipeline, "contract", None)  # an Unrunnable pipeline has none
+    return [*(AVRO_REASON_CODES if contract is not None and contract.avro else ()), *REASON_CODES]

@@ -27,7 +27,7 @@ def verify_contract(settings) -> None:  # Settings
     from spark_jobs import db
 
     with db.transaction(settings.pipeline_dsn) as cur:
-        refuse_incompatible_contract(cur, settings.contract(), settings.pipeline)
+        refuse_incompatible_contract(cur, settings.run_contract(), settings.pipeline)
 
 
 @dataclass(frozen=True)
