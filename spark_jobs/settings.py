@@ -26,12 +26,12 @@ from spark_jobs.pipeline_options import options
 from spark_jobs.pipelines import Defaults, Pipeline
 from spark_jobs.pipelines_check import PipelinesError
 from spark_jobs.pipelines_file import load_each
-from spark_jobs.schema_registry import SchemaRegistry
 from spark_jobs.settings_parsers import COUNT, FLAG, HORIZON, NUMBER, OPTIONS, PATH, PORT, RULES, TEXT, WHOLE, Parser
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract
     from spark_jobs.pipelines_check import Declared
+    from spark_jobs.schema_registry import SchemaRegistry
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # The options' own defaults (spark_jobs.pipelines.Pipeline): the defaults of the settings they take.
@@ -289,6 +289,8 @@ class Settings:
 
     def schema_registry(self) -> SchemaRegistry:
         """The schema registry of the Avro pipelines (:attr:`schema_registry_url`)."""
+        from spark_jobs.schema_registry import SchemaRegistry
+
         return SchemaRegistry(self.schema_registry_url)
 
     @property

@@ -5,17 +5,19 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from spark_jobs.settings import Settings
-from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError
+from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError, schema_registry
+from tidemark.embedded.schema_registry import SchemaRegistry
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:
     """Check what tidemark needs and say what to fix."""
     from spark_jobs.spark import spark_jars
     from tidemark.embedded.postgres_server import postgres_bin_dir
-    from tidemark.embedded.process import port_open, require_java
+    from tidemark.embedded.process import require_java
 
     checks: list[tuple[str, bool, str]] = []
 
@@ -46,19 +48,38 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         return found
 
     check("spark-submit", spark_submit)
-    for name, service, port in (
-        ("kafka", KafkaBroker(settings), settings.kafka_port),
-        ("postgres", PostgresServer(settings), settings.postgres_port),
-    ):
-
-        def probe(service=service, port=port) -> str:
-            if service.is_running():
-                return f"running on port {port}"
-            if port_open(port):
-                raise ServiceError(f"port {port} is taken by another process")
-            raise ServiceError(f"not running (port {port} free): run `tidemark up`")
-
-        check(name, probe)
+    check("kafka", service_probe(KafkaBroker(settings), settings.kafka_port))
+    check("postgres", service_probe(PostgresServer(settings), settings.postgres_port))
+    if schema_registry.needed(settings):  # a pipeline reads Avro from the local registry
+        check("java 21+ (registry)", schema_registry.registry_java)
+        check("schema registry", registry_probe(settings))
     for name, ok, detail in checks:
         print(f"{'ok  ' if ok else 'FAIL'}  {name:22} {detail}")
     return 0 if all(ok for _, ok, _ in checks) else 2  # each failed check says what to fix
+
+
+def service_probe(service, port: int) -> Callable[[], str]:  # a KafkaBroker, PostgresServer or SchemaRegistry
+    """Whether ``service`` runs on ``port``; otherwise what to do."""
+    from tidemark.embedded.process import port_open
+
+    def probe() -> str:
+        if service.is_running():
+            return f"running on port {port}"
+        if port_open(port):
+            raise ServiceError(f"port {port} is taken by another process")
+        raise ServiceError(f"not running (port {port} free): run `tidemark up`")
+
+    return probe
+
+
+def registry_probe(settings: Settings) -> Callable[[], str]:
+    """The local schema registry's check: unpacked by `make jars`, and running."""
+    registry = SchemaRegistry(settings)
+    running = service_probe(registry, settings.schema_registry_port)
+
+    def probe() -> str:
+        if not registry.app.exists():
+            raise FileNotFoundError(f"the schema registry is missing in {registry.app.parent}; run `make jars`")
+        return running()
+
+    return probe

@@ -1,4 +1,5 @@
-"""The commands that run the local stack: Kafka and PostgreSQL (``up``, ``down``, ``status``), the tidemark
+"""The commands that run the local stack: Kafka and PostgreSQL, and the schema registry when a pipeline reads
+Avro (``up``, ``down``, ``status``), the tidemark
 database's migrations (``db migrate``) and Airflow in the foreground (``airflow``)."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import time
 
 from spark_jobs.errors import ConfigError
 from spark_jobs.settings import Settings
-from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError
+from tidemark.embedded import KafkaBroker, PostgresServer, ServiceError, schema_registry
+from tidemark.embedded.schema_registry import SchemaRegistry
 
 EXIT_USAGE = 2  # what a user can fix: services stopped, a setting to change
 
@@ -26,6 +28,8 @@ def cmd_up(settings: Settings, args: argparse.Namespace) -> int:
         if not was_running:  # a failed start leaves nothing of its own running
             print(postgres.stop())
         raise
+    if schema_registry.needed(settings):  # a pipeline reads Avro, and no registry URL is set
+        print(SchemaRegistry(settings).start())
     return 0
 
 
@@ -86,7 +90,9 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
     stopped = AirflowServices(settings).stop()
     if stopped:
         print(f"Airflow stopped ({', '.join(stopped)})")
-    for service in (KafkaBroker(settings), PostgresServer(settings)):
+    registry = SchemaRegistry(settings)
+    services: list[SchemaRegistry | KafkaBroker | PostgresServer] = [KafkaBroker(settings), PostgresServer(settings)]
+    for service in ([registry] if registry.pid() is not None else []) + services:
         try:
             print(service.stop())
         except ServiceError as exc:
@@ -97,11 +103,13 @@ def cmd_down(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_status(settings: Settings, args: argparse.Namespace) -> int:
-    kafka, postgres = KafkaBroker(settings), PostgresServer(settings)
+    kafka, postgres, registry = KafkaBroker(settings), PostgresServer(settings), SchemaRegistry(settings)
     states = {
         f"kafka     {settings.bootstrap_servers}": (kafka.is_running(), kafka.pid()),
         f"postgres  127.0.0.1:{settings.postgres_port}": (postgres.is_running(), postgres.pid()),
     }
+    if schema_registry.needed(settings) or registry.pid() is not None:
+        states[f"registry  127.0.0.1:{settings.schema_registry_port}"] = (registry.is_running(), registry.pid())
     for name, (running, pid) in states.items():
         print(f"{name:40} {'running (pid ' + str(pid) + ')' if running else 'stopped'}")
     print(f"state     {settings.home}")

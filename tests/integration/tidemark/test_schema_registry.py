@@ -4,6 +4,7 @@ Confluent-compatible API, against each other and against Confluent's own client.
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from dataclasses import replace
 
@@ -16,8 +17,10 @@ from spark_jobs.settings import Settings
 from tests.integration.tidemark.test_errors import free_port
 
 
-def schema(*fields: str) -> str:
-    return json.dumps({"type": "record", "name": "Order", "fields": [{"name": f, "type": "string"} for f in fields]})
+def schema(first: str, *added: str, default: bool = True) -> str:
+    """An order's schema: the field ``first``, then the fields ``added`` (with a default: a BACKWARD change)."""
+    more = [{"name": f, "type": "string", **({"default": ""} if default else {})} for f in added]
+    return json.dumps({"type": "record", "name": "Order", "fields": [{"name": first, "type": "string"}, *more]})
 
 
 def test_the_client_reads_versions_and_ids_that_confluents_serializer_registered(registry, settings: Settings) -> None:
@@ -60,3 +63,57 @@ def test_a_registry_that_does_not_answer_is_one_line_without_the_password(settin
     carried = replace(settings, schema_registry_url=url)
     assert "s3cret-pw" in carried.secrets()
     assert redact("the password s3cret-pw", carried.secrets()) == "the password ***"
+
+
+def test_the_local_registry_refuses_a_version_older_records_cannot_be_read_with(registry, settings: Settings) -> None:
+    """BACKWARD, as Confluent's default: a field added without a default cannot be read from older records."""
+    client = SchemaRegistry(settings.schema_registry_url)
+    subject = f"orders-{uuid.uuid4().hex[:8]}-value"
+    client.register(subject, schema("id"))
+    with pytest.raises(ConfigError, match="HTTP 409"):
+        client.register(subject, schema("id", "customer", default=False))
+    assert client.register(subject, schema("id", "customer")) and client.latest(subject).version == 2
+
+
+AVRO_PIPELINES = {
+    "pipelines": [
+        {
+            "name": "orders",
+            "topic": "orders",
+            "contract": {"format": "avro", "event_id": "/id", "entity_id": "/customer", "event_time": "/at"},
+        }
+    ]
+}
+
+
+def test_up_runs_the_registry_when_a_pipeline_reads_avro_and_keeps_its_ids_until_down(tmp_path, stack) -> None:
+    """`tidemark up`, `status`, `doctor` and `down` as a user runs them, on a home and ports of their own."""
+    import yaml
+
+    from tests.integration.tidemark.test_errors import tidemark
+
+    pipelines = tmp_path / "pipelines.yaml"
+    pipelines.write_text(yaml.safe_dump(AVRO_PIPELINES))
+    ports = {name: str(free_port()) for name in ("KAFKA", "KAFKA_CONTROLLER", "POSTGRES", "SCHEMA_REGISTRY")}
+    env = {f"TIDEMARK_{name}_PORT": port for name, port in ports.items()}
+    home = stack.home / "runs" / f"up-{uuid.uuid4().hex[:8]}"  # PostgreSQL's user must reach it, as in .tidemark
+    env |= {"TIDEMARK_HOME": str(home), "TIDEMARK_JARS_DIR": str(stack.jars_dir), "TIDEMARK_PIPELINES": str(pipelines)}
+    url = f"http://127.0.0.1:{ports['SCHEMA_REGISTRY']}/apis/ccompat/v7"
+    try:
+        up = tidemark(["up"], env, tmp_path)
+        assert up.returncode == 0 and "schema registry started" in up.stdout, up.stdout + up.stderr
+        schema_id = SchemaRegistry(url).register("orders-value", schema("id"))
+        status = tidemark(["status"], env, tmp_path)
+        assert status.returncode == 0 and f"registry  127.0.0.1:{ports['SCHEMA_REGISTRY']}" in status.stdout
+        doctor = tidemark(["doctor"], env, tmp_path)
+        assert "ok    schema registry" in doctor.stdout and "ok    java 21+ (registry)" in doctor.stdout, doctor.stdout
+        # A restart keeps the schemas and their ids: a record names its writer schema by id.
+        assert "schema registry stopped" in tidemark(["down"], env, tmp_path).stdout
+        assert tidemark(["up"], env, tmp_path).returncode == 0
+        assert SchemaRegistry(url).latest("orders-value").schema_id == schema_id
+    finally:
+        down = tidemark(["down"], env, tmp_path)
+    assert down.returncode == 0 and "schema registry stopped" in down.stdout, down.stdout + down.stderr
+    with pytest.raises(RegistryUnavailable):
+        SchemaRegistry(url).latest("orders-value")
+    shutil.rmtree(home)
