@@ -339,8 +339,10 @@ class Settings:
         """The secret values these settings carry (for :func:`spark_jobs.secrets.redact`)."""
         from spark_jobs.secrets import dsn_password, option_secrets
 
-        registry = urllib.parse.urlsplit(self.schema_registry_url).password
-        return [s for s in (dsn_password(self.postgres_dsn), *option_secrets(self.kafka_options), registry) if s]
+        registry = urllib.parse.urlsplit(self.schema_registry_url).password or ""
+        registry_forms = (registry, urllib.parse.unquote(registry))  # as the URL writes it, and as it is sent
+        return [s for s in dict.fromkeys((dsn_password(self.postgres_dsn), *option_secrets(self.kafka_options),
+                                          *registry_forms)) if s]  # fmt: skip
 
     def kafka_client_config(self, **extra: object) -> dict[str, object]:
         """confluent-kafka configuration for this cluster, pass-through options included."""

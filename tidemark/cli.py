@@ -11,6 +11,7 @@ import argparse
 import logging
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from spark_jobs.errors import TidemarkError
 from spark_jobs.secrets import redact
@@ -79,6 +80,12 @@ def _produce_command(sub) -> None:
     produce.add_argument("--topic", help="topic (default: the pipeline's, TIDEMARK_TOPIC or 'events')")
     produce.add_argument("--seed", type=int, default=42, help="random seed; same seed, same records")
     produce.add_argument("--id-prefix", default="", help="prefix for event_ids, to keep separate runs distinct")
+    produce.add_argument(
+        "--schema",
+        type=Path,
+        help="an Avro pipeline's: the Avro schema file (.avsc) to write with, registered under the pipeline's "
+        "subject first (default: the subject's newest version)",
+    )
     produce.add_argument(
         "--arrival-step-ms",
         type=non_negative,

@@ -5,8 +5,10 @@ which lists or checks the pipelines file."""
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from datetime import UTC, timedelta
+from pathlib import Path
 
 from spark_jobs.errors import TidemarkError
 from spark_jobs.settings import Settings
@@ -30,6 +32,7 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
         arrival_step=timedelta(milliseconds=args.arrival_step_ms) if args.arrival_step_ms else None,
         id_prefix=args.id_prefix,
         contract=settings.contract() if args.pipeline else None,  # --pipeline: samples of its contract
+        writer=avro_writer(settings, args.schema) if args.pipeline and settings.contract().avro else None,
     )
     started = time.monotonic()
     report = produce(
@@ -47,6 +50,22 @@ def cmd_produce(settings: Settings, args: argparse.Namespace) -> int:
     if report.aborted:
         print(f"aborted  {report.aborted:,} records in aborted transactions (never visible to read_committed)")
     return 0
+
+
+def avro_writer(settings: Settings, schema: Path | None) -> tuple[int, str]:
+    """The writer schema an Avro pipeline's samples are written with: the file ``schema``, registered under the
+    pipeline's subject (a new version unless it is there), or the subject's newest version; its id and text."""
+    registry, subject = settings.schema_registry(), settings.contract().subject
+    assert subject is not None  # an Avro contract names one
+    if schema is None:
+        latest = registry.latest(subject)
+        return latest.schema_id, latest.schema
+    try:
+        text = schema.read_text(encoding="utf-8")
+        json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise TidemarkError(f"--schema {schema}: not an Avro schema file ({exc})") from None
+    return registry.register(subject, text), text
 
 
 def cmd_land(settings: Settings, args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ class ProduceSpec:
     arrival_step: timedelta | None = None
     id_prefix: str = ""  # prefixes event_ids and entity_ids, to keep separate runs distinct
     contract: Contract | None = None  # a pipeline's contract; None: today's events
+    writer: tuple[int, str] | None = None  # an Avro pipeline's: the writer schema's registry id and text
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -82,7 +83,7 @@ class ProduceReport:
 def generate(spec: ProduceSpec) -> Iterator[Record]:
     """The records of ``spec``, in production order. Deterministic for a given spec."""
     rng = random.Random(spec.seed)
-    sampler = Sampler.of(spec.contract)
+    sampler = Sampler.of(spec.contract, spec.writer)
     hot = max(1, spec.entities // 100)
     clocks: dict[int, datetime] = {}
     sent: list[tuple[bytes, bytes]] = []  # valid records that a duplicate may resend
@@ -123,7 +124,8 @@ def generate(spec: ProduceSpec) -> Iterator[Record]:
                 key, value = sampler.malformed(malformed, event, entity, rng)
             yield Record(key, value, f"malformed:{malformed}", timestamp_ms)
             continue
-        key, value = entity.encode(), json.dumps(event, separators=(",", ":")).encode()
+        key = entity.encode()
+        value = json.dumps(event, separators=(",", ":")).encode() if sampler is None else sampler.encode(event)
         if sampler is not None and i < Sampler.CHECKED:
             sampler.check(event)
         sent.append((key, value))

@@ -6,6 +6,9 @@ PostgreSQL addresses and secrets come from connections instead:
 * ``tidemark_kafka``: any connection type; its extra is a JSON object of Kafka client options
   (librdkafka names), at least ``bootstrap.servers``; SASL/SSL options pass through.
 * ``tidemark_postgres``: a Postgres connection to the tidemark database (the pipeline role).
+* ``tidemark_schema_registry`` (optional, for Avro pipelines): its host is the registry's URL (a
+  Confluent-compatible API, e.g. ``https://registry.example.com`` or Apicurio's ``.../apis/ccompat/v7``),
+  its login and password the registry's credentials.
 
 :func:`tidemark_settings` builds the settings from them and from the worker's own ``TIDEMARK_*``
 environment (lake and checkpoint roots, topic, jars, session rules, ...), at task run time, never
@@ -23,6 +26,7 @@ from spark_jobs.errors import ConfigError
 
 KAFKA_CONN_ID = "tidemark_kafka"
 POSTGRES_CONN_ID = "tidemark_postgres"
+REGISTRY_CONN_ID = "tidemark_schema_registry"
 
 
 def kafka_env(extra: Mapping[str, object], conn_id: str = KAFKA_CONN_ID) -> dict[str, str]:
@@ -60,7 +64,29 @@ def connections_env(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = 
     pg = BaseHook.get_connection(postgres_conn_id)
     env = kafka_env(kafka.extra_dejson, kafka_conn_id)
     env["TIDEMARK_POSTGRES_DSN"] = postgres_dsn(pg.host, pg.port, pg.schema, pg.login, pg.password, pg.extra_dejson)
+    try:
+        registry = BaseHook.get_connection(REGISTRY_CONN_ID)
+    except Exception:  # optional: without it, the worker's TIDEMARK_SCHEMA_REGISTRY_URL (or the local registry)
+        return env
+    env["TIDEMARK_SCHEMA_REGISTRY_URL"] = registry_url(registry.host or "", registry.login, registry.password)
     return env
+
+
+def registry_url(url: str, login: str | None, password: str | None) -> str:
+    """The schema registry's URL with ``login`` and ``password`` as its user information (how tidemark's client
+    takes credentials: sent as HTTP basic authentication, never printed)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"connection {REGISTRY_CONN_ID!r}: its host must be the registry's URL, e.g. https://registry.example.com"
+        )
+    if not login:
+        return url
+    user = urllib.parse.quote(login, safe="") + (":" + urllib.parse.quote(password, safe="") if password else "")
+    host = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{host}"))
 
 
 def connection_secrets(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str = POSTGRES_CONN_ID) -> list[str]:
@@ -73,7 +99,7 @@ def connection_secrets(kafka_conn_id: str = KAFKA_CONN_ID, postgres_conn_id: str
     from spark_jobs.secrets import option_secrets
 
     found: list[str] = []
-    for conn_id in (postgres_conn_id, kafka_conn_id):
+    for conn_id in (postgres_conn_id, kafka_conn_id, REGISTRY_CONN_ID):
         try:
             conn = BaseHook.get_connection(conn_id)
         except Exception:  # missing or unreadable: nothing to redact from it

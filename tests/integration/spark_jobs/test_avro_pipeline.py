@@ -13,6 +13,7 @@ import io
 import json
 import struct
 import uuid
+from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -229,3 +230,30 @@ def test_an_avro_run_refuses_a_reader_schema_without_the_contracts_fields(spark,
     with pytest.raises(Exception, match=r"entity_id '/customer/id' is not a field of the schema"):
         ingest.run_scheduled(spark, orders)
     assert query(orders, "SELECT count(*) FROM ledger_batches") == [(0,)]
+
+
+def test_tidemark_produce_writes_an_avro_pipelines_records_and_its_run_accounts_for_each(
+    spark, pipelines, tmp_path: Path
+) -> None:
+    """The user's path: `tidemark produce --pipeline orders --schema orders.avsc` registers the schema under the
+    pipeline's subject and writes samples of it (and each unreadable kind); a run puts each where it belongs."""
+    import re
+
+    from tests.integration.tidemark.test_errors import tidemark
+
+    _, orders = pipelines
+    schema_file = tmp_path / "orders.avsc"
+    schema_file.write_text(json.dumps(ORDER_V1))
+    args = ["produce", "--pipeline", "orders", "--schema", str(schema_file), "--count", "80", "--entities", "4"]
+    result = tidemark([*args, "--malformed-rate", "0.15", "--partitions", "1"], orders.to_env(), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    produced = dict((kind, int(n)) for kind, n in re.findall(r"([a-z_:]+) (\d+)", result.stdout.split("(")[-1]))
+    assert orders.schema_registry().latest(f"{orders.topic}-value").version == 1
+
+    ingest.run_scheduled(spark, orders)
+    reasons = Counter(r["reason"].split(":")[0] for r in delta_rows(spark, orders, "quarantine"))
+    assert reasons == {kind.split(":")[1]: n for kind, n in produced.items() if kind.startswith("malformed:")}
+    assert set(reasons) <= {"not_avro", "unknown_schema", "bad_avro"} and sum(reasons.values()) > 0
+    assert len(delta_rows(spark, orders, "events")) == produced["valid"]
+    assert_offset_coverage(spark, orders, 80)
+    assert_settings_sinks_agree(spark, orders, "")

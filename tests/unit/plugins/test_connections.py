@@ -28,3 +28,17 @@ def test_postgres_connection_becomes_a_libpq_dsn() -> None:
     }  # fmt: skip
     with pytest.raises(ValueError, match="needs a host and a database"):
         postgres_dsn("h", None, None, "u", None)
+
+
+def test_a_schema_registry_connection_becomes_the_registry_url_with_its_credentials_never_shown() -> None:
+    from spark_jobs.schema_registry import SchemaRegistry
+    from tidemark_airflow.connections import registry_url
+
+    url = registry_url("https://registry.example.com:8443/apis/ccompat/v7", "reader@team", "p@ss:w/rd")
+    assert url == "https://reader%40team:p%40ss%3Aw%2Frd@registry.example.com:8443/apis/ccompat/v7"
+    settings = Settings.from_env({"TIDEMARK_SCHEMA_REGISTRY_URL": url})
+    assert settings.schema_registry_url == url and "p@ss:w/rd" in settings.secrets()
+    assert SchemaRegistry(url).shown == "https://registry.example.com:8443/apis/ccompat/v7"
+    assert registry_url("https://registry.example.com", None, None) == "https://registry.example.com"
+    with pytest.raises(ValueError, match="must be the registry's URL"):
+        registry_url("registry.example.com", "u", "p")

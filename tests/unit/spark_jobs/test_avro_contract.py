@@ -132,3 +132,38 @@ def test_a_new_reader_version_is_a_compatible_change_and_another_format_is_not(t
     as_json = replace(v1, format="json", subject=None, schema_version=None, schema={"type": "object"})
     moved = contract_change(v1.document(), as_json)
     assert not moved.compatible and "the format changed from avro to json" in moved.what
+
+
+def test_samples_of_an_avro_pipeline_are_framed_records_of_its_writer_schema_with_the_roles(tmp_path: Path) -> None:
+    import io
+    import json
+    import struct
+
+    import fastavro
+
+    from tidemark.avro_records import UNKNOWN_SCHEMA_ID
+    from tidemark.producer import ProduceSpec, generate
+
+    spec = ProduceSpec(count=300, entities=5, malformed_rate=0.1, duplicate_rate=0.05, seed=7,
+                       contract=contract(tmp_path), writer=(42, json.dumps(READER)))  # fmt: skip
+    records = list(generate(spec))
+    assert records == list(generate(spec)), "seeded: the same spec, the same records"
+    kinds = {r.kind for r in records}
+    assert {"valid", "duplicate", "malformed:not_avro", "malformed:unknown_schema", "malformed:bad_avro"} <= kinds
+    parsed = fastavro.parse_schema(READER)
+    for r in records:
+        if r.kind == "malformed:not_avro":
+            assert r.value[:1] != b"\x00"
+            continue
+        assert r.value[0] == 0
+        schema_id = struct.unpack(">I", r.value[1:5])[0]
+        assert schema_id == (UNKNOWN_SCHEMA_ID if r.kind == "malformed:unknown_schema" else 42)
+        body = io.BytesIO(r.value[5:])
+        if r.kind == "malformed:bad_avro":
+            with pytest.raises(EOFError):
+                fastavro.schemaless_reader(body, parsed, parsed)
+            continue
+        datum = fastavro.schemaless_reader(body, parsed, parsed)
+        assert body.read() == b"" and r.key == datum["customer"]["id"].encode()
+        assert datum["status"] in ("placed", "paid") and datum["placed_at"].year == 2026
+        assert str(datum["event_id"]).count("-") == 4  # a uuid field holds a uuid made from the event id
