@@ -67,3 +67,22 @@ def test_the_readme_stays_a_users_path_of_at_most_250_lines() -> None:
     """What a user reads first: the reference belongs in docs/ (docs/contributing.md says where)."""
     lines = len((PROJECT_ROOT / "README.md").read_text().splitlines())
     assert lines <= 250, f"README.md has {lines} lines: move reference detail to docs/ and link it"
+
+
+def test_the_avro_pages_example_pipeline_is_checked_and_fits_its_example_schema(tmp_path: Path) -> None:
+    import json
+
+    from spark_jobs.avro import reader_problems
+
+    example = PROJECT_ROOT / "docs" / "examples" / "orders-avro-pipeline.yaml"
+    page = (PROJECT_ROOT / "docs" / "avro.md").read_text()
+    [block] = re.findall(r"(?ms)^```yaml\n(.*?)^```", page)
+    assert block == example.read_text(), "docs/avro.md's example differs from the file"
+    path = tmp_path / "pipelines.yaml"
+    path.write_text((PROJECT_ROOT / "pipelines.yaml").read_text().rstrip("\n") + "\n" + example.read_text())
+    declared = pipelines_file.load_each(path)
+    assert declared.lines() == []
+    orders = next(p for p in declared.pipelines if p.name == "orders")
+    assert (orders.contract.format, orders.contract.subject) == ("avro", "shop.orders-value")
+    schema = json.loads((PROJECT_ROOT / "docs" / "examples" / "orders.avsc").read_text())
+    assert list(reader_problems(orders.contract, schema)) == []
