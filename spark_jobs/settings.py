@@ -74,8 +74,8 @@ class Settings:
     kafka_controller_port: int = setting("TIDEMARK_KAFKA_CONTROLLER_PORT", PORT, 19093,
         "the embedded Kafka broker's controller port")
     postgres_port: int = setting("TIDEMARK_POSTGRES_PORT", PORT, 15432, "the embedded PostgreSQL's port")
-    schema_registry_port: int = setting("TIDEMARK_SCHEMA_REGISTRY_PORT", PORT, 18081, "the embedded schema "
-        "registry's port (Avro pipelines are being built: docs/design.md, \"Avro pipelines\")")
+    schema_registry_port: int = setting("TIDEMARK_SCHEMA_REGISTRY_PORT", PORT, 18081, "the local schema "
+        "registry's port (`tidemark up` runs it when a pipeline reads Avro: docs/avro.md)")
     schema_registry_url: str = setting("TIDEMARK_SCHEMA_REGISTRY_URL", TEXT, "", "the Confluent-compatible schema "
         "registry of Avro pipelines; credentials go in this URL (`https://user:password@host`), "
         "never in the pipelines file",
