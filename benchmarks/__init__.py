@@ -27,9 +27,12 @@ against a baseline taken in the same run (DESIGN.md, "Performance"; issue 5). St
 * **H1 / H2 / HS** ``sessionize`` alone on events generated in Spark: one entity never idle for
   30 minutes over 48 h with n/2 and n events (``--hotkey-events``), against n events of 5,000
   entities; time must grow linearly (H2/H1 <= 2.3) and stay within 3x of the spread events;
-* **C0 / C1** the contract check alone on ``--contract-events`` records of the produced mix (in
+* **C0 / C1 / C2** the contract check alone on ``--contract-events`` records of the produced mix (in
   Parquet, no Kafka): the Variant SQL check tidemark used before (``variant_contract``) against the
   Java check (``spark_jobs.validation``); C1 must cost no more CPU and classify no record differently;
+  C2 is the same records as Avro in Confluent's framing, the ids read and decoded in the JVM against a
+  real schema registry (its own, on 38081, ``benchmarks/avro_contract.py``): no more CPU than C1, and no
+  record decided otherwise;
 * **R** P1's range replayed with a backfill (``ingest.run_backfill``): time against P1, Delta files
   rewritten and PostgreSQL rows changed (both must be 0). It takes as long as P1, so it runs
   ``--replay-repeat`` times (default once); between repetitions the previous replay's ledger row is

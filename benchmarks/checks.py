@@ -182,11 +182,21 @@ def contract_checks(m: Measurements) -> list[Check]:
         return []
     cpu = throughput_ratio(median(m["C1"].cpu_seconds_client), median(m["C0"].cpu_seconds_client))
     differ = m["C1"].details.get("records_classified_differently")
-    return [
+    checks = [
         Check("C1/C0", "C1", "contract check: Java vs the Variant SQL check it replaced, CPU-seconds", cpu,
               Target("<=", 1.0)),
         Check("C differ", "C1", "records the two contract checks classify differently (any column)", differ,
               Target("==", 0), integer=True),
+    ]  # fmt: skip
+    if "C2" not in m:
+        return checks
+    avro = throughput_ratio(median(m["C2"].cpu_seconds_client), median(m["C1"].cpu_seconds_client))
+    otherwise = m["C2"].details.get("records_decided_otherwise_than_c1")
+    return checks + [
+        Check("C2/C1", "C2", "Avro decode + check vs the JSON check, same records, CPU-seconds", avro,
+              Target("<=", 1.0)),
+        Check("C2 differ", "C2", "records the Avro and the JSON check decide otherwise (valid and fields)",
+              otherwise, Target("==", 0), integer=True),
     ]  # fmt: skip
 
 

@@ -8,10 +8,12 @@ import gc
 import operator
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.avro_contract import checked as avro_checked
 from benchmarks.context import BenchContext, ensure, session_rules
 from benchmarks.figures import Measurement, median
 from benchmarks.workloads import (
@@ -66,13 +68,16 @@ def stage_hotkey(ctx: BenchContext) -> None:
 
 
 def stage_contract(ctx: BenchContext) -> None:
-    """C0 / C1: the contract check alone, on ``--contract-events`` records of the produced mix (kept
+    """C0 / C1 / C2: the contract check alone, on ``--contract-events`` records of the produced mix (kept
     in Parquet, no Kafka): today's Variant SQL check before the Java one
-    (``benchmarks/variant_contract.py``), then the Java check (``spark_jobs.validation``). Each
-    repetition reads the records and checks them all (a no-op write), so both pay the same read;
-    the records on which the two differ in any column are counted (the target is none)."""
+    (``benchmarks/variant_contract.py``), the Java check (``spark_jobs.validation``), and the same
+    records as Avro decoded and checked (``benchmarks/avro_contract.py``). Each repetition reads the
+    records and checks them all (a no-op write), so all pay the same read; the records on which
+    C0 and C1 differ in any column are counted (the target is none), and those on which C2 decides
+    otherwise than C1."""
     from pyspark.sql import functions as F
 
+    from benchmarks.avro_contract import avro_records
     from benchmarks.variant_contract import variant_parse_records
     from spark_jobs.pipelines import EVENTS_CONTRACT
     from spark_jobs.validation import parse_records
@@ -90,26 +95,38 @@ def stage_contract(ctx: BenchContext) -> None:
     )
     path = str(ctx.work / "contract-records.parquet")
     started = time.perf_counter()
-    rows = (("bench", i % o.partitions, i, r.key, r.value) for i, r in enumerate(generate(spec)))
+    rows = [("bench", i % o.partitions, i, r.key, r.value) for i, r in enumerate(generate(spec))]
     schema = "topic string, partition int, offset long, key binary, value binary"
-    ctx.spark.createDataFrame(list(rows), schema).withColumn("timestamp", F.current_timestamp()).write.parquet(path)
+    ctx.spark.createDataFrame(rows, schema).withColumn("timestamp", F.current_timestamp()).write.parquet(path)
+    avro = avro_records(ctx, rows, f"bench-{ctx.work.name}-value")
     seconds = time.perf_counter() - started
-    ctx.record.progress(f"contract: {n:,} records written to Parquet in {seconds:.1f} s (not measured)")
+    ctx.record.progress(f"contract: {n:,} records written to Parquet, JSON and Avro, in {seconds:.1f} s (not measured)")
     raw = ctx.spark.read.parquet(path)
     variant = variant_parse_records(raw)
     java = parse_records(raw, EVENTS_CONTRACT)
-    checks = (("C0", "Variant SQL check (before)", variant), ("C1", "Java check", java))
+    checks = (
+        ("C0", "Variant SQL check (before)", lambda: variant),
+        ("C1", "Java check", lambda: java),
+        # An Avro batch reads the ids its records name first (a Spark job), then decodes and checks: both measured.
+        ("C2", "Avro decode + Java check", lambda: avro_checked(avro)),
+    )
     ms = {key: ctx.record.measurement(key, label, n, unit="records") for key, label, _ in checks}
 
-    def check_all(frame: DataFrame) -> None:
-        frame.write.format("noop").mode("overwrite").save()
+    def check_all(frame: Callable[[], DataFrame]) -> None:
+        frame().write.format("noop").mode("overwrite").save()
 
-    for _ in range(o.warmup):
-        for _, _, frame in checks:
-            check_all(frame)
-    for _ in range(o.repeat):
-        for key, _, frame in checks:
-            ctx.record.measure(ms[key], functools.partial(check_all, frame))
+    try:
+        for _ in range(o.warmup):
+            for _, _, frame in checks:
+                check_all(frame)
+        for _ in range(o.repeat):
+            for key, _, frame in checks:
+                ctx.record.measure(ms[key], functools.partial(check_all, frame))
+        ms["C2"].details = {"records_decided_otherwise_than_c1": decided_otherwise(java, avro_checked(avro))}
+    finally:
+        stopped = avro.stop()
+        if stopped:
+            ctx.record.progress(stopped)
     columns = ("event_id", "entity_id", "event_type", "event_time", "properties", "quarantine_reason")
     before = variant.select("offset", *[F.col(c).alias(f"b_{c}") for c in columns])
     same = [F.col(f"b_{c}").eqNullSafe(F.col(c)) for c in columns]
@@ -117,6 +134,20 @@ def stage_contract(ctx: BenchContext) -> None:
     differ = joined.where(~functools.reduce(operator.and_, same)).count()
     ms["C1"].details = {"records_classified_differently": differ}
     ensure(differ == 0, f"contract: the Java check and the Variant check differ on {differ} of {n} records")
+
+
+def decided_otherwise(json_checked: DataFrame, avro_checked: DataFrame) -> int:
+    """Records of the JSON check and the Avro one that are not both quarantined, or both valid with equal fields."""
+    from pyspark.sql import functions as F
+
+    columns = ("event_id", "entity_id", "event_type", "event_time", "properties")
+    left = json_checked.select("offset", F.col("quarantine_reason").isNull().alias("j_valid"),
+                               *[F.col(c).alias(f"j_{c}") for c in columns])  # fmt: skip
+    joined = left.join(avro_checked, "offset", "full_outer")
+    valid = F.col("quarantine_reason").isNull()
+    same = [F.col(f"j_{c}").eqNullSafe(F.col(c)) for c in columns]
+    agree = (F.col("j_valid") == valid) & (~valid | functools.reduce(operator.and_, same))
+    return joined.where(~F.coalesce(agree, F.lit(False))).count()
 
 
 def stage_floor(ctx: BenchContext) -> None:

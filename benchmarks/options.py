@@ -41,6 +41,7 @@ DEFAULT_STAGES = tuple(s for s in STAGES if s not in LONG_STAGES)
 BENCH_KAFKA_PORT = 39092
 BENCH_KAFKA_CONTROLLER_PORT = 39093
 BENCH_POSTGRES_PORT = 35432
+BENCH_SCHEMA_REGISTRY_PORT = 38081  # the contract stage's Avro row (C2) starts it
 # The user's settings the bench keeps: where `make jars` put the jars, and how Spark is sized.
 # Everything else (services, lake, checkpoints, topic, session rules) is the bench's own.
 SHARED_SETTINGS = ("jars_dir", "spark_master", "shuffle_partitions", "driver_memory", "spark_ui", "spark_log_level")
@@ -298,5 +299,6 @@ def bench_settings(options: BenchOptions, env: Mapping[str, str] | None = None) 
         kafka_port=options.kafka_port,
         kafka_controller_port=options.kafka_controller_port,
         postgres_port=options.postgres_port,
+        schema_registry_port=BENCH_SCHEMA_REGISTRY_PORT,
         **{name: getattr(user, name) for name in SHARED_SETTINGS},
     )
