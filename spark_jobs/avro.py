@@ -4,10 +4,10 @@ An Avro pipeline's records are Avro in Confluent's wire format (a zero byte, the
 the body). Before any work a run resolves its contract (:func:`reader_contract`): the newest version of the
 contract's subject becomes the reader schema, and the roles and typed columns must be fields of it of a
 usable type (a role a string, the event time a string or a timestamp, the properties a record or a map).
-Each batch then reads the distinct writer-schema ids its records carry and fetches those schemas once
-(:func:`writer_schemas`), so a schema registered mid-run is decoded from the next batch on; the JVM check
-(``io.tidemark.contract.AvroCheck``) decodes each record with its writer schema, resolves it to the reader,
-and checks the result as a JSON record. docs/design.md, "Avro pipelines".
+The JVM check (``io.tidemark.contract.AvroCheck``) decodes each record with the writer schema its id names,
+which the tasks fetch from the registry once per id (an id the registry does not know is asked again by the
+next batch, so a schema registered mid-run is decoded from then on), resolves it to the reader, and checks
+the result as a JSON record. docs/design.md, "Avro pipelines".
 """
 
 from __future__ import annotations
@@ -21,13 +21,9 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.schema_registry import SchemaRegistry
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from spark_jobs.pipelines import Contract
 
 PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
-# The writer schemas fetched in this process, by registry and id (a registry never changes an id's schema).
-_FETCHED: dict[tuple[str, int], str] = {}
 
 
 def reader_contract(contract: Contract, registry: SchemaRegistry) -> Contract:
@@ -150,26 +146,3 @@ class _Types:
             node = fields[token]["type"]
             records, _ = self.branches(node)
         return node
-
-
-def writer_schemas(raw: DataFrame, registry: SchemaRegistry) -> dict[int, str]:
-    """The writer schemas the framed values of ``raw`` (Kafka rows) name, by id: one Spark job for the ids,
-    one registry request per id this process has not fetched yet. An id the registry does not know is left
-    out (its records are quarantined ``unknown_schema``); a registry that does not answer fails the batch
-    before any write (:class:`~spark_jobs.schema_registry.RegistryUnavailable`)."""
-    from pyspark.sql import functions as F
-
-    framed = raw.where("value IS NOT NULL AND length(value) >= 5 AND substring(value, 1, 1) = X'00'")
-    ids = framed.select(F.expr("CAST(conv(hex(substring(value, 2, 4)), 16, 10) AS BIGINT)").alias("id")).distinct()
-    found: dict[int, str] = {}
-    for (schema_id,) in ids.collect():
-        if schema_id >= 2**31:  # Confluent's ids are positive 32-bit integers: no registry names this one
-            continue
-        key = (registry.shown, schema_id)
-        if key not in _FETCHED:
-            schema = registry.schema(schema_id)
-            if schema is None:
-                continue
-            _FETCHED[key] = schema
-        found[schema_id] = _FETCHED[key]
-    return found

@@ -195,20 +195,26 @@ def register_contract_check(spark: SparkSession, name: str, schema_json: str, ru
 
 
 def register_avro_check(
-    spark: SparkSession, name: str, writers: dict[int, str], reader: tuple[int, str], rules: RecordRules
+    spark: SparkSession,
+    name: str,
+    writers: dict[int, str],
+    reader: tuple[int, str],
+    rules: RecordRules,
+    registry_url: str | None = None,
 ) -> None:
     """Register the SQL function ``name(key, value)``: the contract check of a Kafka record whose value
     is Avro in Confluent's wire format, ``io.tidemark.contract.AvroCheck``: decoded with the writer
-    schema its id names in ``writers`` (id: schema text), resolved to ``reader`` (the subject's
-    version, its schema text), then checked by ``rules`` as :func:`register_contract_check`'s check
-    does. Its struct is ``RecordCheck.RESULT``."""
+    schema its id names in ``writers`` (id: schema text) or, with ``registry_url``, in that registry (the
+    tasks fetch each id once a JVM; an id it does not know stays unknown for this registration, ``name``),
+    resolved to ``reader`` (the subject's version, its schema text), then checked by ``rules`` as
+    :func:`register_contract_check`'s check does. Its struct is ``RecordCheck.RESULT``."""
     # The Avro schema validates the record: the JSON Schema accepts every object. The size limit is
     # the Avro value's, checked before decoding.
     check = rules.java(spark, "{}", max_value_bytes=2**31 - 1)
     contract = _contract(spark)
     version, schema = reader
     by_id = json.dumps({str(k): v for k, v in writers.items()})
-    avro = contract.AvroCheck(by_id, schema, version, check, rules.max_value_bytes)
+    avro = contract.AvroCheck(by_id, schema, version, check, rules.max_value_bytes, registry_url, name)
     spark._jsparkSession.udf().register(name, avro, contract.RecordCheck.RESULT)
 
 

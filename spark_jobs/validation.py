@@ -14,11 +14,11 @@ through Python.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import uuid
 from typing import TYPE_CHECKING
 
-from spark_jobs import avro, jvm
+from spark_jobs import jvm
 from spark_jobs.contract import EARLIEST_EVENT_TIME_US, LATEST_EVENT_TIME_US, MAX_ENTITY_ID_BYTES, MAX_VALUE_BYTES
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ def source_columns(raw: DataFrame) -> list:
 def register_check(raw: DataFrame, contract: Contract, registry: SchemaRegistry | None = None) -> str:
     """The name of the SQL function that checks a record (key, value) against ``contract``,
     registered in ``raw``'s session. An Avro contract's (resolved: ``spark_jobs.avro.reader_contract``)
-    decodes with the writer schemas of the ids ``raw``'s records carry, fetched from ``registry``."""
+    decodes with the writer schemas the records' ids name, which the tasks fetch from ``registry``; each
+    registration (a batch's) asks again for an id the registry did not know in the one before."""
     schema = json.dumps(contract.schema, sort_keys=True)
     rules = record_rules(contract)
     name = f"tidemark_contract_{contract.digest[:16]}_{rules.max_value_bytes}_{rules.max_entity_id_bytes}"
@@ -82,10 +83,9 @@ def register_check(raw: DataFrame, contract: Contract, registry: SchemaRegistry 
         return name
     if registry is None or contract.schema_version is None:
         raise AssertionError("an Avro contract is checked resolved (Settings.run_contract), with its registry")
-    writers = avro.writer_schemas(raw, registry)
-    ids = hashlib.sha256(json.dumps(writers, sort_keys=True).encode()).hexdigest()[:16]
-    jvm.register_avro_check(raw.sparkSession, f"{name}_{ids}", writers, (contract.schema_version, schema), rules)
-    return f"{name}_{ids}"
+    name = f"{name}_{uuid.uuid4().hex[:12]}"
+    jvm.register_avro_check(raw.sparkSession, name, {}, (contract.schema_version, schema), rules, registry.url)
+    return name
 
 
 def record_rules(contract: Contract) -> jvm.RecordRules:

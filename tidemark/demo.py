@@ -1,6 +1,8 @@
 """``tidemark demo``: produce, ingest, produce more, ingest again, replay a range; show nothing changed.
 Then a second pipeline, ``web``, with a contract of its own: its records, quarantine and sessions; and
-a producer release its contract does not know yet, quarantined, then readmitted after a contract fix."""
+a producer release its contract does not know yet, quarantined, then readmitted after a contract fix.
+Last, an Avro pipeline, ``orders`` (``tidemark.demo_avro``): a schema evolution, and a record of a schema
+the registry did not know, readmitted once it is registered."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from spark_jobs.contract import TABLE_SCHEMAS
 from spark_jobs.planning import plan_backfill
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+from tidemark.demo_avro import avro_pipeline
 from tidemark.pipeline_commands import sessions_table
 from tidemark.producer import ProduceSpec, produce
 
@@ -79,6 +82,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     print("\n".join(f"   {line}" for line in fingerprint_table(before, after)))
     web = second_pipeline(spark, settings, run_id, args.count)
     readmit_after_a_fix(spark, web, run_id)
+    orders_ok = avro_pipeline(spark, web, run_id, args.count)
     print(f"\nSessions of one entity: .venv/bin/tidemark sessions {run_id}entity-000000")
     print(
         f"  of web's: TIDEMARK_PIPELINES={web.pipelines_file} .venv/bin/tidemark sessions --pipeline web "
@@ -90,7 +94,7 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
     )
     print(f"PostgreSQL:   psql -h 127.0.0.1 -p {settings.postgres_port} -U tidemark tidemark -c 'TABLE ledger_batches'")
     print("Stop everything: make down")
-    return 0 if after == before else 1
+    return 0 if after == before and orders_ok else 1
 
 
 # The demo's second pipeline: Segment-style web events. Its sessions end after 6 s without a record, so

@@ -98,7 +98,7 @@ class SchemaRegistry:
         return read_pid(self.pid_file)
 
     def is_running(self) -> bool:
-        return self.pid() is not None and self._answers()
+        return self.pid() is not None and self.answers()
 
     def start(self, timeout: float = 120.0) -> str:
         """Start the registry unless it runs already; wait until its API answers."""
@@ -149,9 +149,10 @@ class SchemaRegistry:
     def _ready(self) -> bool:
         if self.pid() is None:
             raise ServiceError(f"the schema registry exited during start-up.{log_tail(self.log_file)}")
-        return port_open(self.settings.schema_registry_port) and self._answers()
+        return port_open(self.settings.schema_registry_port) and self.answers()
 
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
+        """Whether a registry answers on this one's URL (this one, or one another home started there)."""
         try:
             with urllib.request.urlopen(f"{self.url}/subjects", timeout=2) as response:
                 return isinstance(json.load(response), list)

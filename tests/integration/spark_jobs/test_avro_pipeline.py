@@ -65,8 +65,20 @@ ORDER_V1: dict[str, Any] = {
 ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "channel", "type": "string", "default": "web"}]}
 # The event id as a number: a writer schema the reader cannot resolve.
 ORDER_LONG_ID = {**ORDER_V1, "fields": [{"name": "event_id", "type": "long"}, *ORDER_V1["fields"][1:]]}
-# A schema no subject of the pipeline has yet (an older producer's, with a field the reader does not know).
-ORDER_LEGACY = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "coupon", "type": ["null", "string"]}]}
+
+
+def marker_schema(prefix: str) -> dict[str, Any]:
+    """A schema of the test's own, new to the registry."""
+    return {"type": "record", "name": f"Marker_{prefix.strip('-')}", "fields": [{"name": "x", "type": "string"}]}
+
+
+def legacy_schema(prefix: str) -> dict[str, Any]:
+    """A schema no subject of the registry has yet (an older producer's, with fields the reader does not know;
+    one named for the test, as the local registry keeps its schemas from one test session to the next)."""
+    own = {"name": f"coupon_{prefix.strip('-')}", "type": ["null", "string"], "default": None}
+    return {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "coupon", "type": ["null", "string"]}, own]}
+
+
 ORDERS: dict[str, Any] = {
     "name": "orders",
     "contract": {
@@ -183,12 +195,15 @@ def test_an_avro_pipeline_beside_a_json_one_quarantines_evolves_and_readmits_exa
 
     # A schema evolution: a field added with a default, registered by the producer as version 2. The next
     # run reads with version 2; records of version 1 still come in (the field takes its default). Beside
-    # them, a legacy producer's record of a schema not registered yet: the next schema the registry stores
-    # gets the next id, and this record names it before it is there.
+    # them, a legacy producer's record of a schema not registered yet. The registry numbers new schemas
+    # from one sequence (a schema registered again takes a number too): a new schema registered now
+    # shows where it is, and the schema registered next, the legacy one, will take the number after.
     evolved = serialized(orders, ORDER_V2, [order(prefix, i, at, channel="app") for i in (11, 12)])
-    legacy_id = int.from_bytes(evolved[0][1][1:5], "big") + 1
-    legacy = framed(legacy_id, ORDER_LEGACY, order(prefix, 10, at, coupon="SPRING"))
-    produce(orders, [*evolved, *serialized(orders, ORDER_V1, [order(prefix, 13, at)]), (key, legacy)])
+    older = serialized(orders, ORDER_V1, [order(prefix, 13, at)])
+    legacy_id = registry.register(f"{orders.topic}-marker-value", json.dumps(marker_schema(prefix))) + 1
+    assert registry.schema(legacy_id) is None
+    legacy = framed(legacy_id, legacy_schema(prefix), order(prefix, 10, at, coupon="SPRING"))
+    produce(orders, [*evolved, *older, (key, legacy)])
     ingest.run_scheduled(spark, orders)
     assert len(delta_rows(spark, orders, "events")) == 9 and len(delta_rows(spark, orders, "quarantine")) == 5
     versions = query(orders, "SELECT document->>'schema_version', change FROM contracts ORDER BY adopted_at")
@@ -196,7 +211,7 @@ def test_an_avro_pipeline_beside_a_json_one_quarantines_evolves_and_readmits_exa
 
     # The legacy producer's schema is registered (under its own subject): its record is readmitted, the
     # record of an id no registry gave stays where it is.
-    assert registry.register(f"{orders.topic}-legacy-value", json.dumps(ORDER_LEGACY)) == legacy_id
+    assert registry.register(f"{orders.topic}-legacy-value", json.dumps(legacy_schema(prefix))) == legacy_id
     outcome = readmit.readmit(spark, orders, readmit.Selection(reason="unknown_schema"))
     assert outcome.back == 1, outcome
     assert f"{prefix}o10" in {r["event_id"] for r in delta_rows(spark, orders, "events")}

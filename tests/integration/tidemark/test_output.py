@@ -136,6 +136,13 @@ def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with
     assert re.search(r"schema: enum at /event: .*: \d+ quarantined, 12 would come back", out), out
     assert re.search(r"schema: enum at /event: .*: \d+ quarantined, 12 came back", out), out
     assert "   reconcile after the readmit: OK" in out, out
+    # An Avro pipeline: its records through the registry, a schema evolution, and a record of a schema the
+    # registry did not know, quarantined, then readmitted once the schema is registered.
+    avro = out.split("9. an Avro pipeline, 'orders'")[1]
+    assert "produced" in avro and "with version 1 (orders.avsc)" in avro, out
+    assert "a new version of the schema (a field added with a default): version 2" in avro, out
+    assert re.search(r"unknown_schema: schema id \d+ is not in the registry: 1 quarantined, 1 came back", avro), out
+    assert "   reconcile: OK" in avro, out
     assert spark_lines(done.stderr) == [], done.stderr[-3000:]
 
 

@@ -4,10 +4,11 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
 import java.io.Serializable;
-import java.nio.charset.StandardCharsets;
-import java.util.HashMap;
+import java.util.Collections;
 import java.util.Iterator;
+import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.Optional;
 import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.avro.LogicalType;
@@ -48,29 +49,48 @@ public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable 
     SystemLimitException.MAX_COLLECTION_LENGTH_PROPERTY
   };
 
-  /** The decoders of this JVM, by their configuration: tasks share one. */
-  private static final Map<String, Decoders> DECODERS = new ConcurrentHashMap<>();
+  /** The decoders of this JVM, by their registration: tasks share one; the newest few are kept. */
+  private static final Map<String, Decoders> DECODERS = Collections.synchronizedMap(new LinkedHashMap<>(16, 0.75f, true) {
+    @Override
+    protected boolean removeEldestEntry(Map.Entry<String, Decoders> eldest) {
+      return size() > 16;
+    }
+  });
+  /** Each task thread's binary decoder and last datum, used again for its next record (no allocation). */
+  private static final ThreadLocal<BinaryDecoder> DECODER = new ThreadLocal<>();
+  private static final ThreadLocal<Object> DATUM = new ThreadLocal<>();
 
   private final String writersJson; // {"<id>": "<schema>", ...}
   private final String readerJson;
   private final int readerVersion;
   private final RecordCheck check;
   private final int maxValueBytes;
+  private final String registryUrl; // null: the writers are those of writersJson alone
+  private final String registration; // this registration's own: an id the registry did not know stays unknown in it
   private transient Decoders decoders;
 
-  public AvroCheck(String writersJson, String readerJson, int readerVersion, RecordCheck check, int maxValueBytes) {
+  /**
+   * The check of one registration (a batch's): records whose writer schema is in {@code writersJson}, or, with
+   * a {@code registryUrl}, in that registry (fetched by the tasks once per id and JVM; an id the registry does not
+   * know is {@code unknown_schema} for the rest of this registration, and asked again by the next).
+   */
+  public AvroCheck(String writersJson, String readerJson, int readerVersion, RecordCheck check, int maxValueBytes,
+      String registryUrl, String registration) {
     this.writersJson = writersJson;
     this.readerJson = readerJson;
     this.readerVersion = readerVersion;
     this.check = check;
     this.maxValueBytes = maxValueBytes;
+    this.registryUrl = registryUrl;
+    this.registration = registration;
     decoders(); // schemas that do not parse fail here, on the driver, before any task
   }
 
   private Decoders decoders() {
     if (decoders == null) {
-      String key = readerVersion + "\u0000" + readerJson + "\u0000" + writersJson;
-      decoders = DECODERS.computeIfAbsent(key, k -> new Decoders(writersJson, readerJson, readerVersion, maxValueBytes));
+      String key = registration + "\u0000" + readerVersion + "\u0000" + readerJson + "\u0000" + writersJson;
+      decoders = DECODERS.computeIfAbsent(
+          key, k -> new Decoders(writersJson, readerJson, readerVersion, maxValueBytes, registryUrl));
     }
     return decoders;
   }
@@ -86,15 +106,18 @@ public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable 
     if (writer == null) return reject("unknown_schema: schema id " + id + " is not in the registry");
     if (writer.incompatible != null) return reject(writer.incompatible);
     Object datum;
-    BinaryDecoder decoder = DecoderFactory.get().binaryDecoder(value, HEADER, value.length - HEADER, null);
+    BinaryDecoder decoder = DecoderFactory.get().binaryDecoder(value, HEADER, value.length - HEADER, DECODER.get());
+    DECODER.set(decoder);
     try {
-      datum = writer.reader.read(null, decoder);
+      // Every writer resolves to the reader schema: the thread's last datum is of its shape, and is filled again.
+      datum = writer.reader.read(DATUM.get(), decoder);
       if (!decoder.isEnd()) return reject("bad_avro: bytes after the record (schema id " + id + ")");
     } catch (IOException | RuntimeException e) { // a truncated body, a bad length or union index, ...
+      DATUM.remove(); // a datum read halfway is not used again
       return reject("bad_avro: the body does not decode with schema id " + id + " (" + brief(e) + ")");
     }
-    byte[] json = AvroJson.write(datum, decoders().reader).getBytes(StandardCharsets.UTF_8);
-    return check.call(key, json);
+    DATUM.set(datum);
+    return check.checkTree(key, AvroJson.tree(datum, decoders().reader));
   }
 
   private static Row reject(String reason) {
@@ -109,10 +132,14 @@ public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable 
   /** The reader schema and, per writer schema id, its reader or why it cannot be read: shared by tasks. */
   private static final class Decoders {
     final Schema reader;
-    final Map<Integer, Writer> writers = new HashMap<>();
+    final int readerVersion;
+    final String registryUrl;
+    final Map<Integer, Optional<Writer>> writers = new ConcurrentHashMap<>();
 
-    Decoders(String writersJson, String readerJson, int readerVersion, int maxValueBytes) {
+    Decoders(String writersJson, String readerJson, int readerVersion, int maxValueBytes, String registryUrl) {
       limitLengths(maxValueBytes);
+      this.readerVersion = readerVersion;
+      this.registryUrl = registryUrl;
       reader = new Schema.Parser().parse(readerJson);
       JsonNode ids;
       try {
@@ -124,12 +151,25 @@ public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable 
         Map.Entry<String, JsonNode> entry = it.next();
         int id = Integer.parseInt(entry.getKey());
         Schema writer = new Schema.Parser().parse(entry.getValue().textValue());
-        writers.put(id, new Writer(writer, reader, id, readerVersion));
+        writers.put(id, Optional.of(new Writer(writer, reader, id, readerVersion)));
       }
     }
 
+    /** The writer of schema id {@code id}, null when neither the given schemas nor the registry have it. */
     Writer writer(int id) {
-      return writers.get(id);
+      return writers.computeIfAbsent(id, this::fetched).orElse(null);
+    }
+
+    private Optional<Writer> fetched(int id) {
+      String text = registryUrl == null ? null : RegistrySchemas.schema(registryUrl, id);
+      if (text == null) return Optional.empty();
+      Schema writer;
+      try {
+        writer = new Schema.Parser().parse(text);
+      } catch (RuntimeException e) { // the registry holds it, but Avro cannot parse it: no record of it can be read
+        return Optional.of(new Writer("incompatible_schema: schema id " + id + " does not parse (" + brief(e) + ")"));
+      }
+      return Optional.of(new Writer(writer, reader, id, readerVersion));
     }
 
     /** A writer schema: its resolving reader, or why the reader schema cannot read it. */
@@ -152,6 +192,11 @@ public final class AvroCheck implements UDF2<byte[], byte[], Row>, Serializable 
                 : "incompatible_schema: schema id " + id + " cannot be read as the reader schema (version "
                     + readerVersion + "): " + problem;
         this.reader = problem == null ? new GenericDatumReader<>(writer, reader) : null;
+      }
+
+      Writer(String problem) {
+        this.incompatible = problem;
+        this.reader = null;
       }
     }
   }

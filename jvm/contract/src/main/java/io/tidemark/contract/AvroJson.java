@@ -1,10 +1,10 @@
 package io.tidemark.contract;
 
-import com.fasterxml.jackson.core.JsonFactory;
-import com.fasterxml.jackson.core.JsonGenerator;
-import com.fasterxml.jackson.core.StreamWriteFeature;
-import java.io.IOException;
-import java.io.StringWriter;
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import com.fasterxml.jackson.databind.util.RawValue;
 import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.nio.ByteBuffer;
@@ -25,114 +25,85 @@ import org.apache.avro.generic.GenericFixed;
 import org.apache.avro.generic.IndexedRecord;
 
 /**
- * An Avro datum as the JSON text the contract check reads: a record is an object of its fields (in
- * the reader schema's order), a map an object, an array an array, a union its branch's value (not
- * Avro's {@code {"type": value}} JSON encoding), an enum its symbol, bytes and fixed base64.
+ * An Avro datum as the JSON document the contract check reads (a Jackson tree, never text parsed again): a
+ * record is an object of its fields (in the reader schema's order), a map an object, an array an array, a
+ * union its branch's value (not Avro's {@code {"type": value}} JSON encoding), an enum its symbol, bytes and
+ * fixed base64.
  *
  * <p>Logical types are written exactly, never through a double: a decimal as a JSON number of its
  * digits and scale ({@code 12.30}), so a typed column {@code decimal(18,2)} reads it as written;
  * {@code timestamp-millis}/{@code -micros} as ISO-8601 in UTC with a {@code Z} (an event time); the
  * local timestamps without an offset; {@code date} as {@code 2026-03-01}; {@code time-*} as
- * {@code 12:00:00.123}; {@code uuid} as its text (a fixed(16) one too). A float or double that JSON
- * cannot hold (NaN, infinities) is written as a string.
+ * {@code 12:00:00.123}; {@code uuid} as its text (a fixed(16) one too). A float or double is the shortest
+ * text that reads back as it (as Java writes it); one JSON cannot hold (NaN, infinities) is a string.
  */
 final class AvroJson {
-  private static final JsonFactory FACTORY =
-      JsonFactory.builder().enable(StreamWriteFeature.WRITE_BIGDECIMAL_AS_PLAIN).build();
+  private static final JsonNodeFactory NODES = JsonNodeFactory.instance;
 
   private AvroJson() {}
 
-  /** The JSON text of {@code datum}, read with {@code schema}. */
-  static String write(Object datum, Schema schema) {
-    StringWriter out = new StringWriter();
-    try (JsonGenerator json = FACTORY.createGenerator(out)) {
-      value(json, datum, schema);
-    } catch (IOException e) { // a StringWriter does not fail
-      throw new IllegalStateException(e);
-    }
-    return out.toString();
-  }
-
-  private static void value(JsonGenerator json, Object datum, Schema schema) throws IOException {
+  /** The JSON document of {@code datum}, read with {@code schema}. */
+  static JsonNode tree(Object datum, Schema schema) {
     LogicalType logical = schema.getLogicalType();
-    if (logical != null && datum != null && logicalValue(json, datum, schema, logical)) return;
+    if (logical != null && datum != null) {
+      JsonNode node = logicalValue(datum, schema, logical);
+      if (node != null) return node;
+    }
     switch (schema.getType()) {
       case NULL:
-        json.writeNull();
-        break;
+        return NODES.nullNode();
       case BOOLEAN:
-        json.writeBoolean((Boolean) datum);
-        break;
+        return NODES.booleanNode((Boolean) datum);
       case INT:
-        json.writeNumber((Integer) datum);
-        break;
+        return NODES.numberNode((Integer) datum);
       case LONG:
-        json.writeNumber((Long) datum);
-        break;
+        return NODES.numberNode((Long) datum);
       case FLOAT:
-        floating(json, ((Float) datum).doubleValue(), Float.toString((Float) datum));
-        break;
+        return floating(((Float) datum).doubleValue(), Float.toString((Float) datum));
       case DOUBLE:
-        floating(json, (Double) datum, Double.toString((Double) datum));
-        break;
+        return floating((Double) datum, Double.toString((Double) datum));
       case STRING:
       case ENUM:
-        json.writeString(datum.toString());
-        break;
+        return NODES.textNode(datum.toString());
       case BYTES:
-        json.writeString(Base64.getEncoder().encodeToString(bytes((ByteBuffer) datum)));
-        break;
+        return NODES.textNode(Base64.getEncoder().encodeToString(bytes((ByteBuffer) datum)));
       case FIXED:
-        json.writeString(Base64.getEncoder().encodeToString(((GenericFixed) datum).bytes()));
-        break;
+        return NODES.textNode(Base64.getEncoder().encodeToString(((GenericFixed) datum).bytes()));
       case ARRAY:
-        json.writeStartArray();
-        for (Object item : (Collection<?>) datum) value(json, item, schema.getElementType());
-        json.writeEndArray();
-        break;
+        ArrayNode array = NODES.arrayNode();
+        for (Object item : (Collection<?>) datum) array.add(tree(item, schema.getElementType()));
+        return array;
       case MAP:
-        json.writeStartObject();
-        for (Map.Entry<?, ?> entry : ((Map<?, ?>) datum).entrySet()) {
-          json.writeFieldName(entry.getKey().toString());
-          value(json, entry.getValue(), schema.getValueType());
-        }
-        json.writeEndObject();
-        break;
+        ObjectNode map = NODES.objectNode();
+        for (Map.Entry<?, ?> entry : ((Map<?, ?>) datum).entrySet())
+          map.set(entry.getKey().toString(), tree(entry.getValue(), schema.getValueType()));
+        return map;
       case RECORD:
         IndexedRecord record = (IndexedRecord) datum;
-        json.writeStartObject();
-        for (Schema.Field field : schema.getFields()) {
-          json.writeFieldName(field.name());
-          value(json, record.get(field.pos()), field.schema());
-        }
-        json.writeEndObject();
-        break;
+        ObjectNode object = NODES.objectNode();
+        for (Schema.Field field : schema.getFields()) object.set(field.name(), tree(record.get(field.pos()), field.schema()));
+        return object;
       case UNION:
-        value(json, datum, schema.getTypes().get(GenericData.get().resolveUnion(schema, datum)));
-        break;
+        return tree(datum, schema.getTypes().get(GenericData.get().resolveUnion(schema, datum)));
       default:
         throw new IllegalStateException("an Avro type the decoder does not know: " + schema.getType());
     }
   }
 
-  /** Writes a logical type's value; false for a logical type written as its underlying type. */
-  private static boolean logicalValue(JsonGenerator json, Object datum, Schema schema, LogicalType logical)
-      throws IOException {
+  /** A logical type's value; null for a logical type written as its underlying type. */
+  private static JsonNode logicalValue(Object datum, Schema schema, LogicalType logical) {
     if (logical instanceof LogicalTypes.Decimal) {
       byte[] unscaled =
           schema.getType() == Schema.Type.FIXED ? ((GenericFixed) datum).bytes() : bytes((ByteBuffer) datum);
-      json.writeNumber(new BigDecimal(new BigInteger(unscaled), ((LogicalTypes.Decimal) logical).getScale()));
-      return true;
+      BigDecimal decimal = new BigDecimal(new BigInteger(unscaled), ((LogicalTypes.Decimal) logical).getScale());
+      return NODES.rawValueNode(new RawValue(decimal.toPlainString())); // its digits and scale, as written
     }
     if ("uuid".equals(logical.getName()) && schema.getType() == Schema.Type.FIXED) {
       ByteBuffer bytes = ByteBuffer.wrap(((GenericFixed) datum).bytes());
-      json.writeString(new UUID(bytes.getLong(), bytes.getLong()).toString());
-      return true;
+      return NODES.textNode(new UUID(bytes.getLong(), bytes.getLong()).toString());
     }
     String text = temporal(logical.getName(), datum);
-    if (text == null) return false; // a uuid string, or a logical type Avro does not define
-    json.writeString(text);
-    return true;
+    return text == null ? null : NODES.textNode(text); // null: a uuid string, or a logical type Avro does not define
   }
 
   /** The ISO-8601 text of a date, time or timestamp; null for another logical type. */
@@ -161,9 +132,9 @@ final class AvroJson {
     return Instant.ofEpochSecond(Math.floorDiv(value, 1_000_000L), Math.floorMod(value, 1_000_000L) * 1_000L);
   }
 
-  private static void floating(JsonGenerator json, double value, String text) throws IOException {
-    if (Double.isNaN(value) || Double.isInfinite(value)) json.writeString(text);
-    else json.writeNumber(text); // the shortest text that reads back as the same value
+  private static JsonNode floating(double value, String text) {
+    if (Double.isNaN(value) || Double.isInfinite(value)) return NODES.textNode(text);
+    return NODES.rawValueNode(new RawValue(text)); // the shortest text that reads back as the same value
   }
 
   private static byte[] bytes(ByteBuffer buffer) {

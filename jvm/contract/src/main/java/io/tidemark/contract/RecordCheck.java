@@ -125,15 +125,33 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
   /** A record's check: {@link #RESULT}, its reasons null when it passes. */
   @Override
   public Row call(byte[] key, byte[] value) {
-    Compiled c = compiled();
     if (key == null && keyIsEntityId) return reject("null_key");
     if (value != null && value.length > maxValueBytes)
       return reject("oversized: value is larger than " + maxValueBytes + " bytes");
     if (value == null) return reject("null_value");
     if (!Utf8.isValid(value)) return reject("not_utf8");
-    Parsed parsed = c.parse(new String(value, StandardCharsets.UTF_8));
+    return checkText(key, new String(value, StandardCharsets.UTF_8));
+  }
+
+  /** The check of a value's text: everything {@link #call} checks after the value's size and UTF-8. */
+  private Row checkText(byte[] key, String text) {
+    Compiled c = compiled();
+    Parsed parsed = c.parse(text);
     if (parsed.reason != null) return reject(parsed.reason);
-    JsonNode doc = parsed.doc;
+    return checkDocument(key, c, parsed.doc, parsed.spans);
+  }
+
+  /**
+   * The check of a value already read as a JSON document (an Avro record, {@link AvroJson#tree}): the key rule,
+   * then everything {@link #call} checks after parsing the text.
+   */
+  Row checkTree(byte[] key, JsonNode doc) {
+    if (key == null && keyIsEntityId) return reject("null_key");
+    Compiled c = compiled();
+    return checkDocument(key, c, doc, c.spansOf(doc));
+  }
+
+  private Row checkDocument(byte[] key, Compiled c, JsonNode doc, String[] spans) {
     if (!doc.isObject()) return reject("not_an_object");
 
     String[] texts = new String[4];
@@ -163,7 +181,6 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     if (late == null && !c.schema.validate(doc, OutputFormat.BOOLEAN)) late = reason(c.schema.validate(doc));
     if (late == null && keyIsEntityId && !Arrays.equals(key, entityBytes))
       late = "key_mismatch: key is not the entity_id";
-    String[] spans = parsed.spans;
     String properties = null;
     if (spans[0] != null) {
       properties = VariantJson.canonical(spans[0], allowDuplicateKeys, validateUnicode);
@@ -271,7 +288,8 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
     final JsonPointer properties;
     final String propertiesName;
     final int spans; // the properties' and the typed columns'
-    final Step kept; // where they are (null: none)
+    final JsonPointer[] spanPointers; // where they are (an entry null: no properties)
+    final Step kept; // the same, as steps of the parse (null: none)
 
     Compiled(String schemaJson, String[] rolePointers, String propertiesPointer, String[] columnPointers) {
       JsonFactory factory = JsonFactory.builder().enable(StreamReadFeature.STRICT_DUPLICATE_DETECTION).build();
@@ -291,7 +309,25 @@ public final class RecordCheck implements UDF2<byte[], byte[], Row>, Serializabl
       pointers[0] = propertiesPointer;
       System.arraycopy(columnPointers, 0, pointers, 1, columnPointers.length);
       spans = pointers.length;
+      spanPointers = new JsonPointer[spans];
+      for (int i = 0; i < spans; i++) spanPointers[i] = pointers[i] == null ? null : JsonPointer.compile(pointers[i]);
       kept = Step.of(pointers);
+    }
+
+    /** The texts of a document's spans, as {@link #parse} keeps them from a value's text (null: no value there). */
+    String[] spansOf(JsonNode doc) {
+      String[] texts = new String[spans];
+      for (int i = 0; i < spans; i++) {
+        if (spanPointers[i] == null) continue;
+        JsonNode node = doc.at(spanPointers[i]);
+        if (node.isMissingNode()) continue;
+        try {
+          texts[i] = mapper.writeValueAsString(node);
+        } catch (JsonProcessingException e) { // a tree of plain values always writes
+          throw new IllegalStateException(e);
+        }
+      }
+      return texts;
     }
 
     /** One JSON document and nothing after it, as Spark's parse_json reads text. */
