@@ -201,11 +201,13 @@ def register_avro_check(
     reader: tuple[int, str],
     rules: RecordRules,
     registry_url: str | None = None,
+    registration: str | None = None,
 ) -> None:
     """Register the SQL function ``name(key, value)``: the contract check of a Kafka record whose value
     is Avro in Confluent's wire format, ``io.tidemark.contract.AvroCheck``: decoded with the writer
     schema its id names in ``writers`` (id: schema text) or, with ``registry_url``, in that registry (the
-    tasks fetch each id once a JVM; an id it does not know stays unknown for this registration, ``name``),
+    tasks fetch each id once a JVM; an id it does not know stays unknown for this ``registration``, default
+    ``name``),
     resolved to ``reader`` (the subject's version, its schema text), then checked by ``rules`` as
     :func:`register_contract_check`'s check does. Its struct is ``RecordCheck.RESULT``."""
     # The Avro schema validates the record: the JSON Schema accepts every object. The size limit is
@@ -214,7 +216,7 @@ def register_avro_check(
     contract = _contract(spark)
     version, schema = reader
     by_id = json.dumps({str(k): v for k, v in writers.items()})
-    avro = contract.AvroCheck(by_id, schema, version, check, rules.max_value_bytes, registry_url, name)
+    avro = contract.AvroCheck(by_id, schema, version, check, rules.max_value_bytes, registry_url, registration or name)
     spark._jsparkSession.udf().register(name, avro, contract.RecordCheck.RESULT)
 
 

@@ -83,8 +83,10 @@ def register_check(raw: DataFrame, contract: Contract, registry: SchemaRegistry 
         return name
     if registry is None or contract.schema_version is None:
         raise AssertionError("an Avro contract is checked resolved (Settings.run_contract), with its registry")
-    name = f"{name}_{uuid.uuid4().hex[:12]}"
-    jvm.register_avro_check(raw.sparkSession, name, {}, (contract.schema_version, schema), rules, registry.url)
+    # One name for every batch (Spark's generated code, which names the function, is compiled once), and a
+    # registration of each batch's own (an id the registry did not know is asked again by the next batch).
+    reader = (contract.schema_version, schema)
+    jvm.register_avro_check(raw.sparkSession, name, {}, reader, rules, registry.url, uuid.uuid4().hex)
     return name
 
 
