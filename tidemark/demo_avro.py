@@ -17,19 +17,18 @@ from spark_jobs import ingest, readmit, reconcile
 from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.producer import ProduceSpec, produce
 
+# The Avro pipeline docs/avro.md declares, and the schema its producers write.
+EXAMPLE = PROJECT_ROOT / "docs" / "examples" / "orders-avro-pipeline.yaml"
 SCHEMA = PROJECT_ROOT / "docs" / "examples" / "orders.avsc"
-ORDERS: dict[str, Any] = {
-    "name": "orders",
-    "contract": {
-        "format": "avro",
-        "event_id": "/event_id",
-        "entity_id": "/customer/id",
-        "event_time": "/placed_at",
-        "event_type": "/status",
-        "properties": "/details",
-        "columns": {"amount": "decimal(18,2)", "customer.tier": "string"},
-    },
-}
+
+
+def orders_entry(topic: str) -> dict[str, Any]:
+    """docs/avro.md's example entry ``orders``, reading ``topic`` (its subject the default, ``<topic>-value``)."""
+    import yaml
+
+    [entry] = yaml.safe_load(EXAMPLE.read_text())
+    contract = {k: v for k, v in entry["contract"].items() if k != "subject"}
+    return {**entry, "topic": topic, "contract": contract}
 
 
 def evolved(schema: dict) -> dict:
@@ -42,7 +41,7 @@ def declare(settings: Settings, topic: str) -> None:
     import yaml
 
     config = yaml.safe_load(settings.pipelines_file.read_text())
-    config["pipelines"].append({**ORDERS, "topic": topic})
+    config["pipelines"].append(orders_entry(topic))
     settings.pipelines_file.write_text(yaml.safe_dump(config, sort_keys=False))
 
 

@@ -37,32 +37,12 @@ from tests.integration.spark_jobs.checks import (
     send,
 )
 from tests.integration.tidemark.test_errors import free_port
+from tidemark.demo_avro import SCHEMA, evolved, orders_entry
 from tidemark.migrations import migrate_pipelines
 
 SHIPPED = Path(__file__).resolve().parents[3] / "pipelines.yaml"
-DECIMAL = {"type": "bytes", "logicalType": "decimal", "precision": 18, "scale": 2}
-ORDER_V1: dict[str, Any] = {
-    "type": "record",
-    "name": "OrderEvent",
-    "namespace": "shop",
-    "fields": [
-        {"name": "event_id", "type": "string"},
-        {
-            "name": "customer",
-            "type": {
-                "type": "record",
-                "name": "Customer",
-                "fields": [{"name": "id", "type": "string"}, {"name": "tier", "type": "string"}],
-            },
-        },
-        {"name": "status", "type": {"type": "enum", "name": "Status", "symbols": ["placed", "paid", "shipped"]}},
-        {"name": "placed_at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "amount", "type": DECIMAL},
-        {"name": "details", "type": {"type": "map", "values": "string"}},
-    ],
-}
-# A field added with a default: the registry's second version of the subject.
-ORDER_V2 = {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "channel", "type": "string", "default": "web"}]}
+ORDER_V1: dict[str, Any] = json.loads(SCHEMA.read_text())
+ORDER_V2 = evolved(ORDER_V1)  # a field added with a default: the registry's second version of the subject
 # The event id as a number: a writer schema the reader cannot resolve.
 ORDER_LONG_ID = {**ORDER_V1, "fields": [{"name": "event_id", "type": "long"}, *ORDER_V1["fields"][1:]]}
 
@@ -79,27 +59,13 @@ def legacy_schema(prefix: str) -> dict[str, Any]:
     return {**ORDER_V1, "fields": [*ORDER_V1["fields"], {"name": "coupon", "type": ["null", "string"]}, own]}
 
 
-ORDERS: dict[str, Any] = {
-    "name": "orders",
-    "contract": {
-        "format": "avro",
-        "event_id": "/event_id",
-        "entity_id": "/customer/id",
-        "event_time": "/placed_at",
-        "event_type": "/status",
-        "properties": "/details",
-        "columns": {"amount": "decimal(18,2)", "customer.tier": "string"},
-    },
-    "sessions": {"gap_minutes": 30, "max_hours": 24},
-}
-
-
 @pytest.fixture
 def pipelines(fresh: Settings, registry, tmp_path: Path) -> tuple[Settings, Settings]:
     """Settings of the JSON pipeline ``events`` and the Avro pipeline ``orders``, declared in one file."""
     config = yaml.safe_load(SHIPPED.read_text())
     config["pipelines"][0]["topic"] = fresh.topic
-    config["pipelines"].append({**ORDERS, "topic": f"orders-{uuid.uuid4().hex[:8]}"})
+    orders = orders_entry(f"orders-{uuid.uuid4().hex[:8]}")
+    config["pipelines"].append({**orders, "sessions": {"gap_minutes": 30, "max_hours": 24}})
     path = tmp_path / "pipelines.yaml"
     path.write_text(yaml.safe_dump(config))
     settings = replace(fresh, pipelines_file=path)
