@@ -117,8 +117,13 @@ def test_the_demo_shows_a_replay_that_changes_nothing_and_a_second_pipeline_with
         "TIDEMARK_LAKE_ROOT": str(tmp_path / "lake"),
         "TIDEMARK_CHECKPOINT_ROOT": str(tmp_path / "cp"),
     }  # fmt: skip
-    done = subprocess.run([TIDEMARK, "demo", "--count", "1000"], env=env, capture_output=True, text=True, timeout=900)
+    try:
+        demo = [TIDEMARK, "demo", "--count", "1000"]
+        done = subprocess.run(demo, env=env, capture_output=True, text=True, timeout=900)
+    finally:  # what the demo started in its home (the schema registry, when no registry answered): `make down`
+        stopped = subprocess.run([TIDEMARK, "down"], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     out = done.stdout
     assert "6. sinks after the replay are IDENTICAL" in out, out
     assert "7. a second pipeline, 'web'" in out and "   reconcile: OK" in out, out
