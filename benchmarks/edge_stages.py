@@ -81,23 +81,10 @@ def stage_contract(ctx: BenchContext) -> None:
     from benchmarks.variant_contract import variant_parse_records
     from spark_jobs.pipelines import EVENTS_CONTRACT
     from spark_jobs.validation import parse_records
-    from tidemark.producer import ProduceSpec, generate
 
-    o = ctx.options
-    n = o.contract_events
-    spec = ProduceSpec(
-        count=n,
-        entities=o.entities,
-        duplicate_rate=o.duplicate_rate,
-        late_rate=o.late_rate,
-        malformed_rate=o.malformed_rate,
-        seed=o.seed,
-    )
-    path = str(ctx.work / "contract-records.parquet")
+    n = ctx.options.contract_events
     started = time.perf_counter()
-    rows = [("bench", i % o.partitions, i, r.key, r.value) for i, r in enumerate(generate(spec))]
-    schema = "topic string, partition int, offset long, key binary, value binary"
-    ctx.spark.createDataFrame(rows, schema).withColumn("timestamp", F.current_timestamp()).write.parquet(path)
+    path, rows = contract_records(ctx)
     avro = avro_records(ctx, rows, f"bench-{ctx.work.name}-value")
     seconds = time.perf_counter() - started
     ctx.record.progress(f"contract: {n:,} records written to Parquet, JSON and Avro, in {seconds:.1f} s (not measured)")
@@ -107,21 +94,11 @@ def stage_contract(ctx: BenchContext) -> None:
     checks = (
         ("C0", "Variant SQL check (before)", lambda: variant),
         ("C1", "Java check", lambda: java),
-        # An Avro batch reads the ids its records name first (a Spark job), then decodes and checks: both measured.
+        # An Avro batch registers its check anew (asking the registry again for an id it did not know): measured.
         ("C2", "Avro decode + Java check", lambda: avro_checked(avro)),
     )
-    ms = {key: ctx.record.measurement(key, label, n, unit="records") for key, label, _ in checks}
-
-    def check_all(frame: Callable[[], DataFrame]) -> None:
-        frame().write.format("noop").mode("overwrite").save()
-
     try:
-        for _ in range(o.warmup):
-            for _, _, frame in checks:
-                check_all(frame)
-        for _ in range(o.repeat):
-            for key, _, frame in checks:
-                ctx.record.measure(ms[key], functools.partial(check_all, frame))
+        ms = measure_checks(ctx, checks, n)
         ms["C2"].details = {"records_decided_otherwise_than_c1": decided_otherwise(java, avro_checked(avro))}
     finally:
         stopped = avro.stop()
@@ -134,6 +111,42 @@ def stage_contract(ctx: BenchContext) -> None:
     differ = joined.where(~functools.reduce(operator.and_, same)).count()
     ms["C1"].details = {"records_classified_differently": differ}
     ensure(differ == 0, f"contract: the Java check and the Variant check differ on {differ} of {n} records")
+
+
+def contract_records(ctx: BenchContext) -> tuple[str, list[tuple]]:
+    """``--contract-events`` records of the produced mix, in Parquet: its path, and the rows (topic, partition,
+    offset, key, value)."""
+    from pyspark.sql import functions as F
+
+    from tidemark.producer import ProduceSpec, generate
+
+    o = ctx.options
+    spec = ProduceSpec(count=o.contract_events, entities=o.entities, duplicate_rate=o.duplicate_rate,
+                       late_rate=o.late_rate, malformed_rate=o.malformed_rate, seed=o.seed)  # fmt: skip
+    path = str(ctx.work / "contract-records.parquet")
+    rows = [("bench", i % o.partitions, i, r.key, r.value) for i, r in enumerate(generate(spec))]
+    schema = "topic string, partition int, offset long, key binary, value binary"
+    ctx.spark.createDataFrame(rows, schema).withColumn("timestamp", F.current_timestamp()).write.parquet(path)
+    return path, rows
+
+
+def measure_checks(
+    ctx: BenchContext, checks: tuple[tuple[str, str, Callable[[], DataFrame]], ...], n: int
+) -> dict[str, Measurement]:
+    """Each check's frame written to nowhere (every record checked), after ``--warmup`` rounds, ``--repeat``
+    times, in turn: a measurement each."""
+    ms = {key: ctx.record.measurement(key, label, n, unit="records") for key, label, _ in checks}
+
+    def check_all(frame: Callable[[], DataFrame]) -> None:
+        frame().write.format("noop").mode("overwrite").save()
+
+    for _ in range(ctx.options.warmup):
+        for _, _, frame in checks:
+            check_all(frame)
+    for _ in range(ctx.options.repeat):
+        for key, _, frame in checks:
+            ctx.record.measure(ms[key], functools.partial(check_all, frame))
+    return ms
 
 
 def decided_otherwise(json_checked: DataFrame, avro_checked: DataFrame) -> int:

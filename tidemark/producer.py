@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from spark_jobs.errors import ConfigError
 from spark_jobs.offsets import ensure_topic
 from spark_jobs.settings import Settings
+from tidemark.avro_records import AvroSampler
 from tidemark.records import EVENT_TYPES, MALFORMED_KINDS, Sampler, malformed_event, today_event
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ class ProduceReport:
 def generate(spec: ProduceSpec) -> Iterator[Record]:
     """The records of ``spec``, in production order. Deterministic for a given spec."""
     rng = random.Random(spec.seed)
-    sampler = Sampler.of(spec.contract, spec.writer)
+    sampler = sampler_of(spec)
     hot = max(1, spec.entities // 100)
     clocks: dict[int, datetime] = {}
     sent: list[tuple[bytes, bytes]] = []  # valid records that a duplicate may resend
@@ -130,6 +131,15 @@ def generate(spec: ProduceSpec) -> Iterator[Record]:
             sampler.check(event)
         sent.append((key, value))
         yield Record(key, value, kind, timestamp_ms)
+
+
+def sampler_of(spec: ProduceSpec) -> Sampler | None:
+    """The sampler of ``spec``'s contract (None: today's events); an Avro contract's writes with ``spec.writer``."""
+    if spec.contract is not None and spec.contract.avro:
+        if spec.writer is None:
+            raise ConfigError("an Avro pipeline's samples need its writer schema (the registry's id and text)")
+        return AvroSampler(spec.contract, *spec.writer)
+    return Sampler.of(spec.contract)
 
 
 def produce(

@@ -81,17 +81,10 @@ class Sampler:
         self.contract = contract
 
     @classmethod
-    def of(cls, contract: Contract | None, writer: tuple[int, str] | None = None) -> Sampler | None:
-        """The sampler of ``contract`` (None: today's events); an Avro contract's writes with ``writer``, the
-        registry's id and text of a schema (``tidemark.avro_records``)."""
+    def of(cls, contract: Contract | None) -> Sampler | None:
+        """The sampler of a JSON ``contract`` (None: today's events; an Avro one's is ``tidemark.avro_records``')."""
         from spark_jobs.pipelines import EVENTS_CONTRACT
 
-        if contract is not None and contract.avro:
-            from tidemark.avro_records import AvroSampler
-
-            if writer is None:
-                raise ConfigError("an Avro pipeline's samples need its writer schema (the registry's id and text)")
-            return AvroSampler(contract, *writer)
         return None if contract is None or contract == EVENTS_CONTRACT else cls(contract)
 
     def encode(self, value: dict) -> bytes:
