@@ -23,8 +23,6 @@ from spark_jobs.schema_registry import SchemaRegistry
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract
 
-PRIMITIVES = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
-
 
 def reader_contract(contract: Contract, registry: SchemaRegistry) -> Contract:
     """``contract`` with its reader schema: for an Avro contract, the newest version of its subject, checked
