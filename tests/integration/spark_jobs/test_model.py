@@ -697,7 +697,7 @@ def _edit(trial: Trial, step: Edit) -> None:
 
         _refused_before_any_write(trial, run, ContractChanged, line)
     else:
-        rules = cast(SessionRules, settings.session_rules)
+        rules = cast("SessionRules", settings.session_rules)
         before = _entry_edited(trial, lambda e: e["sessions"].update(gap_minutes=rules.gap.total_seconds() / 60 + 5))
         if not query(settings, "SELECT count(*) FROM ledger_batches")[0][0]:
             trial.note("(no batch committed yet: no session rules are recorded to refuse other ones)")
