@@ -64,8 +64,8 @@ def pipelines(fresh: Settings, registry, tmp_path: Path) -> tuple[Settings, Sett
     """Settings of the JSON pipeline ``events`` and the Avro pipeline ``orders``, declared in one file."""
     config = yaml.safe_load(SHIPPED.read_text())
     config["pipelines"][0]["topic"] = fresh.topic
-    orders = orders_entry(f"orders-{uuid.uuid4().hex[:8]}")
-    config["pipelines"].append({**orders, "sessions": {"gap_minutes": 30, "max_hours": 24}})
+    entry = orders_entry(f"orders-{uuid.uuid4().hex[:8]}")
+    config["pipelines"].append({**entry, "sessions": {"gap_minutes": 30, "max_hours": 24}})
     path = tmp_path / "pipelines.yaml"
     path.write_text(yaml.safe_dump(config))
     settings = replace(fresh, pipelines_file=path)
