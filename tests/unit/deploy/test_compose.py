@@ -38,7 +38,7 @@ AIRFLOW_SERVICES = (
     "airflow-triggerer",
 )
 SPARK_SERVICES = ("spark-master", "spark-worker")
-HEALTHCHECKED = ("kafka", "postgres", "spark-master", "airflow-apiserver", "airflow-scheduler")
+HEALTHCHECKED = ("kafka", "postgres", "schema-registry", "spark-master", "airflow-apiserver", "airflow-scheduler")
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 
 # --- Compose interpolation -----------------------------------------------------------------------
@@ -318,6 +318,13 @@ def pom_dependency_version(pom: Path, artifact_id: str) -> str:
     raise AssertionError(f"{pom} has no dependency {artifact_id}")
 
 
+def pom_property(pom: Path, name: str) -> str:
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    value = ET.parse(pom).getroot().findtext(f"m:properties/m:{name}", namespaces=ns)
+    assert value, f"{pom} has no property {name}"
+    return value
+
+
 def pin(path: Path, package: str) -> str:
     match = re.search(rf"^{re.escape(package)}==([^\s\\;]+)", path.read_text(), re.MULTILINE)
     assert match, f"{path.name} does not pin {package}"
@@ -444,6 +451,39 @@ def test_kafka_image_is_the_release_of_the_pinned_broker_jar(compose: dict[str, 
     assert compose["services"]["kafka"]["image"] == f"apache/kafka:{kafka_version}"
 
 
+def test_schema_registry_image_is_the_release_make_jars_unpacks(compose: dict[str, Any], local: dict[str, Any]) -> None:
+    version = pom_property(ROOT / "jvm" / "registry" / "pom.xml", "apicurio.version")
+    assert compose["services"]["schema-registry"]["image"] == f"apicurio/apicurio-registry:{version}"
+    assert local["services"]["schema-registry"]["image"] == f"tidemark-schema-registry:{version}"
+
+
+def test_schema_registry_keeps_its_schemas_in_postgres_and_checks_backward_compatibility(
+    compose: dict[str, Any],
+) -> None:
+    """Ids in the stack's PostgreSQL (backed up with the ledger), as its own role; Confluent's default rule."""
+    service = compose["services"]["schema-registry"]
+    env = environment(service)
+    assert (env["APICURIO_STORAGE_KIND"], env["APICURIO_STORAGE_SQL_KIND"]) == ("sql", "postgresql")
+    assert env["APICURIO_DATASOURCE_URL"] == "jdbc:postgresql://postgres:5432/schema_registry"
+    assert env["APICURIO_DATASOURCE_USERNAME"] == "schema_registry"
+    assert env["APICURIO_RULES_GLOBAL_COMPATIBILITY"] == "BACKWARD"
+    assert dependencies(service) == {"postgres": "service_healthy"}
+    init = (ROOT / "docker" / "postgres" / "init.sh").read_text()
+    assert "CREATE DATABASE schema_registry OWNER schema_registry;" in init
+    assert "SCHEMA_REGISTRY_DB_PASSWORD" in environment(compose["services"]["postgres"])
+
+
+def test_the_airflow_services_reach_the_schema_registry(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    url = "http://schema-registry:8080/apis/ccompat/v7"
+    assert environment(services["schema-registry"])["QUARKUS_HTTP_PORT"] == "8080"
+    for name in AIRFLOW_SERVICES:
+        env = environment(services[name])
+        assert env["TIDEMARK_SCHEMA_REGISTRY_URL"] == url, name
+        assert json.loads(env["AIRFLOW_CONN_TIDEMARK_SCHEMA_REGISTRY"])["host"] == url, name
+    assert dependencies(services["airflow-scheduler"])["schema-registry"] == "service_healthy"
+
+
 def test_spark_cluster_runs_the_same_spark_and_python_as_the_driver(compose: dict[str, Any]) -> None:
     services = compose["services"]
     driver = services["airflow-scheduler"]
@@ -482,6 +522,7 @@ def test_published_ports_bind_loopback_on_ports_env_may_change(raw: dict[str, An
     expected = {
         "airflow-apiserver": ("127.0.0.1", "58080", "8080"),
         "spark-master": ("127.0.0.1", "58081", "8080"),
+        "schema-registry": ("127.0.0.1", "58082", "8080"),
         "kafka": ("127.0.0.1", "59092", "59092"),
     }
     assert {name: published_ports(s) for name, s in compose["services"].items() if s.get("ports")} == {
@@ -638,6 +679,7 @@ def test_local_images_are_the_ones_build_images_builds(local: dict[str, Any]) ->
     kafka_version = pom_dependency_version(ROOT / "jvm" / "kafka" / "pom.xml", "kafka_2.13")
     assert services["kafka"]["image"] == f"tidemark-kafka:{kafka_version}"
     assert services["postgres"]["image"] == "tidemark-postgres:15"
+    assert services["schema-registry"]["image"].startswith("tidemark-schema-registry:")
     for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
         assert services[name]["image"] == "tidemark:offline", name
     for name, service in services.items():
