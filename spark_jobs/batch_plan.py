@@ -360,6 +360,15 @@ class BatchPlanner:
         counted = self._on_ledger(lambda cur: ledger.counted_ranges(cur, ranges))
         return invalid.where(f"NOT ({delta.range_filter(counted)})") if counted else invalid
 
+    def _continuing(self) -> bool:
+        """Whether the batch may continue stored sessions from their rows (``TIDEMARK_CONTINUE_SESSIONS``): only
+        where the stored sessions are those of the stored events. Not in a repair's batch (it rewrites ranges
+        whose rows were damaged, sessions included), nor while an attempt of any writer of the pipeline is
+        unfinished (it may have written ``events`` and not ``sessions``: its retry reads them again)."""
+        if not self.settings.continue_sessions or self.rewrites:
+            return False
+        return not self._on_ledger(lambda cur: ledger.any_unfinished_attempt(cur, self.settings.topic))
+
     def _session_changes(
         self, rules: SessionRules, ranked: DataFrame, displaced: DataFrame | None, counts: dedupe.DedupeCounts
     ) -> SessionChanges:
@@ -368,8 +377,10 @@ class BatchPlanner:
         sessions = self._read("sessions")
         since = counts.touched_since_us if displaced is None else None
         entities, summary = self.frozen.freeze_counted(
-            session_changes.entities(ranked, sessions, rules, displaced, since),
+            session_changes.entities(ranked, sessions, rules, displaced, since, self._continuing()),
             F.unix_micros(F.min("anchor")).alias("earliest"),  # UTC micros, never a local time
+            F.unix_micros(F.min(F.when(F.col("reread"), F.col("anchor")))).alias("earliest_reread"),
+            F.count_if(F.col("carried").isNotNull()).alias("continued"),
             F.count_if(F.col("partitions") > 1).alias("many_partitions"),
         )
         anchors = session_changes.touched(entities)
@@ -377,13 +388,17 @@ class BatchPlanner:
         if earliest is None:  # no valid record in the batch changes an entity's events
             none = self.spark.createDataFrame([], f"{TABLE_SCHEMAS['sessions']}, op string")
             return SessionChanges(anchors, none, 0, 0, summary["many_partitions"])
+        # Only the entities that cannot continue their last stored session read their stored events again.
         events = session_changes.events_since_anchors(
-            self._read("events"), ranked, anchors, earliest, has_takeovers=counts.takeovers > 0
-        )
+            self._read("events"), ranked, session_changes.touched(entities.where("reread")),
+            summary["earliest_reread"], has_takeovers=counts.takeovers > 0,
+        )  # fmt: skip
+        carried = session_changes.carried(entities) if summary["continued"] else None
         compared, ops = self.frozen.freeze_counted(
-            session_changes.compare(sessionize(events, rules, self.frozen), sessions, anchors, earliest),
+            session_changes.compare(sessionize(events, rules, self.frozen, carried), sessions, anchors, earliest),
             *session_changes.op_counts(with_ids=True),
         )
         return SessionChanges(
-            anchors, compared, ops["changed"], ops["inserted"], summary["many_partitions"], earliest, ops["written"]
-        )
+            anchors, compared, ops["changed"], ops["inserted"], summary["many_partitions"], earliest, ops["written"],
+            continued=summary["continued"],
+        )  # fmt: skip

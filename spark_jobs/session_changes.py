@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "topic", "partition", "offset", "event_time", "event_id")
+# A stored session an entity's new records continue (:func:`entities`' ``carried``).
+CARRIED_TYPE = (
+    "struct<started_at: timestamp, ended_at: timestamp, first_event_time: timestamp, last_event_time: timestamp, "
+    "event_count: bigint>"
+)
 
 
 def entities(
@@ -26,8 +31,9 @@ def entities(
     rules: SessionRules,
     displaced: DataFrame | None = None,
     since_us: int | None = None,
+    continuing: bool = False,
 ) -> DataFrame:
-    """``(entity_id, anchor, partitions)`` for every entity of the batch's valid records.
+    """``(entity_id, anchor, partitions, reread, carried)`` for every entity of the batch's valid records.
 
     ``anchor`` is where the entity's sessions must be recomputed from (:func:`anchors_from`), null
     when the batch changes none of its events (all its records are later copies). Touched are the
@@ -40,6 +46,13 @@ def entities(
     the batch committed it, so ``ranked`` no longer holds them). ``partitions`` counts the Kafka
     partitions the entity's batch records came from (a producer check). ``since_us``, at most the
     earliest touched arrival time, lets Delta skip sessions files that ended a gap before it.
+
+    ``continuing`` (``TIDEMARK_CONTINUE_SESSIONS``): an entity whose touching records are all new
+    first arrivals (no stored copy, none displaced) arriving after every stored event of it needs
+    none of its stored events read again (``reread`` false): its last stored session, if one ended
+    within a gap before them, is ``carried`` (started_at, ended_at, first and last event time,
+    event_count) and is where its anchor is; :func:`spark_jobs.sessionize.sessionize` continues it.
+    Otherwise ``reread`` is true and ``carried`` null, as without ``continuing``.
     """
     from pyspark.sql import functions as F
 
@@ -47,22 +60,34 @@ def entities(
         "entity_id",
         F.when(F.expr(TOUCHES), F.col("arrival_time")).alias("arrival_time"),
         F.when(F.col("in_batch"), F.struct("topic", "partition")).alias("source"),
+        F.expr(f"({TOUCHES}) AND NOT new").alias("stored"),  # a touching row events holds (or will lose)
     )
     if displaced is not None:
         rows = rows.unionByName(
             displaced.select(
-                "entity_id", "arrival_time", F.lit(None).cast(rows.schema["source"].dataType).alias("source")
-            )
+                "entity_id",
+                "arrival_time",
+                F.lit(None).cast(rows.schema["source"].dataType).alias("source"),
+                F.lit(True).alias("stored"),
+            )  # fmt: skip
         )
     per_entity = rows.groupBy("entity_id").agg(
-        F.min("arrival_time").alias("first_new"), F.count_distinct("source").alias("partitions")
+        F.min("arrival_time").alias("first_new"),
+        F.count_distinct("source").alias("partitions"),
+        F.max("stored").alias("stored"),
     )
-    return _anchored(per_entity, sessions, rules, since_us).select("entity_id", "anchor", "partitions")
+    anchored = _anchored(per_entity, sessions, rules, since_us, continuing)
+    return anchored.select("entity_id", "anchor", "partitions", "reread", "carried")
 
 
 def touched(entities_frame: DataFrame) -> DataFrame:
     """``(entity_id, anchor)`` of :func:`entities`' rows whose sessions the batch recomputes."""
     return entities_frame.where("anchor IS NOT NULL").select("entity_id", "anchor")
+
+
+def carried(entities_frame: DataFrame) -> DataFrame:
+    """The stored last sessions :func:`entities` carries, as rows of their columns (for ``sessionize``)."""
+    return entities_frame.where("carried IS NOT NULL").select("entity_id", "carried.*")
 
 
 def anchors_from(times: DataFrame, sessions: DataFrame, rules: SessionRules) -> DataFrame:
@@ -80,10 +105,15 @@ def anchors_from(times: DataFrame, sessions: DataFrame, rules: SessionRules) -> 
 
 
 def _anchored(
-    per_entity: DataFrame, sessions: DataFrame, rules: SessionRules, since_us: int | None = None
+    per_entity: DataFrame,
+    sessions: DataFrame,
+    rules: SessionRules,
+    since_us: int | None = None,
+    continuing: bool = False,
 ) -> DataFrame:
     """``per_entity`` (with ``first_new``) plus ``anchor``: ``first_new``, or the start of the first
-    stored session that ended within one gap before it."""
+    stored session that ended within one gap before it; and, with ``continuing`` (``per_entity`` has
+    ``stored``), ``reread`` and ``carried`` (:func:`entities`)."""
     from pyspark.sql import functions as F
 
     gap_us = rules.gap_us
@@ -93,21 +123,37 @@ def _anchored(
     # New records cannot change anything that ended more than one gap before them. The batch's
     # side is not broadcast (unlike the dedupe lookup's ids): the time bounds keep the stored side
     # small, and a broadcast's extra job measured slower (docs/design.md, "The dedupe horizon").
+    last = F.struct("started_at", "ended_at", "first_event_time", "last_event_time", "event_count")
     open_sessions = (
         sessions.join(per_entity.where("first_new IS NOT NULL").select("entity_id", "first_new"), "entity_id")
         .where(F.unix_micros("ended_at") >= F.unix_micros("first_new") - F.lit(gap_us))
         .groupBy("entity_id")
-        .agg(F.min("started_at").alias("open_start"))
+        .agg(F.min("started_at").alias("open_start"), *([F.max_by(last, "started_at").alias("last")] * continuing))
     )
-    return per_entity.join(open_sessions, "entity_id", "left").withColumn(
-        "anchor", F.least("first_new", F.coalesce("open_start", "first_new"))
+    anchored = per_entity.join(open_sessions, "entity_id", "left")
+    recomputed = F.least("first_new", F.coalesce("open_start", "first_new"))
+    if not continuing:
+        return anchored.select(
+            *per_entity.columns, recomputed.alias("anchor"), F.lit(True).alias("reread"),
+            F.lit(None).cast(CARRIED_TYPE).alias("carried"),
+        )  # fmt: skip
+    # Every stored event of the entity arrived at its last session's end at the latest (a session without
+    # one within a gap before: a gap before the new records at the latest).
+    continues = ~F.col("stored") & (F.col("open_start").isNull() | (F.col("first_new") > F.col("last.ended_at")))
+    return anchored.select(
+        *per_entity.columns,
+        F.when(continues, F.coalesce("last.started_at", "first_new")).otherwise(recomputed).alias("anchor"),
+        (~continues).alias("reread"),
+        F.when(continues, F.col("last")).alias("carried"),
     )
 
 
 def events_since_anchors(
-    events: DataFrame, ranked: DataFrame, anchored: DataFrame, earliest_us: int, has_takeovers: bool = True
+    events: DataFrame, ranked: DataFrame, anchored: DataFrame, earliest_us: int | None, has_takeovers: bool = True
 ) -> DataFrame:
     """The touched entities' accepted events from their anchors on, as they will be after the batch.
+    ``anchored``: the entities whose stored events are read again; none when ``earliest_us`` is None (the
+    batch's new winners alone).
 
     That is what ``events`` holds, minus the stored rows the batch's takeovers displace, plus the
     batch's new winners, so no write has to happen first. ``earliest_us`` (the smallest anchor in
@@ -118,6 +164,9 @@ def events_since_anchors(
     """
     from pyspark.sql import functions as F
 
+    batch = ranked.where("new").select(*SESSIONIZE_COLUMNS)
+    if earliest_us is None:
+        return batch
     stored = (
         events.where(F.col("arrival_time") >= F.timestamp_micros(F.lit(earliest_us)))
         .join(anchored, "entity_id")
@@ -126,7 +175,7 @@ def events_since_anchors(
     )
     if has_takeovers:
         stored = stored.join(ranked.where(DISPLACED).select(*COORDINATES), list(COORDINATES), "left_anti")
-    return stored.select(*SESSIONIZE_COLUMNS).unionByName(ranked.where("new").select(*SESSIONIZE_COLUMNS))
+    return stored.select(*SESSIONIZE_COLUMNS).unionByName(batch)
 
 
 def compare(
@@ -186,3 +235,4 @@ class SessionChanges:
     entities_in_many_partitions: int = 0  # a producer check, counted with the anchors
     earliest_us: int | None = None  # the earliest anchor: no session before it is compared or written
     written_ids: list[str] | None = None  # the IDs of ``compared``'s rows that are not ``same`` (observed)
+    continued: int = 0  # entities whose last stored session was continued from its row (no events read again)

@@ -62,11 +62,17 @@ def split_sessions(arrivals: list[datetime], rules: SessionRules) -> list[int]:
     return numbers
 
 
-def sessionize(events: DataFrame, rules: SessionRules, frozen: FrozenFrames | None = None) -> DataFrame:
+def sessionize(
+    events: DataFrame, rules: SessionRules, frozen: FrozenFrames | None = None, carried: DataFrame | None = None
+) -> DataFrame:
     """Accepted events (entity_id, arrival_time, partition, offset, event_time) -> sessions.
 
     Every event of an entity from the first one given must be present: the caller chooses where
-    to start (see ``writer``), sessions before that point are not recomputed.
+    to start (see ``writer``), sessions before that point are not recomputed. Or the entity's
+    stored last session is given in ``carried`` (its :data:`SESSION_COLUMNS`), when every event
+    given for the entity arrived after that session's last one: the events continue it, as if its
+    own events were given (:func:`continued_rows`). A session's cut depends on the records before
+    it only through its start and its last arrival, which the stored row keeps.
 
     All in Spark SQL, no Python workers: a window over each entity in arrival order cuts *bursts*
     at every gap longer than ``rules.gap``; a burst shorter than ``rules.max_length`` is one
@@ -88,9 +94,14 @@ def sessionize(events: DataFrame, rules: SessionRules, frozen: FrozenFrames | No
     gap_us, max_us = rules.gap_us, rules.max_length_us
     by_entity = Window.partitionBy("entity_id").orderBy(*_ORDER)
     arrival_us = F.unix_micros("arrival_time")
+    rows = events.select(
+        "entity_id", *_ORDER, "event_time", F.col("arrival_time").alias("start_time"),
+        F.col("event_time").alias("first_time"), F.lit(1).cast("long").alias("weight"),
+    )  # fmt: skip
+    if carried is not None:
+        rows = rows.unionByName(continued_rows(carried))
     bursts = (
-        events.select("entity_id", *_ORDER, "event_time")
-        .withColumn("us", arrival_us)
+        rows.withColumn("us", arrival_us)
         .withColumn("gap_cut", F.coalesce(F.col("us") - F.lag("us").over(by_entity) > gap_us, F.lit(True)))
         .withColumn("burst", F.sum(F.col("gap_cut").cast("long")).over(by_entity))
     )
@@ -116,17 +127,38 @@ def sessionize(events: DataFrame, rules: SessionRules, frozen: FrozenFrames | No
     )
 
 
+def continued_rows(carried: DataFrame) -> DataFrame:
+    """Stored sessions as one row each that stands for all of its events: it arrives at the session's last
+    arrival (so the next record's gap is measured from there) with its last event time, and carries the
+    session's start, first event time and count. Its coordinates are null: the events continuing it all
+    arrive later, so no tie in arrival order can put one before it."""
+    from pyspark.sql import functions as F
+
+    return carried.select(
+        "entity_id",
+        F.col("ended_at").alias("arrival_time"),
+        F.lit(None).cast("string").alias("topic"),
+        F.lit(None).cast("int").alias("partition"),
+        F.lit(None).cast("long").alias("offset"),
+        F.col("last_event_time").alias("event_time"),
+        F.col("started_at").alias("start_time"),
+        F.col("first_event_time").alias("first_time"),
+        F.col("event_count").cast("long").alias("weight"),
+    )
+
+
 def _summarize(rows: DataFrame, keys: list[str]) -> DataFrame:
-    """One row per ``keys``: a session's columns but its ID and duration, over ``rows`` in arrival order."""
+    """One row per ``keys``: a session's columns but its ID and duration, over ``rows`` in arrival order (a
+    continued session's row counts as its events: :func:`continued_rows`)."""
     from pyspark.sql import functions as F
 
     position = F.struct(*_ORDER)
     return rows.groupBy(*keys).agg(
-        F.min("arrival_time").alias("started_at"),
+        F.min("start_time").alias("started_at"),
         F.max("arrival_time").alias("ended_at"),
-        F.min_by("event_time", position).alias("first_event_time"),
+        F.min_by("first_time", position).alias("first_event_time"),
         F.max_by("event_time", position).alias("last_event_time"),
-        F.count(F.lit(1)).alias("event_count"),
+        F.sum("weight").alias("event_count"),
     )
 
 
@@ -140,18 +172,20 @@ def _cut_long_bursts(bursts: DataFrame, long_summaries: DataFrame, max_us: int) 
     # arrival times (microseconds only) that carries the current start and appends a start when it
     # cuts. Linear in the burst's length (the accumulator grows by one element per part). Each
     # record then belongs to the last start at or before it: the starts are added to the rows as
-    # markers and counted in arrival order, starts first on a tie.
+    # markers and counted in arrival order, starts first on a tie. A continued session's row (first
+    # in its burst) starts its part at the session's start, not at its own arrival.
     fold = (
-        "aggregate(array_sort(collect_list(us)), "
+        "aggregate(array_sort(collect_list(struct(us, start_us))), "
         "named_struct('start', CAST(NULL AS BIGINT), 'starts', CAST(array() AS ARRAY<BIGINT>)), "
-        f"(acc, a) -> IF(acc.start IS NULL OR a - acc.start >= {max_us}, "
-        "named_struct('start', a, 'starts', concat(acc.starts, array(a))), acc), "
+        f"(acc, a) -> IF(acc.start IS NULL OR a.us - acc.start >= {max_us}, "
+        "named_struct('start', a.start_us, 'starts', concat(acc.starts, array(a.start_us))), acc), "
         "acc -> acc.starts)"
     )
     long_bursts = long_summaries.select("entity_id", "burst")
     long_records = bursts.join(long_bursts, ["entity_id", "burst"], "left_semi").select(
-        "entity_id", "burst", *_ORDER, "event_time", "us", F.lit(0).alias("is_start")
-    )
+        "entity_id", "burst", *_ORDER, "event_time", "start_time", "first_time", "weight", "us",
+        F.unix_micros("start_time").alias("start_us"), F.lit(0).alias("is_start"),
+    )  # fmt: skip
     starts = (
         long_records.groupBy("entity_id", "burst")
         .agg(F.expr(fold).alias("starts"))

@@ -26,7 +26,20 @@ from spark_jobs.pipeline_options import options
 from spark_jobs.pipelines import Defaults, Pipeline
 from spark_jobs.pipelines_check import PipelinesError
 from spark_jobs.pipelines_file import load_each
-from spark_jobs.settings_parsers import COUNT, FLAG, HORIZON, NUMBER, OPTIONS, PATH, PORT, RULES, TEXT, WHOLE, Parser
+from spark_jobs.settings_parsers import (
+    CAP,
+    COUNT,
+    FLAG,
+    HORIZON,
+    NUMBER,
+    OPTIONS,
+    PATH,
+    PORT,
+    RULES,
+    TEXT,
+    WHOLE,
+    Parser,
+)
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract
@@ -107,12 +120,17 @@ class Settings:
     # None: the pipeline cuts no sessions (`sessions: off`).
     session_rules: SessionRules | None = setting(("TIDEMARK_SESSION_GAP_MINUTES", "TIDEMARK_SESSION_MAX_HOURS"),
         RULES, _OPTION.sessions, "the session rules (recorded; see above); a gap of `off`: no sessions")
+    continue_sessions: bool = setting("TIDEMARK_CONTINUE_SESSIONS", FLAG, True, "an entity whose new records all "
+        "arrive after its last stored session continues that session from its stored row instead of reading its "
+        "events again (`false`: every touched entity's events are read again from its anchor; the result is the same)")
     reverify_days: float = setting("TIDEMARK_REVERIFY_DAYS", NUMBER, 7.0,
         "reconcile re-checks every verified range at least this often")
     lag_alert_minutes: float = setting("TIDEMARK_LAG_ALERT_MINUTES", NUMBER, 60.0,
         "reconcile alerts (status `lagging`) when the oldest record not processed yet arrived longer ago")
-    max_offsets_per_trigger: int = setting("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", COUNT,
-        _OPTION.max_offsets_per_trigger, "records per batch of a scheduled run at most (0: no cap)")
+    max_offsets_per_trigger: int | str = setting("TIDEMARK_MAX_OFFSETS_PER_TRIGGER", CAP,
+        _OPTION.max_offsets_per_trigger, "records per batch of a scheduled run at most: `auto` (as many as the "
+        "driver's memory holds, given the size of the topic's records: docs/operations.md, \"Batch size\"), a "
+        "number, or 0 (no cap)")
     # The Kafka source's maxRecordsPerPartition: parsing is a batch's heaviest scan, and a few large
     # partitions on a few cores leave cores idle (3 partitions on 2 cores: the third runs alone).
     read_task_records: int = setting("TIDEMARK_READ_TASK_RECORDS", COUNT, 25_000, "Kafka records per Spark read "

@@ -250,6 +250,7 @@ class BatchWriter:
         return BatchResult(
             self.pipeline, batch_id, ranges, c.read, c.accepted, c.duplicates, c.quarantined, written, deleted,
             skipped=False, seconds=clock.laps, producer=c.producer, lost=lost,
+            sessions_continued=plan.sessions.continued if plan.sessions else 0,
         )  # fmt: skip
 
     def _record_attempt(self, cur: Cursor, plan: BatchPlan) -> None:

@@ -94,6 +94,19 @@ def unfinished_attempts(cur, pipeline: str) -> list[tuple[int, list[PartitionRan
     return sorted(batches.items())
 
 
+def any_unfinished_attempt(cur, topic: str) -> bool:
+    """Whether an attempt of any writer of ``topic`` (scheduled, backfill, readmit, repair) has no committed batch:
+    it may have written ``events`` without ``sessions`` (the stored sessions may lag the stored events)."""
+    cur.execute(
+        """SELECT EXISTS (SELECT 1 FROM write_attempts AS a
+                          WHERE a.topic = %s
+                            AND NOT EXISTS (SELECT 1 FROM ledger_batches AS b
+                                            WHERE b.pipeline = a.pipeline AND b.batch_id = a.batch_id))""",
+        (topic,),
+    )
+    return bool(cur.fetchone()[0])
+
+
 def record_batch(
     cur,
     pipeline: str,

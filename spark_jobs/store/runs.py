@@ -43,6 +43,7 @@ class BatchResult:
     seconds: dict[str, float] = field(default_factory=dict)  # time per step, for profiling
     producer: producers.ProducerChecks = field(default_factory=producers.ProducerChecks)
     lost: list[retention.Loss] = field(default_factory=list)  # offsets retention removed before the batch read them
+    sessions_continued: int = 0  # entities whose last stored session the batch continued from its row
 
 
 # Who started the run, as the Airflow operator sets it ("airflow <dag_id> <run_id>"); "cli" otherwise.

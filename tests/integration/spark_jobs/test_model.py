@@ -43,7 +43,9 @@ record retention took before a run read it is recorded as lost.
 ``make test-scenarios`` runs the seeds in :data:`FIXED_SEEDS`, ``make fuzz-found`` those in :data:`FOUND_SEEDS`;
 ``make fuzz SEEDS=N [FROM=F]`` runs N more from
 seed F (``TIDEMARK_FUZZ_SEEDS``, ``TIDEMARK_FUZZ_FROM``, default 1000), ``make fuzz SEED=S`` replays
-one (``TIDEMARK_FUZZ_SEED``).
+one (``TIDEMARK_FUZZ_SEED``). A seed's runs continue stored sessions from their rows, or read every touched
+entity's events again (``TIDEMARK_CONTINUE_SESSIONS``), as the seed draws; ``TIDEMARK_FUZZ_CONTINUE=on|off``
+forces one for every seed.
 """
 
 from __future__ import annotations
@@ -177,7 +179,8 @@ class Trial:
     def fail(self, problem: str) -> None:
         pytest.fail(
             f"seed {self.seed}, pipeline {self.settings.pipeline} ({self.scenario.partitions} partition(s), "
-            f"rules {self.scenario.rules}) after step {len(self.done) - 1}: {problem}\nsteps:\n{self.steps()}\n"
+            f"rules {self.scenario.rules}, sessions continued: {self.settings.continue_sessions}) after step "
+            f"{len(self.done) - 1}: {problem}\nsteps:\n{self.steps()}\n"
             f"replay: make fuzz SEED={self.seed}",
             pytrace=False,
         )
@@ -219,6 +222,7 @@ def test_pipelines_match_the_model_after_every_run(spark, database, registry, se
         lake_root=str(home / "lake"),
         checkpoint_root=str(home / "checkpoints"),
         pipelines_file=home / "pipelines.yaml",
+        continue_sessions=_continuing(seed),
     )
     migrate_pipelines(lake)
     done: list[str] = []
@@ -245,6 +249,18 @@ def test_pipelines_match_the_model_after_every_run(spark, database, registry, se
             trial.fail(f"{type(exc).__name__}: {exc}")
     if os.environ.get("TIDEMARK_FUZZ_VERBOSE"):  # what a passing seed did (make fuzz ... FUZZ_ARGS=-s)
         print(f"\nseed {seed}:\n{trials[0].steps()}")
+
+
+def _continuing(seed: int) -> bool:
+    """Whether the seed's runs continue stored sessions from their rows (``TIDEMARK_CONTINUE_SESSIONS``, the
+    default) or read every touched entity's events again: drawn from the seed (on for two seeds in three),
+    or forced by ``TIDEMARK_FUZZ_CONTINUE=on|off``."""
+    forced = os.environ.get("TIDEMARK_FUZZ_CONTINUE", "")
+    if forced:
+        if forced not in ("on", "off"):
+            raise ValueError(f"TIDEMARK_FUZZ_CONTINUE={forced!r}: on or off")
+        return forced == "on"
+    return random.Random(seed * 7_919 + 11).random() < 2 / 3
 
 
 def _names(seed: int, role: str) -> list[str]:

@@ -128,3 +128,36 @@ def test_a_takeover_committed_by_an_earlier_attempt_still_anchors_the_displaced_
     assert {r[0]: r[1] for r in anchors.collect()} == {"A": micros(at(10)), "B": micros(at(0))}
     without = session_changes.touched(session_changes.entities(ranked, stored, RULES)).select("entity_id").collect()
     assert [r[0] for r in without] == ["B"], "without the duplicates row, A would be left stale in PostgreSQL"
+
+
+def test_an_entity_whose_new_records_all_follow_its_last_session_continues_it_without_reading_events(
+    spark_session,
+) -> None:
+    """a: new records after its last session ended (within the gap): that session is carried, its anchor its
+    start, no event read again. b: a new record before its last session ended (a backfill): read again from
+    the open sessions' start. c: nothing stored. d: a gap after its last session: nothing carried, nothing read.
+    e: a record the table holds already (a retry): read again. Without continuing, every one is read again, a
+    from its first open session's start."""
+    stored = sessions(spark_session, [("a", 0, 10, 2), ("a", 15, 20, 3), ("b", 0, 10, 2), ("d", 0, 10, 2),
+                                      ("e", 0, 10, 2)])  # fmt: skip
+    stored_events = events(spark_session, [(50, 10, "e")])
+    batch = events(spark_session, [(5, 35, "a"), (6, 40, "a"), (7, 5, "b"), (8, 3, "c"), (9, 90, "d"), (50, 10, "e")])
+    ranked = dedupe.rank(batch, stored_events)
+
+    def decided(continuing: bool) -> dict[str, tuple]:
+        rows = session_changes.entities(ranked, stored, RULES, continuing=continuing).selectExpr(
+            "entity_id", "unix_micros(anchor) AS us", "reread", "carried.event_count AS carried"
+        )
+        return {r["entity_id"]: (r["us"], r["reread"], r["carried"]) for r in rows.collect()}
+
+    assert decided(True) == {
+        "a": (micros(at(15)), False, 3),
+        "b": (micros(at(0)), True, None),
+        "c": (micros(at(3)), False, None),
+        "d": (micros(at(90)), False, None),
+        "e": (micros(at(0)), True, None),
+    }
+    assert {e: (us, reread) for e, (us, reread, _) in decided(False).items()} == {
+        "a": (micros(at(0)), True), "b": (micros(at(0)), True), "c": (micros(at(3)), True),
+        "d": (micros(at(90)), True), "e": (micros(at(0)), True),
+    }  # fmt: skip

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from spark_jobs import jvm
-from spark_jobs.contract import SessionRules
+from spark_jobs.contract import TABLE_SCHEMAS, SessionRules
 from spark_jobs.sessionize import SESSION_COLUMNS, session_id, sessionize, split_sessions
 from spark_jobs.spark import FrozenFrames
 from tests.integration.spark_jobs.checks import stages_run
@@ -80,6 +80,43 @@ def test_spark_sessions_equal_the_python_reference(spark_session, freeze: bool) 
     assert len(reference_sessions(rows, unlimited)) < len(expected), "the data should hit the maximum length"
     assert actual == expected
     assert "Generate" in plan, "long bursts are cut by the fold's starts, exploded"
+
+
+@pytest.mark.parametrize("seed", [3, 19, 23])
+def test_a_continued_session_is_what_a_cut_from_scratch_makes(spark_session, seed: int) -> None:
+    """Each entity's rows cut in two at a random point between two arrivals: the first part's sessions by
+    the reference, then sessionize of the second part continuing the first part's last session from its
+    row alone must give every session from that one's start on exactly as a cut of all the rows does,
+    long bursts (carried across the cut) and gaps at the cut included."""
+    rules = SessionRules(gap=timedelta(minutes=30), max_length=timedelta(hours=2))
+    rows, rng = random_rows(seed), random.Random(seed)
+    before, after = [], []
+    for entity in sorted({r[0] for r in rows}):
+        ordered = sorted((r for r in rows if r[0] == entity), key=lambda r: (r[1], r[2], r[3]))
+        cuts = [i for i in range(1, len(ordered)) if ordered[i][1] > ordered[i - 1][1]]
+        cut = rng.choice(cuts) if cuts else len(ordered)
+        before += ordered[:cut]
+        after += ordered[cut:]
+    carried: dict[str, tuple] = {}  # per entity, its last session of the first part
+    for session in reference_sessions(before, rules):
+        if session[1] not in carried or session[2] > carried[session[1]][2]:
+            carried[session[1]] = session
+    whole = reference_sessions(rows, rules)
+    expected = {s for s in whole if s[2] >= carried[s[1]][2]}
+    assert any(s not in reference_sessions(before, rules) for s in expected if s[2] == carried[s[1]][2]), (
+        "some carried session should be extended"
+    )
+    frame = spark_session.createDataFrame(
+        [(entity, arrival, "t", *rest) for entity, arrival, *rest in after],
+        "entity_id string, arrival_time timestamp, topic string, partition int, offset long, event_time timestamp",
+    )
+    stored = spark_session.createDataFrame(list(carried.values()), TABLE_SCHEMAS["sessions"])
+    with FrozenFrames(spark_session) as frozen:
+        result = sessionize(frame, rules, frozen, carried=stored).collect()
+    actual = {
+        tuple(r[c].astimezone(UTC) if isinstance(r[c], datetime) else r[c] for c in SESSION_COLUMNS) for r in result
+    }
+    assert actual == expected
 
 
 def test_frozen_sessions_plan_no_cut_of_long_bursts_when_there_is_none(spark_session) -> None:

@@ -139,7 +139,8 @@ def test_to_env_rebuilds_the_same_settings(tmp_path: Path) -> None:
 
 def test_a_scheduled_batch_is_capped_by_default(tmp_path: Path) -> None:
     settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
-    assert settings.max_offsets_per_trigger == 500_000 and settings.producer_alert_threshold == 0
+    assert settings.max_offsets_per_trigger == "auto" and settings.producer_alert_threshold == 0
+    assert Settings.from_env({"TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "AUTO "}).max_offsets_per_trigger == "auto"
     assert settings.read_task_records == 25_000
 
 
@@ -166,7 +167,8 @@ def test_session_rules_default_to_the_documented_values(tmp_path: Path) -> None:
         ({"TIDEMARK_SESSION_GAP_MINUTES": "-1"}, "must be positive"),
         ({"TIDEMARK_SESSION_GAP_MINUTES": "120", "TIDEMARK_SESSION_MAX_HOURS": "1"}, "shorter than the gap"),
         ({"TIDEMARK_SHUFFLE_PARTITIONS": "0"}, "TIDEMARK_SHUFFLE_PARTITIONS"),
-        ({"TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "lots"}, "TRIGGER='lots' must be a whole number"),
+        ({"TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "lots"}, "TRIGGER='lots' must be auto, or a whole number of records"),
+        ({"TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "-5"}, "TRIGGER='-5' must be auto, or a whole number of records"),
         ({"TIDEMARK_READ_TASK_RECORDS": "some"}, "TIDEMARK_READ_TASK_RECORDS='some' must be a whole number"),
         ({"TIDEMARK_PRODUCER_ALERT_THRESHOLD": "-1"}, "TIDEMARK_PRODUCER_ALERT_THRESHOLD='-1' must be a whole number"),
         ({"TIDEMARK_WRITER_HEARTBEAT_SECONDS": "0"}, "TIDEMARK_WRITER_HEARTBEAT_SECONDS='0' must be positive"),
@@ -204,6 +206,7 @@ OTHER_VALUES = {
     "TIDEMARK_REVERIFY_DAYS": "1234567.5",
     "TIDEMARK_LAG_ALERT_MINUTES": "0.1",
     "TIDEMARK_MAX_OFFSETS_PER_TRIGGER": "1000",
+    "TIDEMARK_CONTINUE_SESSIONS": "false",
     "TIDEMARK_READ_TASK_RECORDS": "0",
     "TIDEMARK_DEDUPE_HORIZON_DAYS": "0.5",
     "TIDEMARK_VACUUM_RETAIN_HOURS": "200",
