@@ -224,6 +224,25 @@ def soak_checks(m: Measurements) -> list[Check]:
     return checks
 
 
+def catchup_checks(m: Measurements) -> list[Check]:
+    """The catch-up: its last batches against its first (sessions open throughout); a batch's fixed seconds."""
+    checks = []
+    if "CU" in m:
+        details = m["CU"].details
+        slowdown = throughput_ratio(details.get("last_median_seconds"), details.get("first_median_seconds"))
+        description = "catch-up: median writer time of the last 4 batches vs the first 4"
+        checks.append(Check("CU last4/first4", "CU", description, slowdown, Target("<=", 1.3)))
+    if "BC" in m:
+        details = m["BC"].details
+        checks += [
+            Check("fixed s", "BC", "a batch's fixed writer seconds (the fit's intercept)",
+                  details.get("fixed_seconds")),
+            Check("s/M", "BC", "a batch's writer seconds per million records (the fit's slope)",
+                  details.get("seconds_per_million")),
+        ]  # fmt: skip
+    return checks
+
+
 def replay_checks(m: Measurements) -> list[Check]:
     """The replay (R) against the first run, and what it changed in Delta and PostgreSQL (nothing)."""
     if "R" not in m:
@@ -249,6 +268,7 @@ CHECK_GROUPS: tuple[Callable[[Measurements], list[Check]], ...] = (
     contract_checks,
     peer_checks,
     soak_checks,
+    catchup_checks,
     replay_checks,
 )
 

@@ -17,7 +17,8 @@ from spark_jobs.settings import PROJECT_ROOT, Settings
 from tidemark.options import fraction, non_negative, positive
 
 STAGES = (
-    "b1", "b2", "b2l", "peer", "p1", "slope", "replay", "empty", "pg", "growth", "hotkey", "contract", "floor", "soak",
+    "b1", "b2", "b2l", "peer", "p1", "slope", "batchcost", "replay", "empty", "pg", "growth", "hotkey", "contract",
+    "floor", "soak", "catchup",
 )  # fmt: skip
 STAGE_HELP = {
     "b1": "confluent-kafka drain of the topic",
@@ -34,9 +35,11 @@ STAGE_HELP = {
     "contract": "the contract check alone: the Java check vs the Variant SQL check it replaced, same records",
     "floor": "Delta's own Spark SQL executions for the four operations each batch keeps: a batch's floor (counts)",
     "soak": "many small scheduled runs into one sink with maintenance between: are the last runs as fast as the first?",
+    "batchcost": "P1's topic at three caps: a batch's fixed writer seconds and seconds per million (a line's fit)",
+    "catchup": "a backlog of --catchup-events in --catchup-batches batches, sessions open throughout: last vs first",
 }
 # Stages `make bench` leaves out (they take long): `make bench-long` runs them.
-LONG_STAGES = ("slope", "soak")
+LONG_STAGES = ("slope", "soak", "catchup")
 DEFAULT_STAGES = tuple(s for s in STAGES if s not in LONG_STAGES)
 BENCH_KAFKA_PORT = 39092
 BENCH_KAFKA_CONTROLLER_PORT = 39093
@@ -44,7 +47,10 @@ BENCH_POSTGRES_PORT = 35432
 BENCH_SCHEMA_REGISTRY_PORT = 38081  # the contract stage's Avro row (C2) starts it
 # The user's settings the bench keeps: where `make jars` put the jars, and how Spark is sized.
 # Everything else (services, lake, checkpoints, topic, session rules) is the bench's own.
-SHARED_SETTINGS = ("jars_dir", "spark_master", "shuffle_partitions", "driver_memory", "spark_ui", "spark_log_level")
+SHARED_SETTINGS = (
+    "jars_dir", "spark_master", "shuffle_partitions", "driver_memory", "spark_ui", "spark_log_level",
+    "continue_sessions",
+)  # fmt: skip
 
 
 def default_home() -> Path:
@@ -88,6 +94,8 @@ class BenchOptions:
     soak_events: int = 2_000
     slope_events: int = 100_000
     contract_events: int = 200_000
+    catchup_events: int = 4_000_000
+    catchup_batches: int = 16
     soak_maintenance_every: int = 100
     home: Path = field(default_factory=default_home)
     output: Path | None = None  # default: <home>/results.json
@@ -112,6 +120,8 @@ class BenchOptions:
             "soak_events",
             "slope_events",
             "contract_events",
+            "catchup_events",
+            "catchup_batches",
             "soak_maintenance_every",
         ):
             if getattr(self, name) < 1:
@@ -225,6 +235,18 @@ def _stage_sizes(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
         help=f"contract: records of the produced mix checked in memory, no Kafka (default {d.contract_events:,})",
     )
     parser.add_argument(
+        "--catchup-events",
+        type=positive,
+        default=d.catchup_events,
+        help=f"catchup: events of the backlog (default {d.catchup_events:,})",
+    )
+    parser.add_argument(
+        "--catchup-batches",
+        type=positive,
+        default=d.catchup_batches,
+        help=f"catchup: batches the backlog is read in (default {d.catchup_batches})",
+    )
+    parser.add_argument(
         "--soak-events",
         type=positive,
         default=d.soak_events,
@@ -275,6 +297,8 @@ def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
         soak_events=args.soak_events,
         slope_events=args.slope_events,
         contract_events=args.contract_events,
+        catchup_events=args.catchup_events,
+        catchup_batches=args.catchup_batches,
         soak_maintenance_every=args.soak_maintenance_every,
         home=args.home or d.home,
         output=args.output,

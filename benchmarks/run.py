@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.catchup import stage_batch_cost, stage_catchup
 from benchmarks.checks import build_checks
 from benchmarks.context import BenchContext, CpuMeter, Recorder
 from benchmarks.edge_stages import stage_contract, stage_floor, stage_hotkey, stage_soak
@@ -116,6 +117,7 @@ STEPS: tuple[tuple[frozenset[str], Callable[[BenchContext], None]], ...] = (
     (frozenset({"b1"}), stage_b1),
     (frozenset({"b2", "b2l", "peer", "p1"}), stage_spark),
     (frozenset({"slope"}), stage_slope),
+    (frozenset({"batchcost"}), stage_batch_cost),
     (frozenset({"replay"}), stage_replay),
     (frozenset({"empty"}), stage_empty),
     (frozenset({"pg"}), stage_pg),
@@ -124,6 +126,7 @@ STEPS: tuple[tuple[frozenset[str], Callable[[BenchContext], None]], ...] = (
     (frozenset({"contract"}), stage_contract),
     (frozenset({"floor"}), stage_floor),
     (frozenset({"soak"}), stage_soak),
+    (frozenset({"catchup"}), stage_catchup),
 )
 
 

@@ -21,7 +21,7 @@ from benchmarks.workloads import (
 if TYPE_CHECKING:
     pass
 
-NEEDS_MAIN_TOPIC = {"b1", "b2", "b2l", "peer", "p1", "replay", "empty", "pg"}
+NEEDS_MAIN_TOPIC = {"b1", "b2", "b2l", "peer", "p1", "batchcost", "replay", "empty", "pg"}
 
 
 def produce_main(ctx: BenchContext) -> None:
@@ -77,9 +77,14 @@ def counted(m: Measurement, count: bool) -> Measurement:
 
 
 def batch_cap(ctx: BenchContext) -> int:
-    """Records per batch at most, the same for B2, PEER and P1: ``--max-offsets-per-trigger``, or
-    the settings' ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER``."""
-    return ctx.options.max_offsets_per_trigger or ctx.settings.max_offsets_per_trigger
+    """Records per batch at most, the same for B2, PEER and P1: ``--max-offsets-per-trigger``, or the settings'
+    ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER`` (``auto``: what a scheduled run of the main topic would choose)."""
+    from spark_jobs.batch_size import AUTO, auto_cap
+
+    chosen = ctx.options.max_offsets_per_trigger or ctx.settings.max_offsets_per_trigger
+    if chosen == AUTO:
+        return auto_cap(ctx.spark, ctx.settings, ctx.main.name)
+    return int(chosen)
 
 
 def _land_once(ctx: BenchContext, m: Measurement, rep: int) -> None:

@@ -18,7 +18,7 @@ topic's first run, or since the last run). If they are gone for good, trigger th
 ``allow_data_loss`` on: the run records them in the ledger as lost, continues from the first record
 the broker holds, and tidemark_reconcile reports them.
 
-Each batch reads at most ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER`` records (500,000 by default). When
+Each batch reads at most ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER`` records (``auto``: what the driver holds). When
 runs keep failing on the same batch (out of memory, the task timeout), it was frozen too big:
 trigger the DAG with ``split_frozen_batch`` on and that batch is planned again within the cap.
 """

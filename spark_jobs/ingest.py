@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from spark_jobs import db, streaming
+from spark_jobs import batch_size, db, streaming
 from spark_jobs.checkpoint import OffsetLog
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError, run_job
@@ -116,18 +116,32 @@ def run_scheduled(
         )
         run.results = writer.results
         streaming.record_committed_batches(spark, settings, log, topic, writer)
-        streaming.await_stream(streaming.start(spark, settings, log, begin, writer, cap, checkpoint), writer)
+        sized = _sized(spark, settings, cap, unread)
+        streaming.await_stream(streaming.start(spark, settings, log, begin, writer, sized, checkpoint), writer)
     return writer.results
 
 
-def _cap(settings: Settings, max_offsets_per_trigger: int | None, split_frozen_batch: bool) -> int | None:
-    """The run's records per batch at most (None: no cap)."""
+def _cap(settings: Settings, max_offsets_per_trigger: int | None, split_frozen_batch: bool) -> int | str | None:
+    """The run's records per batch at most (None: no cap): the caller's, else the settings' (``auto`` is sized
+    when the run starts reading: :func:`_sized`)."""
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
         raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
     cap = max_offsets_per_trigger or settings.max_offsets_per_trigger or None
     if split_frozen_batch and cap is None:
         raise ConfigError("--split-frozen-batch needs a cap: set --max-offsets-per-trigger (records per batch)")
     return cap
+
+
+def _sized(spark: SparkSession, settings: Settings, cap: int | str | None, unread: int | None) -> int | None:
+    """``cap``, with ``auto`` sized for the topic's records on this driver (:mod:`spark_jobs.batch_size`); a run
+    with fewer unread records than the smallest automatic cap reads them in one batch without sampling any."""
+    if cap != batch_size.AUTO:
+        return cap if isinstance(cap, int) else None
+    if unread is not None and unread <= batch_size.SMALLEST:
+        return batch_size.SMALLEST
+    chosen = batch_size.auto_cap(spark, settings, settings.topic)
+    logger.info("batches of at most %s records (auto: the driver's memory, the topic's records' size)", chosen)
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -195,7 +209,7 @@ def add_scheduled_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-offsets-per-trigger",
         type=int,
-        help="records per batch at most (default: TIDEMARK_MAX_OFFSETS_PER_TRIGGER or 500000)",
+        help="records per batch at most (default: TIDEMARK_MAX_OFFSETS_PER_TRIGGER, auto: as the driver holds)",
     )
     p.add_argument(
         "--split-frozen-batch",

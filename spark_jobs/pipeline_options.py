@@ -146,7 +146,12 @@ DAYS = Kind(
     },
     read=lambda value, default: 0.0 if value == "unbounded" else float(value),
 )
-RECORDS = Kind({"type": "integer", "minimum": 0, "x-must": "must be a whole number of records, 0 or more (0: no cap)"})
+RECORDS = Kind(
+    {
+        "oneOf": [{"type": "integer", "minimum": 0}, {"const": "auto"}],
+        "x-must": "must be auto, or a whole number of records, 0 or more (0: no cap)",
+    }
+)
 SCHEDULE = Kind(
     {
         "type": ["string", "null"],

@@ -205,12 +205,13 @@ class Pipeline:
         'its batch (`unbounded`: all of them; docs/design.md, "The dedupe horizon")',
         setting="dedupe_horizon_days",
     )
-    # Spark's maxOffsetsPerTrigger, sized so one batch finishes on the embedded machine (2 cores, a 2 GiB
-    # driver) well inside the task timeout.
-    max_offsets_per_trigger: int = option(
+    # Spark's maxOffsetsPerTrigger. `auto`: as many as the driver's memory keeps, given the records' size
+    # (spark_jobs.batch_size): fewer, larger batches, each paying a batch's fixed seconds once.
+    max_offsets_per_trigger: int | str = option(
         RECORDS,
-        500_000,
-        "records per batch of a scheduled run at most (0: no cap)",
+        "auto",
+        "records per batch of a scheduled run at most: `auto` (as many as the driver's memory holds, given the "
+        'size of the topic\'s records: docs/operations.md, "Batch size"), a number, or 0 (no cap)',
         setting="max_offsets_per_trigger",
     )
     # None: manual runs only. Read when the DAG files are parsed; a run's settings keep the deployment's.

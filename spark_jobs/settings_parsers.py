@@ -70,6 +70,15 @@ def _count(name: str, raw: str) -> int:
     return int(raw)
 
 
+def _cap(name: str, raw: str) -> int | str:
+    """``auto``, or a whole number of records (0: no cap)."""
+    if raw.strip().lower() == "auto":
+        return "auto"
+    if not raw.strip().isdecimal():
+        raise ConfigError(f"{name}={raw!r} must be auto, or a whole number of records, 0 or more (0: no cap)")
+    return int(raw)
+
+
 def _horizon(name: str, raw: str) -> float | None:
     """Positive days, or ``unbounded`` (also 0); blank: the default."""
     raw = raw.strip()
@@ -119,6 +128,7 @@ def _write_options(options: Mapping[str, str], names: tuple[str, ...]) -> dict[s
 
 PORT, COUNT, NUMBER, HORIZON = _one(_port), _one(_count), _one(_positive, _g), _one(_horizon, _g)
 WHOLE = _one(lambda name, raw: _positive(name, raw, int))
+CAP = _one(_cap, code=True)
 TEXT = _one(lambda _, raw: raw, code=True)
 PATH = _one(lambda _, raw: Path(raw), code=True)
 FLAG = _one(lambda _, raw: raw.lower() == "true", lambda value: str(value).lower(), code=True)

@@ -7,6 +7,7 @@ PostgreSQL rows are always filtered by the test's entity prefix.
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections import Counter
 from dataclasses import replace
@@ -18,7 +19,7 @@ import pytest
 from spark_jobs import db, dedupe, ingest
 from spark_jobs.errors import DataLossError, TopicError
 from spark_jobs.kafka_source import read_range
-from spark_jobs.offsets import ensure_topic, latest_ranges
+from spark_jobs.offsets import PartitionRange, ensure_topic, latest_ranges, watermarks
 from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
 from spark_jobs.sinks.delta import files_rewritten_since, table_versions
@@ -27,6 +28,8 @@ from spark_jobs.store import runs
 from spark_jobs.store.lock import single_writer
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
+    assert_sessions_follow_events,
+    assert_settings_sinks_agree,
     assert_sinks_agree,
     crash_at,
     delta_rows,
@@ -107,7 +110,8 @@ def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg)
 
     late_time = base - timedelta(hours=5)  # E's event time is earlier than all of them
     send(settings, settings.topic, [event("E", late_time)])
-    ingest.run_scheduled(spark, settings)
+    [batch] = ingest.run_scheduled(spark, settings)
+    assert batch.sessions_continued == 1, "E arrived after the session's last record: continued from its row"
     after = delta_rows(spark, settings, "sessions")
     assert len(after) == 1
     assert after[0]["session_id"] == before[0]["session_id"]
@@ -117,6 +121,95 @@ def test_a_late_record_joins_the_session_without_changing_its_id(spark, run, pg)
     started_ms = int(after[0]["started_at"].astimezone(UTC).timestamp() * 1000)
     assert after[0]["session_id"] == session_id(entity, started_ms)
     assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_sessions_continued_batch_after_batch_are_what_a_cut_from_scratch_makes(spark, fresh) -> None:
+    """Five scheduled runs over 12 entities whose records arrive after, within a gap of, a gap beyond, and past
+    the maximum length of their last sessions, one run's records of some entities arriving before their stored
+    sessions ended (read again), and a record arriving exactly at a session's last arrival: after every run,
+    the sessions both sinks hold are what sessionizing all of ``events`` from scratch gives."""
+    from spark_jobs.contract import SessionRules
+
+    prefix = "cont-"  # the test's own database (its own session rules are recorded there)
+    settings = replace(fresh, session_rules=SessionRules(gap=timedelta(minutes=10), max_length=timedelta(hours=1)))
+    ensure_topic(settings, settings.topic, partitions=2, timestamp_type="CreateTime")
+    rng = random.Random(4242)
+    clock = {e: datetime(2026, 3, 1, 12, tzinfo=UTC) + timedelta(minutes=rng.randint(0, 30)) for e in range(12)}
+    continued = 0
+    for round_ in range(5):
+        events, arrivals = [], []
+        for e in rng.sample(range(12), 8):
+            for i in range(rng.randint(1, 6)):
+                step = rng.choice([0.0, 0.5, 3, 9.9, 10, 10.5, 25, 40])
+                if round_ == 3 and i == 0 and e % 3 == 0:
+                    step = -rng.choice([1, 15, 90])  # before the entity's last arrival: its events are read again
+                clock[e] += timedelta(minutes=step)
+                events.append({"event_id": f"{prefix}r{round_}-{e}-{i}", "entity_id": f"{prefix}e{e}",
+                               "event_type": "click", "event_time": clock[e].isoformat()})  # fmt: skip
+                arrivals.append(clock[e])
+        send(settings, settings.topic, events, arrivals)
+        continued += sum(batch.sessions_continued for batch in ingest.run_scheduled(spark, settings))
+        assert_sessions_follow_events(spark, settings)
+        assert_settings_sinks_agree(spark, settings, prefix)
+    assert continued > 0, "no batch continued a stored session"
+
+
+def test_no_session_is_continued_while_a_crashed_batch_may_have_left_its_events_without_their_sessions(
+    spark, run, pg
+) -> None:
+    """A backfill of A crashes after its events write (events holds A, sessions does not). Before its retry, a
+    backfill of B (later than A) must not continue the entity's stored session without A: it reads the events
+    again, and the sessions are those of the events; the retry then finds A held and ends exact."""
+    settings, prefix = run
+    ensure_topic(settings, settings.topic, partitions=1, timestamp_type="CreateTime")
+    entity = f"{prefix}user"
+    arrivals = [datetime(2026, 4, 1, 9, tzinfo=UTC) + timedelta(minutes=m) for m in (0, 5, 9)]
+    send(settings, settings.topic, [
+        {"event_id": f"{prefix}{n}", "entity_id": entity, "event_type": "view", "event_time": t.isoformat()}
+        for n, t in zip("SAB", arrivals, strict=True)
+    ], arrivals)  # fmt: skip
+    backfill = lambda start, **kw: ingest.run_backfill(  # noqa: E731
+        spark, settings, plan_backfill(settings, settings.topic, offsets={0: (start, start + 1)}), **kw
+    )
+    assert backfill(0).sessions_continued == 0  # S: the entity's first session
+    with pytest.raises(Exception, match="injected crash"):
+        backfill(1, fault=crash_at("write:sessions"))  # A is in events; the session still ends at S
+    b = backfill(2)
+    assert_sessions_follow_events(spark, settings)  # continued, S and B alone: one event fewer than events holds
+    assert b.sessions_continued == 0
+    assert backfill(1).sessions_continued == 0  # the retry: A is held
+    [session] = delta_rows(spark, settings, "sessions")
+    assert session["event_count"] == 3
+    assert_sinks_agree(snapshot(spark, settings, pg, prefix))
+
+
+def test_the_automatic_cap_sizes_batches_by_the_drivers_heap_and_the_topics_newest_records(spark, run) -> None:
+    """``auto`` (the default cap) samples the newest records of each partition: their mean key and value size, and
+    the driver's heap, make the cap; a run with fewer unread records than the smallest cap samples none."""
+    from spark_jobs import batch_size
+
+    settings, prefix = run
+    assert settings.max_offsets_per_trigger == batch_size.AUTO
+    ensure_topic(settings, settings.topic, partitions=2)
+    assert batch_size.mean_record_bytes(settings, settings.topic) == batch_size.ASSUMED_RECORD_BYTES  # empty
+    events = [{"event_id": f"{prefix}{i}", "entity_id": f"{prefix}u{i % 3}", "event_type": "click" + "k" * (i % 50),
+               "event_time": "2026-03-01T12:00:00+00:00"} for i in range(200)]  # fmt: skip
+    send(settings, settings.topic, events)
+    sizes = {}
+    for p, (low, high) in watermarks(settings, settings.topic).items():
+        from spark_jobs.offsets import committed_records
+
+        newest = [PartitionRange(settings.topic, p, max(low, high - batch_size.SAMPLE), high)]
+        sizes[p] = [len(m.key() or b"") + len(m.value() or b"") for m in committed_records(settings, newest)]
+    mean = sum(map(sum, sizes.values())) / sum(map(len, sizes.values()))
+    held = {p: high - low for p, (low, high) in watermarks(settings, settings.topic).items()}
+    assert {p: len(s) for p, s in sizes.items()} == {p: min(n, batch_size.SAMPLE) for p, n in held.items()}
+    assert batch_size.mean_record_bytes(settings, settings.topic) == pytest.approx(mean)
+    heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
+    assert batch_size.auto_cap(spark, settings, settings.topic) == batch_size.cap_for(heap, 0.6, mean)
+    assert ingest._sized(spark, settings, batch_size.AUTO, unread=200) == batch_size.SMALLEST
+    [batch] = ingest.run_scheduled(spark, settings)
+    assert batch.read == 200
 
 
 def test_a_backfill_that_adds_missing_records_replaces_the_sessions_in_both_sinks(spark, run, pg) -> None:

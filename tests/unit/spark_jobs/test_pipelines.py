@@ -258,8 +258,8 @@ def change(path: str, value: object, delete: bool = False) -> dict:
         (
             "1.max_offsets_per_trigger",
             -5,
-            "pipelines.yaml: pipeline 'web': max_offsets_per_trigger: must be a whole number of records, 0 or more "
-            "(0: no cap)",
+            "pipelines.yaml: pipeline 'web': max_offsets_per_trigger: must be auto, or a whole number of records, 0 or "
+            "more (0: no cap)",
         ),
         (
             "1.windows",
