@@ -361,10 +361,8 @@ class BatchPlanner:
         return invalid.where(f"NOT ({delta.range_filter(counted)})") if counted else invalid
 
     def _continuing(self) -> bool:
-        """Whether the batch may continue stored sessions from their rows (``TIDEMARK_CONTINUE_SESSIONS``): only
-        where the stored sessions are those of the stored events. Not in a repair's batch (it rewrites ranges
-        whose rows were damaged, sessions included), nor while an attempt of any writer of the pipeline is
-        unfinished (it may have written ``events`` and not ``sessions``: its retry reads them again)."""
+        """Whether the batch may continue stored sessions from their rows: where they are those of the stored
+        events (not a repair's batch, which rewrites damaged ranges; no attempt unfinished: docs/design.md)."""
         if not self.settings.continue_sessions or self.rewrites:
             return False
         return not self._on_ledger(lambda cur: ledger.any_unfinished_attempt(cur, self.settings.topic))
@@ -398,7 +396,5 @@ class BatchPlanner:
             session_changes.compare(sessionize(events, rules, self.frozen, carried), sessions, anchors, earliest),
             *session_changes.op_counts(with_ids=True),
         )
-        return SessionChanges(
-            anchors, compared, ops["changed"], ops["inserted"], summary["many_partitions"], earliest, ops["written"],
-            continued=summary["continued"],
-        )  # fmt: skip
+        changed, inserted, written, many = ops["changed"], ops["inserted"], ops["written"], summary["many_partitions"]
+        return SessionChanges(anchors, compared, changed, inserted, many, earliest, written, summary["continued"])

@@ -188,7 +188,7 @@ class Pipeline:
     name: str
     topic: str
     contract: Contract
-    # The options: a key of the entry each, and a row of docs/configuration.md's options table (options_table).
+    # The options: a key of the entry each, and a row of docs/configuration.md's options table (settings_tables).
     # None: the pipeline cuts no sessions.
     sessions: SessionRules | None = option(
         SESSIONS,

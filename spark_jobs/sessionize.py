@@ -94,14 +94,9 @@ def sessionize(
     gap_us, max_us = rules.gap_us, rules.max_length_us
     by_entity = Window.partitionBy("entity_id").orderBy(*_ORDER)
     arrival_us = F.unix_micros("arrival_time")
-    rows = events.select(
-        "entity_id", *_ORDER, "event_time", F.col("arrival_time").alias("start_time"),
-        F.col("event_time").alias("first_time"), F.lit(1).cast("long").alias("weight"),
-    )  # fmt: skip
-    if carried is not None:
-        rows = rows.unionByName(continued_rows(carried))
     bursts = (
-        rows.withColumn("us", arrival_us)
+        _rows(events, carried)
+        .withColumn("us", arrival_us)
         .withColumn("gap_cut", F.coalesce(F.col("us") - F.lag("us").over(by_entity) > gap_us, F.lit(True)))
         .withColumn("burst", F.sum(F.col("gap_cut").cast("long")).over(by_entity))
     )
@@ -125,6 +120,18 @@ def sessionize(
         .withColumn("session_id", F.expr(SESSION_ID_SPARK_SQL))
         .select(*SESSION_COLUMNS)
     )
+
+
+def _rows(events: DataFrame, carried: DataFrame | None) -> DataFrame:
+    """The rows to cut: each event counts as one, starting and first in its own session's terms; and the carried
+    sessions' rows (:func:`continued_rows`)."""
+    from pyspark.sql import functions as F
+
+    rows = events.select(
+        "entity_id", *_ORDER, "event_time", F.col("arrival_time").alias("start_time"),
+        F.col("event_time").alias("first_time"), F.lit(1).cast("long").alias("weight"),
+    )  # fmt: skip
+    return rows if carried is None else rows.unionByName(continued_rows(carried))
 
 
 def continued_rows(carried: DataFrame) -> DataFrame:

@@ -4,9 +4,8 @@ Nothing reads the environment at import time; entry points call :meth:`Settings.
 the result down. Every value has an environment variable so the same code runs on the embedded
 default and on a cluster. Each setting is declared once, as a :class:`Settings` field made by
 :func:`setting` (its parser from ``spark_jobs.settings_parsers``); the declarations drive ``from_env``,
-``to_env`` and docs/configuration.md's table (:func:`settings_table`). The settings a pipeline's options
-take (``spark_jobs.pipeline_options``) are those a run of it carries (:meth:`Settings.for_pipeline`), and
-the options' table is :func:`options_table`.
+``to_env`` and docs/configuration.md's tables (``spark_jobs.settings_tables``). The settings a pipeline's
+options take (``spark_jobs.pipeline_options``) are those a run of it carries (:meth:`Settings.for_pipeline`).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import logging
 import os
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,7 +80,7 @@ class Settings:
     """Where tidemark's services, data and jars are, and how to reach them."""
 
     # fmt: off
-    # A line or two a setting, like the README table made of them (settings_table).
+    # A line or two a setting, like the README table made of them (settings_tables).
     home: Path = setting("TIDEMARK_HOME", HOME, doc="data, logs, pid files, jars", shown="`.tidemark/` in the checkout")
     kafka_port: int = setting("TIDEMARK_KAFKA_PORT", PORT, 19092, "the embedded Kafka broker's port")
     kafka_controller_port: int = setting("TIDEMARK_KAFKA_CONTROLLER_PORT", PORT, 19093,
@@ -373,42 +372,3 @@ class Settings:
             **librdkafka_options(self.kafka_options),
             **extra,
         }
-
-
-def _default(f: Field[Any]) -> Any:
-    """A setting's default: its ``default``, or what its ``default_factory`` makes."""
-    if f.default is not MISSING:
-        return f.default
-    if f.default_factory is MISSING:
-        raise TypeError(f"the setting {f.name} has no default")
-    return f.default_factory()
-
-
-def settings_table() -> str:
-    """README.md's settings table in Markdown (header included), a row per setting in field order."""
-    rows = ["| variable | default |", "| --- | --- |"]
-    for f in fields(Settings):
-        names, parser, doc, shown = (f.metadata[key] for key in ("env", "parser", "doc", "shown"))
-        if not shown:
-            default = _default(f)
-            shown = ", ".join(f"`{v}`" if parser.code else v for v in parser.write(default, names).values())
-        text = (" " if doc.startswith("(") else ": ").join(part for part in (shown, doc) if part)
-        rows.append(f"| {', '.join(f'`{name}`' for name in names)} | {text} |")
-    return "\n".join(rows) + "\n"
-
-
-def options_table() -> str:
-    """docs/configuration.md's table of a pipeline's options (header included), a row per option of
-    :class:`~spark_jobs.pipelines.Pipeline` in field order: its default is the setting it takes."""
-    settings = {f.name: f for f in fields(Settings)}
-    rows = ["| option | default | what it is |", "| --- | --- | --- |"]
-    for f in options(Pipeline):
-        shown = f.metadata["shown"]
-        if not shown:
-            taken = settings[f.metadata["setting"]]
-            names, parser = taken.metadata["env"], taken.metadata["parser"]
-            values = parser.write(_default(taken), names)
-            shown = ", ".join(f"`{name}`" for name in names) + " (" + ", ".join(
-                f"`{v}`" if parser.code else v for v in values.values()) + ")"  # fmt: skip
-        rows.append(f"| `{f.name}` | {shown} | {f.metadata['doc']} |")
-    return "\n".join(rows) + "\n"

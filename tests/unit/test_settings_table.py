@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.settings import options_table, settings_table
+from spark_jobs.settings_tables import options_table, settings_table
 
 CONFIGURATION = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 START, END = "<!-- settings:start", "<!-- settings:end -->"
