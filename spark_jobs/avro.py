@@ -13,15 +13,35 @@ the result as a JSON record. docs/design.md, "Avro pipelines".
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from spark_jobs.errors import ConfigError
-from spark_jobs.schema_registry import SchemaRegistry
+from spark_jobs.schema_registry import RegistryUnavailable, SchemaRegistry
 
 if TYPE_CHECKING:
     from spark_jobs.pipelines import Contract
+
+
+# What the JVM check raises when the registry fails a task's request for a writer schema (RegistrySchemas.java).
+_REGISTRY_FAILED = re.compile(
+    r"the schema registry at (\S+) (does not answer|answered HTTP \d+ for schema id \d+|answered schema id \d+ oddly)"
+)
+
+
+def registry_failure(exc: BaseException) -> RegistryUnavailable | None:
+    """The one-line error for a batch whose tasks could not get a writer schema from the registry (the registry
+    stopped answering after the run resolved its reader schema), or None when ``exc`` is something else. The
+    records are decoded as the batch is planned, before its first write."""
+    found = _REGISTRY_FAILED.search(str(exc))
+    if found is None:
+        return None
+    return RegistryUnavailable(
+        f"{found.group(0)} while the batch read its records' writer schemas: nothing of the batch was written; "
+        "run again once the registry answers"
+    )
 
 
 def reader_contract(contract: Contract, registry: SchemaRegistry) -> Contract:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from spark_jobs import batch_writes, db, moves
+from spark_jobs.avro import registry_failure
 from spark_jobs.batch_plan import BatchPlan, BatchPlanner, Stopwatch
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import DataLossError, LedgerConflict, TidemarkError
@@ -158,6 +159,10 @@ class BatchWriter:
             raise
         except Exception as exc:
             self.failure = exc
+            lost_registry = registry_failure(exc)
+            if lost_registry is not None:  # an Avro batch's tasks lost the registry while planning it
+                self.failure = lost_registry
+                raise lost_registry from None
             if KAFKA_DATA_LOSS not in str(exc):
                 raise
             # Retention removed offsets of the batch while the run read it (a run that acknowledged

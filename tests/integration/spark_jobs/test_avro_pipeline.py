@@ -9,9 +9,12 @@ readmits a record of a schema registered after it arrived; the JSON pipeline ``e
 
 from __future__ import annotations
 
+import http.server
 import io
 import json
 import struct
+import threading
+import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import replace
@@ -201,6 +204,49 @@ def test_an_avro_run_whose_registry_does_not_answer_fails_before_any_write(spark
         ingest.run_scheduled(spark, silent)
     assert query(orders, "SELECT count(*) FROM ledger_batches") == [(0,)]
     assert query(orders, "SELECT count(*) FROM write_attempts") == [(0,)]
+
+
+class WriterSchemasDown(http.server.BaseHTTPRequestHandler):
+    """A registry whose subjects answer (the run resolves its reader schema) but whose schemas by id do not: the
+    outage strikes after the run started, when its tasks ask for their records' writer schemas."""
+
+    upstream = ""
+
+    def do_GET(self) -> None:
+        if "/schemas/ids/" in self.path:
+            self.send_error(503, "down")
+            return
+        with urllib.request.urlopen(self.upstream + self.path.split("/apis/ccompat/v7", 1)[1], timeout=10) as answer:
+            body = answer.read()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_registry_outage_inside_a_batch_fails_it_in_one_line_before_any_write(spark, pipelines) -> None:
+    _, orders = pipelines
+    ensure_topic(orders, orders.topic, partitions=1)
+    produce(orders, serialized(orders, ORDER_V1, [order("o-", 0, datetime.now(UTC))]))
+    handler = type("Handler", (WriterSchemasDown,), {"upstream": orders.schema_registry_url})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        flaky = replace(orders, schema_registry_url=f"http://127.0.0.1:{server.server_port}/apis/ccompat/v7")
+        with pytest.raises(RegistryUnavailable) as failed:
+            ingest.run_scheduled(spark, flaky)
+    finally:
+        server.shutdown()
+    line = str(failed.value)
+    assert "\n" not in line and f"127.0.0.1:{server.server_port}" in line and "answered HTTP 503" in line, line
+    assert "nothing of the batch was written" in line, line
+    assert query(orders, "SELECT count(*) FROM ledger_batches") == [(0,)]
+    assert not (Path(orders.table_path("events")) / "_delta_log" / "00000000000000000001.json").exists()
+    [batch] = ingest.run_scheduled(spark, orders)  # the registry answers again: the batch is read whole
+    assert (batch.read, batch.accepted) == (1, 1)
 
 
 def test_an_avro_run_refuses_a_reader_schema_without_the_contracts_fields(spark, pipelines) -> None:

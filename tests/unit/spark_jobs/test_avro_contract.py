@@ -164,3 +164,19 @@ def test_samples_of_an_avro_pipeline_are_framed_records_of_its_writer_schema_wit
         assert body.read() == b"" and r.key == datum["customer"]["id"].encode()
         assert datum["status"] in ("placed", "paid") and datum["placed_at"].year == 2026
         assert str(datum["event_id"]).count("-") == 4  # a uuid field holds a uuid made from the event id
+
+
+def test_a_registry_failure_inside_a_task_becomes_one_line_and_nothing_else_does() -> None:
+    from spark_jobs.avro import registry_failure
+
+    wrapped = (
+        "An error occurred while calling o123.localCheckpoint.\n: org.apache.spark.SparkException: Job aborted: "
+        "java.lang.IllegalStateException: the schema registry at http://reg:8081/apis/ccompat/v7/ does not answer "
+        "(java.net.ConnectException)\n\tat io.tidemark.contract.RegistrySchemas.fetch(RegistrySchemas.java:57)"
+    )
+    failure = registry_failure(RuntimeError(wrapped))
+    assert failure is not None and "\n" not in str(failure)
+    assert str(failure).startswith("the schema registry at http://reg:8081/apis/ccompat/v7/ does not answer while")
+    answered = registry_failure(RuntimeError("x: the schema registry at http://r/ answered HTTP 503 for schema id 7"))
+    assert answered is not None and "answered HTTP 503 for schema id 7" in str(answered)
+    assert registry_failure(RuntimeError("Job aborted: java.lang.OutOfMemoryError")) is None
