@@ -73,6 +73,7 @@ def catchup_details(results: list[BatchResult], cap: int, continuing: bool) -> d
         "continue_sessions": continuing,
         "batch_records": [r.read for r in results],
         "batch_seconds": seconds,
+        "batch_steps": [r.seconds for r in results],  # where each batch's time went (parse, dedupe, sessions, ...)
         "sessions_continued": [r.sessions_continued for r in results],
         "first_median_seconds": median(seconds[:ends]) if ends else None,
         "last_median_seconds": median(seconds[-ends:]) if ends else None,
