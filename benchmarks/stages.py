@@ -79,12 +79,12 @@ def counted(m: Measurement, count: bool) -> Measurement:
 def batch_cap(ctx: BenchContext) -> int:
     """Records per batch at most, the same for B2, PEER and P1: ``--max-offsets-per-trigger``, or the settings'
     ``TIDEMARK_MAX_OFFSETS_PER_TRIGGER`` (``auto``: what a scheduled run of the main topic would choose)."""
-    from spark_jobs.batch_size import AUTO, auto_cap
+    from dataclasses import replace
+
+    from spark_jobs.batch_size import resolved
 
     chosen = ctx.options.max_offsets_per_trigger or ctx.settings.max_offsets_per_trigger
-    if chosen == AUTO:
-        return auto_cap(ctx.spark, ctx.settings, ctx.main.name)
-    return int(chosen)
+    return resolved(ctx.spark, replace(ctx.settings, topic=ctx.main.name), chosen) or 0
 
 
 def _land_once(ctx: BenchContext, m: Measurement, rep: int) -> None:

@@ -21,6 +21,7 @@ records of each partition. The cap is kept between :data:`SMALLEST` and :data:`L
 
 from __future__ import annotations
 
+import logging
 import statistics
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from spark_jobs.settings import Settings
 
+logger = logging.getLogger(__name__)
 AUTO = "auto"
 RESERVED_BYTES = 300 * 1024 * 1024  # Spark's reserved system memory
 FROZEN_SHARE = 0.6  # of Spark's unified memory, for one batch's frozen frames
@@ -39,6 +41,19 @@ FROZEN_PER_BYTE = 1.4  # a record's frozen rows per byte of its key and value (m
 SAMPLE = 64  # newest records per partition whose size is averaged
 SMALLEST, LARGEST = 50_000, 5_000_000
 ASSUMED_RECORD_BYTES = 1_024  # when the topic has no record to sample
+
+
+def resolved(spark: SparkSession, settings: Settings, cap: int | str | None, unread: int | None = None) -> int | None:
+    """A run's records per batch at most (None: no cap): ``cap`` as it is, or for ``auto`` :func:`auto_cap` of
+    the run's topic. A run with no more than :data:`SMALLEST` ``unread`` records reads them in one batch without
+    sampling any."""
+    if cap != AUTO:
+        return cap if isinstance(cap, int) and cap else None
+    if unread is not None and unread <= SMALLEST:
+        return SMALLEST
+    chosen = auto_cap(spark, settings, settings.topic)
+    logger.info("batches of at most %s records (auto: the driver's memory, the topic's records' size)", chosen)
+    return chosen
 
 
 def auto_cap(spark: SparkSession, settings: Settings, topic: str) -> int:

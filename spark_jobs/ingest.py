@@ -20,7 +20,6 @@ run's stream starts, the offsets it needs are checked against what the broker st
 from __future__ import annotations
 
 import argparse
-import logging
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -45,8 +44,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pyspark.sql import SparkSession
-
-logger = logging.getLogger(__name__)
 
 
 def _check_session_rules(spark: SparkSession, settings: Settings, lease: WriterLease, rebuild: bool) -> None:
@@ -116,32 +113,20 @@ def run_scheduled(
         )
         run.results = writer.results
         streaming.record_committed_batches(spark, settings, log, topic, writer)
-        sized = _sized(spark, settings, cap, unread)
+        sized = batch_size.resolved(spark, settings, cap, unread)
         streaming.await_stream(streaming.start(spark, settings, log, begin, writer, sized, checkpoint), writer)
     return writer.results
 
 
 def _cap(settings: Settings, max_offsets_per_trigger: int | None, split_frozen_batch: bool) -> int | str | None:
     """The run's records per batch at most (None: no cap): the caller's, else the settings' (``auto`` is sized
-    when the run starts reading: :func:`_sized`)."""
+    when the run starts reading: :func:`spark_jobs.batch_size.resolved`)."""
     if max_offsets_per_trigger is not None and max_offsets_per_trigger < 1:
         raise ConfigError(f"max_offsets_per_trigger must be positive, got {max_offsets_per_trigger}")
     cap = max_offsets_per_trigger or settings.max_offsets_per_trigger or None
     if split_frozen_batch and cap is None:
         raise ConfigError("--split-frozen-batch needs a cap: set --max-offsets-per-trigger (records per batch)")
     return cap
-
-
-def _sized(spark: SparkSession, settings: Settings, cap: int | str | None, unread: int | None) -> int | None:
-    """``cap``, with ``auto`` sized for the topic's records on this driver (:mod:`spark_jobs.batch_size`); a run
-    with fewer unread records than the smallest automatic cap reads them in one batch without sampling any."""
-    if cap != batch_size.AUTO:
-        return cap if isinstance(cap, int) else None
-    if unread is not None and unread <= batch_size.SMALLEST:
-        return batch_size.SMALLEST
-    chosen = batch_size.auto_cap(spark, settings, settings.topic)
-    logger.info("batches of at most %s records (auto: the driver's memory, the topic's records' size)", chosen)
-    return chosen
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,6 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 SESSIONIZE_COLUMNS = ("entity_id", "arrival_time", "topic", "partition", "offset", "event_time", "event_id")
-# A stored session an entity's new records continue (:func:`entities`' ``carried``).
-CARRIED_TYPE = (
-    "struct<started_at: timestamp, ended_at: timestamp, first_event_time: timestamp, last_event_time: timestamp, "
-    "event_count: bigint>"
-)
 
 
 def entities(
@@ -128,18 +123,14 @@ def _anchored(
         sessions.join(per_entity.where("first_new IS NOT NULL").select("entity_id", "first_new"), "entity_id")
         .where(F.unix_micros("ended_at") >= F.unix_micros("first_new") - F.lit(gap_us))
         .groupBy("entity_id")
-        .agg(F.min("started_at").alias("open_start"), *([F.max_by(last, "started_at").alias("last")] * continuing))
+        .agg(F.min("started_at").alias("open_start"), F.max_by(last, "started_at").alias("last"))
     )
     anchored = per_entity.join(open_sessions, "entity_id", "left")
     recomputed = F.least("first_new", F.coalesce("open_start", "first_new"))
-    if not continuing:
-        return anchored.select(
-            *per_entity.columns, recomputed.alias("anchor"), F.lit(True).alias("reread"),
-            F.lit(None).cast(CARRIED_TYPE).alias("carried"),
-        )  # fmt: skip
     # Every stored event of the entity arrived at its last session's end at the latest (a session without
     # one within a gap before: a gap before the new records at the latest).
-    continues = ~F.col("stored") & (F.col("open_start").isNull() | (F.col("first_new") > F.col("last.ended_at")))
+    after_all = F.col("open_start").isNull() | (F.col("first_new") > F.col("last.ended_at"))
+    continues = ~F.col("stored") & after_all if continuing else F.lit(False)
     return anchored.select(
         *per_entity.columns,
         F.when(continues, F.coalesce("last.started_at", "first_new")).otherwise(recomputed).alias("anchor"),

@@ -207,7 +207,7 @@ def test_the_automatic_cap_sizes_batches_by_the_drivers_heap_and_the_topics_newe
     assert batch_size.mean_record_bytes(settings, settings.topic) == pytest.approx(mean)
     heap = spark.sparkContext._jvm.java.lang.Runtime.getRuntime().maxMemory()
     assert batch_size.auto_cap(spark, settings, settings.topic) == batch_size.cap_for(heap, 0.6, mean)
-    assert ingest._sized(spark, settings, batch_size.AUTO, unread=200) == batch_size.SMALLEST
+    assert batch_size.resolved(spark, settings, batch_size.AUTO, unread=200) == batch_size.SMALLEST
     [batch] = ingest.run_scheduled(spark, settings)
     assert batch.read == 200
 
