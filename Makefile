@@ -9,7 +9,7 @@ TIDEMARK := $(BIN)/tidemark
 MVN := tools/mvn.sh
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-operations test-scenarios test-airflow test-deploy test-fresh fuzz fuzz-found lint lock images compose-test clean
+.PHONY: help venv jars jars-s3 up down status doctor migrate demo airflow bench bench-long test test-unit test-integration test-operations test-scenarios test-airflow test-deploy ci test-fresh fuzz fuzz-found lint lock images compose-test clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -107,8 +107,7 @@ test-integration: system-test-integration venv jars  ## integration tests agains
 	TZ=Europe/Berlin $(BIN)/pytest -m "integration and not operations and not airflow and not deploy and not scenario" --durations=15 tests
 
 # What an operator does after the pipeline runs (marker `operations`): retention and its losses,
-# readmit, maintenance, reconcile and its repairs, the CLI's output. About 35 minutes on 2 cores: not in
-# CI (its 90 minutes hold the other suites); every issue runs it before it is resolved (README, Tests).
+# readmit, maintenance, reconcile and its repairs, the CLI's output. About 24 minutes on 2 cores; CI runs it.
 test-operations: system-test-operations venv jars  ## the operations stories (retention, readmit, maintenance, reconcile and repairs, the CLI), under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "operations and not airflow and not deploy and not scenario" --durations=15 tests
 
@@ -127,6 +126,18 @@ test-airflow: system-test-airflow venv jars  ## the DAGs through Airflow (dag.te
 # checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it after `make test`.
 test-deploy: system-test-deploy venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
 	TZ=Europe/Berlin $(BIN)/pytest -m deploy --durations=5 tests
+
+# CI (.ci/run): every suite but the scenarios, in two lanes at once: the tests spend much of their time
+# waiting (a JVM starting, a lock, a poll), so two lanes on 2 cores take about two thirds of the suites one
+# after the other. Lint first (a fault found in seconds); then the integration tests and Airflow's in one
+# lane, the unit, operations and deploy tests in the other, each lane on services and state of its own
+# (the second's ports and folders below; the tests' defaults, tests/conftest.py, are the first's).
+# tools/lanes.sh prefixes each line with its lane and keeps each lane's output in .tidemark/ci.
+LANE2 := TIDEMARK_TEST_HOME=$(CURDIR)/$(STATE)/test-lane2 AIRFLOW_HOME=$(CURDIR)/$(STATE)/test-lane2/airflow \
+	TIDEMARK_TEST_KAFKA_PORT=31092 TIDEMARK_TEST_KAFKA_CONTROLLER_PORT=31093 \
+	TIDEMARK_TEST_POSTGRES_PORT=31432 TIDEMARK_TEST_SCHEMA_REGISTRY_PORT=31081
+ci: system-ci lint venv jars jars-s3  ## what CI runs: lint, then test-integration and test-airflow beside test-unit, test-operations and test-deploy (two lanes, about 45 minutes)
+	tools/lanes.sh "$(MAKE) test-integration test-airflow" "$(LANE2) $(MAKE) test-unit test-operations test-deploy"
 
 fuzz: system-fuzz venv jars  ## model-based test: SEEDS=N random scenarios (default 20) from seed FROM (default 1000), or SEED=S to replay one
 	TZ=Europe/Berlin TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_FROM=$(FROM) TIDEMARK_FUZZ_SEED=$(SEED) \

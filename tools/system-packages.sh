@@ -18,7 +18,7 @@ needs() {
         test-unit) echo python jdk maven ;;
         up | migrate | demo | airflow | bench | bench-long | test | test-integration | test-operations | \
             test-scenarios | test-deploy | fuzz | fuzz-found) echo python jdk maven postgres ;;
-        test-airflow) echo python jdk maven postgres chromium ;;
+        test-airflow | ci) echo python jdk maven postgres chromium ;;
         images | compose-test) echo python jdk maven docker ;;
         test-fresh) echo docker ;;
         *) echo "tools/system-packages.sh: no make target '$1' is known here; add it to needs()" >&2; exit 2 ;;

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import time
 import urllib.error
@@ -46,6 +45,7 @@ import pytest
 import yaml
 
 from spark_jobs.pipeline_names import DAG_KINDS, PipelineNames
+from tests.ports import free_port
 from tidemark.demo_avro import SCHEMA, orders_entry
 
 # pyproject's 900 s per test is too short for a shared 2-core machine: the stack's start counts
@@ -74,12 +74,6 @@ SECOND = {"name": "web", "schedule": "0 0 1 1 *", "contract": {
 # The Avro pipeline (docs/avro.md's example), on a schedule that never comes in the test.
 AVRO = {**orders_entry("shop.orders"), "schedule": "0 0 1 1 *"}
 AVRO_EVENTS = 400
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def compose(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:

@@ -42,13 +42,23 @@ def target(name: str) -> tuple[list[str], str]:
     return match.group(1).split(), match.group(2)
 
 
-def selections(name: str) -> list[str]:
-    """The ``pytest -m`` expressions a target runs, its prerequisites' included."""
+def sub_makes(recipe: str) -> list[str]:
+    """The targets a recipe runs through ``$(MAKE) a b …`` (in a lane of ``tools/lanes.sh`` too)."""
+    return [name for names in re.findall(r"\$\(MAKE\) ([a-z -]+)", recipe) for name in names.split()]
+
+
+def runs(name: str) -> list[str]:
+    """The targets a target runs, itself, its prerequisites and its sub-makes included, in order."""
     prerequisites, recipe = target(name)
-    found = re.findall(r'pytest -m (?:"([^"]+)"|(\S+))', recipe)
-    own = [quoted or bare for quoted, bare in found]
     setup = {"venv", "jars", "jars-s3"}
-    return own + [e for p in prerequisites if p not in setup and not p.startswith("system-") for e in selections(p)]
+    inner = [p for p in prerequisites if p not in setup and not p.startswith("system-")] + sub_makes(recipe)
+    return [name] + [t for p in inner for t in runs(p)]
+
+
+def selections(name: str) -> list[str]:
+    """The ``pytest -m`` expressions a target runs, its prerequisites' and sub-makes' included."""
+    found = [m for t in runs(name) for m in re.findall(r'pytest -m (?:"([^"]+)"|(\S+))', target(t)[1])]
+    return [quoted or bare for quoted, bare in found]
 
 
 @dataclass(frozen=True)
@@ -63,9 +73,12 @@ class Carrying:
 
 def test_ci_runs_the_readmes_test_suite() -> None:
     suite = readme_suite()
-    assert suite[0] == "make test" and len(suite) >= 3, suite
+    assert suite == ["make ci"], suite
     ci = (ROOT / ".ci" / "run").read_text()
     assert make_lines(ci) == suite
+    # Everything `make test` runs, and the operations, Airflow and deploy suites beside it.
+    beside = {"test-operations", "test-airflow", "test-deploy"}
+    assert set(runs("test")) - {"test"} | beside <= set(runs("ci")), runs("ci")
     # Each make target installs what it needs (tools/system-packages.sh): CI installs nothing itself.
     assert not re.search(r"apt-get|apt install|pip install|uv pip|mvn ", ci), "CI has an install step of its own"
 
@@ -79,7 +92,7 @@ def test_every_test_runs_in_ci_or_before_an_issue_is_resolved_whatever_its_marke
         for entry in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["markers"]
     ]
     assert "scenario" in declared and "compose" in declared
-    assert before_resolving() == ["make test-operations", "make test-scenarios"], before_resolving()
+    assert before_resolving() == ["make test-scenarios"], before_resolving()
     suites = readme_suite() + before_resolving()
     expressions = [Expression.compile(e) for name in suites for e in selections(name.split()[1])]
     markers = [m for m in declared if m != "compose"]
@@ -88,3 +101,19 @@ def test_every_test_runs_in_ci_or_before_an_issue_is_resolved_whatever_its_marke
             assert any(e.evaluate(Carrying(carried)) for e in expressions), (
                 f"a test marked {carried or 'with no marker'} runs in no target of CI's suite"
             )
+
+
+def test_cis_second_lane_has_services_and_state_of_its_own() -> None:
+    """The lanes of ``make ci`` run at once: the second's ports and folders are none of the first's (the
+    tests' defaults)."""
+    lane2 = dict(re.findall(r"(\w+)=(\S+)", MAKEFILE.split("\nLANE2 := ", 1)[1].split("\nci:", 1)[0]))
+    _, recipe = target("ci")
+    assert "$(LANE2) $(MAKE)" in recipe and recipe.count("$(LANE2)") == 1, recipe
+    conftest = (ROOT / "tests" / "conftest.py").read_text()
+    defaults = dict(re.findall(r'os\.environ\.get\("(TIDEMARK_TEST_\w+)", (?:"([^"]+)"|str\(.*)', conftest))
+    ports = {name for name in defaults if name.endswith("_PORT")}
+    assert ports and ports <= set(lane2), (ports, lane2)
+    for name in ports:
+        assert lane2[name] != defaults[name] and lane2[name] not in defaults.values(), name
+    assert set(lane2) >= {"TIDEMARK_TEST_HOME", "AIRFLOW_HOME"}
+    assert all("test-lane2" in lane2[name] for name in ("TIDEMARK_TEST_HOME", "AIRFLOW_HOME"))

@@ -16,12 +16,12 @@ import pytest
 from spark_jobs.pipeline_names import PipelineNames
 from spark_jobs.settings import Settings
 from tests.integration.dags.airflow_ui import Api, own_airflow, scrape, sign_in
+from tests.ports import free_port
 from tidemark.embedded.airflow import AirflowServices
 from tidemark.producer import ProduceSpec, produce
 
 pytestmark = pytest.mark.airflow
 
-PORT = 28081
 KINDS = ("ingest", "reconcile", "repair", "readmit")  # the DAGs a team reads
 
 
@@ -29,7 +29,7 @@ KINDS = ("ingest", "reconcile", "repair", "readmit")  # the DAGs a team reads
 def fab(stack: Settings):
     """Airflow with FAB's auth manager; roles ``events_team`` and ``web_team`` granted as an admin grants them
     (``airflow roles add-perms``), users ``alice`` and ``bob`` in them."""
-    with own_airflow(stack, PORT, auth_manager="fab") as airflow:
+    with own_airflow(stack, free_port(), auth_manager="fab") as airflow:
         admin = Api(airflow)
         for pipeline in ("events", "web"):
             for kind in KINDS:  # parsed, so FAB holds their per-DAG permissions

@@ -20,13 +20,12 @@ from spark_jobs.offsets import ensure_topic, latest_ranges
 from spark_jobs.settings import Settings
 from tests.integration.dags.airflow_ui import Api, lineage_events, own_airflow, scrape, sign_in
 from tests.integration.spark_jobs.checks import query
+from tests.ports import free_port
 from tidemark.embedded.airflow import AirflowServices
 from tidemark.producer import ProduceSpec, produce
 
 # Airflow itself (dag.test, the api-server and a browser): `make test-airflow`, not `make test`.
 pytestmark = pytest.mark.airflow
-
-AIRFLOW_TEST_PORT = 28080
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +41,7 @@ def airflow(stack: Settings):
         [YESTERDAYS_PARTITION[settings.topic]] = [r.partition for r in latest_ranges(settings, settings.topic) if r.end]
 
     # A viewer may read DAGs, not trigger them. OpenLineage's provider writes every task's events to a file.
-    with own_airflow(stack, AIRFLOW_TEST_PORT, prepare, lineage=True, users="admin:admin,viewer:viewer") as services:
+    with own_airflow(stack, free_port(), prepare, lineage=True, users="admin:admin,viewer:viewer") as services:
         yield services
 
 

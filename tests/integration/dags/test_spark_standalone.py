@@ -33,6 +33,7 @@ import pytest
 from spark_jobs.settings import Settings
 from spark_jobs.spark import REQUIRED_JARS
 from tests.integration.dags.test_airflow_dags import airflow_connections, load_dag, query, state, task_states
+from tests.ports import free_port
 from tidemark.producer import ProduceSpec, produce
 
 # The distributed shape: `make test-deploy`, not `make test`.
@@ -42,12 +43,6 @@ T = TypeVar("T")
 MASTER_PORT = 7077
 HOST = "127.0.0.1"
 APP_NAME = "tidemark-ingest"  # the operator's spark-submit --name (TidemarkSparkSubmitOperator: tidemark-<job>)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def port_open(port: int) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 from spark_jobs.offsets import watermarks
 from spark_jobs.settings import Settings
 from tests.integration.spark_jobs.checks import query
+from tests.ports import free_port
 from tidemark.producer import ProduceSpec, produce
 
 # The distributed shape: `make test-deploy`, not `make test`.
@@ -31,12 +31,6 @@ pytestmark = pytest.mark.deploy
 BIN = Path(sys.executable).parent
 TIDEMARK = shutil.which("tidemark", path=str(BIN))
 BUCKET = "tidemark-lake"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

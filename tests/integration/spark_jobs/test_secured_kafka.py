@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import socket
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -21,17 +20,12 @@ from spark_jobs import ingest, reconcile
 from spark_jobs.errors import ServiceUnavailable
 from spark_jobs.planning import plan_backfill
 from spark_jobs.settings import Settings
+from tests.ports import free_port
 from tidemark.embedded import KafkaBroker
 from tidemark.producer import ProduceSpec, produce
 
 # The distributed shape: `make test-deploy`, not `make test`.
 pytestmark = pytest.mark.deploy
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -19,16 +19,10 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.settings import Settings
+from tests.ports import free_port
 
 CANARY = "canary-Pw-5f3a9e"
 TIDEMARK = str(Path(sys.executable).parent / "tidemark")  # the venv's command
-
-
-def free_port() -> int:
-    """A port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tidemark(args: list[str], env: dict[str, str], tmp_path: Path, path: str | None = None):
