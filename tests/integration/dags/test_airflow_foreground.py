@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.settings import Settings
-from tests.integration.tidemark.test_errors import TIDEMARK, environment, free_port
+from tests.integration.tidemark.test_errors import TIDEMARK, environment
+from tests.ports import free_port
 
 pytestmark = pytest.mark.airflow
 
