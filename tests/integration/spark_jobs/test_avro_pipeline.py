@@ -39,7 +39,7 @@ from tests.integration.spark_jobs.checks import (
     query,
     send,
 )
-from tests.integration.tidemark.test_errors import free_port
+from tests.ports import free_port
 from tidemark.demo_avro import SCHEMA, evolved, orders_entry
 from tidemark.migrations import migrate_pipelines
 

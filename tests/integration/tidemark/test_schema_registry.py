@@ -14,7 +14,7 @@ from spark_jobs.errors import ConfigError
 from spark_jobs.schema_registry import RegistryUnavailable, SchemaRegistry
 from spark_jobs.secrets import redact
 from spark_jobs.settings import Settings
-from tests.integration.tidemark.test_errors import free_port
+from tests.ports import free_port
 
 
 def schema(first: str, *added: str, default: bool = True) -> str:
