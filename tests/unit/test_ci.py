@@ -4,7 +4,10 @@ moves tests out of one target (``scenario``, out of ``make test``) must move the
 from __future__ import annotations
 
 import itertools
+import os
 import re
+import subprocess
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,3 +120,21 @@ def test_cis_second_lane_has_services_and_state_of_its_own() -> None:
         assert lane2[name] != defaults[name] and lane2[name] not in defaults.values(), name
     assert set(lane2) >= {"TIDEMARK_TEST_HOME", "AIRFLOW_HOME"}
     assert all("test-lane2" in lane2[name] for name in ("TIDEMARK_TEST_HOME", "AIRFLOW_HOME"))
+
+
+def test_lanes_run_at_once_prefix_each_line_and_fail_with_the_first_failing_lane(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = subprocess.run(
+        ["bash", str(ROOT / "tools" / "lanes.sh"), "sleep 1; echo one", "sleep 1; echo two; exit 3", "echo three"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LANES_LOGS": str(tmp_path)},
+    )
+    assert time.monotonic() - started < 2.9, "the lanes ran one after the other"
+    lines = result.stdout.splitlines()
+    assert {"[lane 1] one", "[lane 2] two", "[lane 3] three"} <= set(lines), lines
+    assert f"lane 2 FAILED (status 3): sleep 1; echo two; exit 3 (its whole output: {tmp_path}/lane-2.log)" in lines
+    assert "lane 1 passed: sleep 1; echo one" in lines and "lane 3 passed: echo three" in lines
+    assert result.returncode == 3
+    assert (tmp_path / "lane-2.log").read_text() == "two\n"
