@@ -118,12 +118,12 @@ test-scenarios: system-test-scenarios venv jars  ## the long end-to-end scenario
 
 # Airflow itself: the DAGs end to end with dag.test() (spark-submit through the operator, alerts,
 # the repair loop), and the UI in a headless Chromium (the trigger form, the tidemark page, Airflow's
-# own backfill). About 20 minutes; CI runs it after `make test`.
+# own backfill). About 20 minutes; CI runs it after the integration tests (`make ci`).
 test-airflow: system-test-airflow venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m airflow --durations=10 tests
 
 # The distributed shape, on this machine: the ingest DAG on a Spark standalone cluster, the lake and
-# checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it after `make test`.
+# checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it last in its second lane (`make ci`).
 test-deploy: system-test-deploy venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
 	TZ=Europe/Berlin $(BIN)/pytest -m deploy --durations=5 tests
 
@@ -136,7 +136,7 @@ test-deploy: system-test-deploy venv jars jars-s3  ## integration tests of the d
 LANE2 := TIDEMARK_TEST_HOME=$(CURDIR)/$(STATE)/test-lane2 AIRFLOW_HOME=$(CURDIR)/$(STATE)/test-lane2/airflow \
 	TIDEMARK_TEST_KAFKA_PORT=31092 TIDEMARK_TEST_KAFKA_CONTROLLER_PORT=31093 \
 	TIDEMARK_TEST_POSTGRES_PORT=31432 TIDEMARK_TEST_SCHEMA_REGISTRY_PORT=31081
-ci: system-ci lint venv jars jars-s3  ## what CI runs: lint, then test-integration and test-airflow beside test-unit, test-operations and test-deploy (two lanes, about 45 minutes)
+ci: system-ci lint venv jars jars-s3  ## what CI runs: lint, then test-integration and test-airflow beside test-unit, test-operations and test-deploy (two lanes)
 	tools/lanes.sh "$(MAKE) test-integration test-airflow" "$(LANE2) $(MAKE) test-unit test-operations test-deploy"
 
 fuzz: system-fuzz venv jars  ## model-based test: SEEDS=N random scenarios (default 20) from seed FROM (default 1000), or SEED=S to replay one
