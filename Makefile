@@ -84,7 +84,7 @@ demo: system-demo migrate  ## set up everything, produce events, run the Spark j
 airflow: system-airflow migrate  ## run Airflow with the tidemark DAGs on http://127.0.0.1:8080 until Ctrl-C
 	$(TIDEMARK) airflow
 
-bench: system-bench venv jars  ## benchmarks against same-run baselines (own Kafka/PostgreSQL on 39092/35432); BENCH_ARGS="--events 1000000 --stages b2,p1"
+bench: system-bench venv jars  ## benchmarks against same-run baselines (own Kafka/PostgreSQL on 32092/32432); BENCH_ARGS="--events 1000000 --stages b2,p1"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 bench-long: system-bench-long venv jars  ## the long benchmarks: 1M events (B2, PEER, P1), P1 at 100k for the CPU slope, a batch's fixed seconds, the soak (500 runs of 2,000 events, maintenance every 100), the catch-up (4M events in 16 batches), about two hours

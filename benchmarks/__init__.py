@@ -31,14 +31,14 @@ against a baseline taken in the same run (DESIGN.md, "Performance"; issue 5). St
   Parquet, no Kafka): the Variant SQL check tidemark used before (``variant_contract``) against the
   Java check (``spark_jobs.validation``); C1 must cost no more CPU and classify no record differently;
   C2 is the same records as Avro in Confluent's framing, the ids read and decoded in the JVM against a
-  real schema registry (its own, on 38081, ``benchmarks/avro_contract.py``): no more CPU than C1, and no
+  real schema registry (its own, on 32081, ``benchmarks/avro_contract.py``): no more CPU than C1, and no
   record decided otherwise;
 * **R** P1's range replayed with a backfill (``ingest.run_backfill``): time against P1, Delta files
   rewritten and PostgreSQL rows changed (both must be 0). It takes as long as P1, so it runs
   ``--replay-repeat`` times (default once); between repetitions the previous replay's ledger row is
   deleted so each one is a real replay rather than a ledger no-op.
 
-The bench runs its own Kafka and PostgreSQL (ports 39092/39093/35432, state in
+The bench runs its own Kafka and PostgreSQL (ports 32092/32093/32432, state in
 ``.tidemark/bench``), so it never touches the demo or test stacks. It starts what is not running,
 stops what it started, and gives every stage its own topic, lake, checkpoints and PostgreSQL
 database (copied from a migrated template), dropped at the end unless ``--keep``.

@@ -41,10 +41,12 @@ STAGE_HELP = {
 # Stages `make bench` leaves out (they take long): `make bench-long` runs them.
 LONG_STAGES = ("slope", "soak", "catchup")
 DEFAULT_STAGES = tuple(s for s in STAGES if s not in LONG_STAGES)
-BENCH_KAFKA_PORT = 39092
-BENCH_KAFKA_CONTROLLER_PORT = 39093
-BENCH_POSTGRES_PORT = 35432
-BENCH_SCHEMA_REGISTRY_PORT = 38081  # the contract stage's Avro row (C2) starts it
+# Below Linux's ephemeral range (32768-60999): a port inside it can be held for a moment by any client's
+# outgoing connection, and was (35432, as a test run's services closed, the bench's PostgreSQL could not bind).
+BENCH_KAFKA_PORT = 32092
+BENCH_KAFKA_CONTROLLER_PORT = 32093
+BENCH_POSTGRES_PORT = 32432
+BENCH_SCHEMA_REGISTRY_PORT = 32081  # the contract stage's Avro row (C2) starts it
 # The user's settings the bench keeps: where `make jars` put the jars, and how Spark is sized.
 # Everything else (services, lake, checkpoints, topic, session rules) is the bench's own.
 SHARED_SETTINGS = (

@@ -218,9 +218,9 @@ def test_flags_and_bench_settings_never_use_the_demo_or_test_ports(tmp_path) -> 
         "TIDEMARK_SHUFFLE_PARTITIONS": "2",
     }
     settings = bench_settings(options, env)
-    assert (settings.kafka_port, settings.kafka_controller_port, settings.postgres_port) == (39092, 39093, 35432)
+    assert (settings.kafka_port, settings.kafka_controller_port, settings.postgres_port) == (32092, 32093, 32432)
     assert settings.home == tmp_path.resolve()
-    assert settings.bootstrap_servers == "127.0.0.1:39092" and "port=35432" in settings.postgres_dsn
+    assert settings.bootstrap_servers == "127.0.0.1:32092" and "port=32432" in settings.postgres_dsn
     assert settings.lake_root == str(tmp_path.resolve() / "lake")
     # shared with the user's setup: the jar cache and the Spark tuning
     assert str(settings.jars_dir) == "/jars"
