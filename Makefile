@@ -128,8 +128,8 @@ test-deploy: system-test-deploy venv jars jars-s3  ## integration tests of the d
 	TZ=Europe/Berlin $(BIN)/pytest -m deploy --durations=5 tests
 
 # CI (.ci/run): every suite but the scenarios, in two lanes at once: the tests spend much of their time
-# waiting (a JVM starting, a lock, a poll), so two lanes on 2 cores take about two thirds of the suites one
-# after the other. Lint first (a fault found in seconds); then the integration tests and Airflow's in one
+# waiting (a JVM starting, a lock, a poll), so two lanes on 2 cores take less than the suites one after the
+# other (CI's run prints each lane's time). Lint first (a fault found in seconds); then the integration tests and Airflow's in one
 # lane, the unit, operations and deploy tests in the other, each lane on services and state of its own
 # (the second's ports and folders below; the tests' defaults, tests/conftest.py, are the first's).
 # tools/lanes.sh prefixes each line with its lane and keeps each lane's output in .tidemark/ci.

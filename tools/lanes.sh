@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs each argument, a bash command, in a lane of its own, all at the same time (`make ci`: the test
 # suites in two lanes on a 2-core machine). Every line a lane prints comes out as it is printed, after
-# `[lane N]`, and is kept whole in .tidemark/ci/lane-N.log (or under $LANES_LOGS). Waits for every lane; exits 0 when each did,
-# else with the status of the first lane that failed, after a line per lane saying how it ended.
+# `[lane N]`, and is kept whole in .tidemark/ci/lane-N.log (or under $LANES_LOGS). Waits for every lane;
+# exits 0 when each did, else with the status of the first lane that failed, after a line per lane saying
+# how it ended.
 #
 # Usage: tools/lanes.sh 'make test && make test-airflow' 'make test-operations'
 set -uo pipefail
