@@ -131,7 +131,7 @@ def test_lanes_run_at_once_prefix_each_line_and_fail_with_the_first_failing_lane
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "LANES_LOGS": str(tmp_path)},
+        env={**os.environ, "LANES_LOGS": str(tmp_path), "LANES_HISTORY": str(tmp_path / "state" / "lanes.log")},
     )
     assert time.monotonic() - started < 3.9, "the lanes ran one after the other"  # 4 s or more one by one
     lines = result.stdout.splitlines()
@@ -140,3 +140,13 @@ def test_lanes_run_at_once_prefix_each_line_and_fail_with_the_first_failing_lane
     assert "lane 1 passed: sleep 2; echo one" in lines and "lane 3 passed: echo three" in lines
     assert result.returncode == 3
     assert (tmp_path / "lane-2.log").read_text() == "two\n"
+    # A line per lane in the history: when, which commit, how long (whole seconds), how it ended.
+    history = (tmp_path / "state" / "lanes.log").read_text().splitlines()
+    matches = [re.fullmatch(r"\S+Z \S+ lane (\d) (\d+) s status (\d+): (.*)", line) for line in history]
+    said = sorted(match.groups() for match in matches if match)
+    assert [(lane, code, command) for lane, _, code, command in said] == [
+        ("1", "0", "sleep 2; echo one"),
+        ("2", "3", "sleep 2; echo two; exit 3"),
+        ("3", "0", "echo three"),
+    ], history
+    assert int(said[0][1]) >= 2 and int(said[1][1]) >= 2, history
