@@ -39,6 +39,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+# Each test's seconds (set-up, call and tear-down): appended, a line per test, to the file
+# TIDEMARK_TEST_TIMES names when the session ends (CI's runs keep them, to balance its lanes by).
+TEST_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    TEST_SECONDS[report.nodeid] = TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = os.environ.get("TIDEMARK_TEST_TIMES")
+    if path and TEST_SECONDS:
+        suite = session.config.option.markexpr or "-"
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as times:  # one write: two lanes' sessions append to one file
+            times.write("".join(f"{seconds:.1f}\t{suite}\t{test}\n" for test, seconds in TEST_SECONDS.items()))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if INTEGRATION_DIR in Path(item.fspath).parents:

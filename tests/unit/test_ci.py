@@ -7,6 +7,7 @@ import itertools
 import os
 import re
 import subprocess
+import sys
 import time
 import tomllib
 from dataclasses import dataclass
@@ -150,3 +151,19 @@ def test_lanes_run_at_once_prefix_each_line_and_fail_with_the_first_failing_lane
         ("3", "0", "echo three"),
     ], history
     assert int(said[0][1]) >= 2 and int(said[1][1]) >= 2, history
+
+
+def test_a_session_appends_each_tests_seconds_to_the_file_ci_names(tmp_path: Path) -> None:
+    times = tmp_path / "state" / "test-times.tsv"
+    times.parent.mkdir()
+    times.write_text("1.0\t-\tan earlier session's test\n")
+    test = "tests/unit/test_ci.py::test_lanes_run_at_once_prefix_each_line_and_fail_with_the_first_failing_lane"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not integration", test],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "TIDEMARK_TEST_TIMES": str(times)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    earlier, line = times.read_text().splitlines()
+    assert earlier == "1.0\t-\tan earlier session's test"
+    seconds, suite, name = line.split("\t")
+    assert (suite, name) == ("not integration", test) and float(seconds) >= 2.0, line  # its lanes sleep 2 s
