@@ -117,8 +117,8 @@ def spark_session(settings: Settings):
     from spark_jobs.spark import build_session
 
     # Its runs read a few thousand records at most: its JVM starts as a small run's does, with HotSpot's
-    # quick compiler alone. With both compilers, C2's thread took half of this JVM's CPU over the tests
-    # (a test module, measured beside each other: a fifth less CPU in this JVM, a test more in the same time).
+    # quick compiler alone. With both compilers, C2 took two fifths of this JVM's CPU over the tests (one
+    # module's tests run both ways beside each other: a fifth less CPU in this JVM, a test more in the same time).
     session = build_session(settings, "tidemark-tests", records=FEW_RECORDS)
     yield session
     session.stop()
