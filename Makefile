@@ -127,9 +127,9 @@ test-airflow: system-test-airflow venv jars  ## the DAGs through Airflow (dag.te
 test-deploy: system-test-deploy venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
 	TZ=Europe/Berlin $(BIN)/pytest -m deploy --durations=5 tests
 
-# CI (.ci/run): every suite but the scenarios, in two lanes at once. The suites are mostly CPU-bound (Spark's
-# JVMs), so on 2 cores two lanes gain little over one (about 1.1x on 2026-12-06: 58 min of CI for 63 min of
-# suites); CI keeps each lane's and test's time to balance them by. Lint first (a fault found in seconds);
+# CI (.ci/run): every suite but the scenarios, in two lanes at once. Most of the suites' CPU is Spark's JVMs,
+# so on 2 cores two lanes gain less than two machines would; CI keeps each lane's and test's time
+# (~/.local/state/tidemark) to balance them by. Lint first (a fault found in seconds);
 # then the integration tests and Airflow's in one lane, the unit, operations and deploy tests in the other,
 # each lane on services and state of its own (the second's ports and folders below; the tests' defaults,
 # tests/conftest.py, are the first's).
