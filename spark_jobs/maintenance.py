@@ -173,10 +173,12 @@ def prune_history(settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     from spark_jobs.spark import build_session
+    from spark_jobs.store.ledger import stored_records
 
     argparse.ArgumentParser(description="tidemark table maintenance").parse_args(argv)
     settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
-    print(maintain(build_session(settings, "tidemark-maintenance"), settings).describe())
+    spark = build_session(settings, "tidemark-maintenance", stored_records(settings))
+    print(maintain(spark, settings).describe())
 
 
 if __name__ == "__main__":

@@ -359,6 +359,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     from spark_jobs.spark import build_session
+    from spark_jobs.store.ledger import stored_records
 
     parser = argparse.ArgumentParser(description="tidemark readmit: quarantined records the contract accepts now")
     add_arguments(parser)
@@ -367,7 +368,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
     selection = selection_from(args)  # bad input fails before Spark starts
     refuse_unmatched_reason(settings, selection)
-    outcome = readmit(build_session(settings, "tidemark-readmit"), settings, selection, args.dry_run, args.readmit_id)
+    spark = build_session(settings, "tidemark-readmit", stored_records(settings))
+    outcome = readmit(spark, settings, selection, args.dry_run, args.readmit_id)
     print(outcome.describe())
 
 

@@ -331,6 +331,7 @@ def _record(
 
 def main(argv: list[str] | None = None) -> None:
     from spark_jobs.spark import build_session
+    from spark_jobs.store.ledger import stored_records
 
     parser = argparse.ArgumentParser(description="tidemark repair: rewrite what a reconcile run named, re-check")
     parser.add_argument("--run-id", help="the reconcile run to repair (default: the latest mismatch)")
@@ -338,7 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
     load_plan(settings, args.run_id)  # bad input fails before Spark starts
-    outcome = repair(build_session(settings, "tidemark-repair"), settings, args.run_id, args.repair_id)
+    spark = build_session(settings, "tidemark-repair", stored_records(settings))
+    outcome = repair(spark, settings, args.run_id, args.repair_id)
     # Recorded in `repairs`; the verdict task reads the re-check and alerts when it still finds something.
     print(outcome.describe())
 

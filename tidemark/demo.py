@@ -64,7 +64,9 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
         f"(duplicates {first.produced['duplicate']}, late {first.produced['late']}, "
         f"malformed {sum(n for k, n in first.produced.items() if k.startswith('malformed'))})"
     )
-    spark = build_session(settings, "tidemark-demo")
+    # It reads what it produces (the count, half as many again, a second and an Avro pipeline's count
+    # each) and replays the first run's ranges: about four times the count.
+    spark = build_session(settings, "tidemark-demo", records=4 * args.count)
     print("2. scheduled run:\n   " + ingest.describe(ingest.run_scheduled(spark, settings)).replace("\n", "\n   "))
     replay_ranges = latest_ranges(settings, settings.topic)
     second = produce(settings, ProduceSpec(**{**spec.__dict__, "seed": 2, "count": args.count // 2}), partitions=3)

@@ -105,7 +105,7 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
     """Reconcile (Spark only if there is something new to check); exit 1 on a finding."""
     from spark_jobs import db, reconcile
     from spark_jobs.spark import build_session
-    from spark_jobs.store import history
+    from spark_jobs.store import history, ledger
 
     if args.show is not None:
         with db.transaction(settings.pipeline_dsn) as cur:
@@ -115,7 +115,8 @@ def cmd_reconcile(settings: Settings, args: argparse.Namespace) -> int:
         print(stored[2])
         return 0 if stored[1] == "ok" else 1
     run_id = args.run_id or reconcile.new_run_id()
-    report = reconcile.run(settings, run_id, lambda: build_session(settings, "tidemark-reconcile"), wait=args.wait)
+    spark = lambda: build_session(settings, "tidemark-reconcile", ledger.stored_records(settings))  # noqa: E731
+    report = reconcile.run(settings, run_id, spark, wait=args.wait)
     assert report is not None  # only a run without Spark at hand leaves the report to the Spark job
     print(report.summary())
     return 0 if report.ok else 1
@@ -225,9 +226,11 @@ def cmd_maintain(settings: Settings, args: argparse.Namespace) -> int:
     from spark_jobs import db
     from spark_jobs.maintenance import maintain
     from spark_jobs.spark import build_session
+    from spark_jobs.store.ledger import stored_records
 
     db.check_reachable(settings.pipeline_dsn)  # PostgreSQL down: one line, before Spark starts
-    print(maintain(build_session(settings, "tidemark-maintenance"), settings, wait=args.wait).describe())
+    spark = build_session(settings, "tidemark-maintenance", stored_records(settings))
+    print(maintain(spark, settings, wait=args.wait).describe())
     return 0
 
 

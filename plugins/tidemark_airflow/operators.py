@@ -192,13 +192,20 @@ class TidemarkSparkSubmitOperator(SparkSubmitOperator):
 
     def _records(self, settings) -> int | None:  # Settings
         """About how many records the job will read, where that is known before it starts: a scheduled
-        ingest's (what Kafka holds beyond what the ledger says was processed)."""
+        ingest's (what Kafka holds beyond what the ledger says was processed); at most what the
+        pipeline stores for a job over it (maintenance, reconcile, repair, readmit)."""
+        from spark_jobs.store.ledger import stored_records
         from spark_jobs.store.runs import unread_records
 
         args = list(self.application_args or [])
         if self.job == "ingest" and args[:1] == ["scheduled"]:
             return unread_records(settings, settings.topic)
+        if self.job in JOBS_OVER_STORED:
+            return stored_records(settings)
         return None
+
+
+JOBS_OVER_STORED = ("maintenance", "reconcile", "repair", "readmit")  # each reads at most what the pipeline stores
 
 
 def job_application(job: str) -> str:

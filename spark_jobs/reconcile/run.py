@@ -260,6 +260,7 @@ def new_run_id(prefix: str = "cli") -> str:
 
 def main(argv: list[str] | None = None) -> None:
     from spark_jobs.spark import build_session
+    from spark_jobs.store.ledger import stored_records
 
     parser = argparse.ArgumentParser(description="tidemark reconciliation")
     parser.add_argument("--run-id", required=True, help="the reconcile run (Airflow's run_id)")
@@ -267,8 +268,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--wait", action="store_true", help="queue behind a reconcile run in progress")
     args = parser.parse_args(argv)
     settings = Settings.from_env().for_run()  # its pipeline and topic, before any work
-    report = run(
-        settings, args.run_id, lambda: build_session(settings, "tidemark-reconcile"), args.repair_of, args.wait
-    )
+    spark = lambda: build_session(settings, "tidemark-reconcile", stored_records(settings))  # noqa: E731
+    report = run(settings, args.run_id, spark, args.repair_of, args.wait)
     # The run is recorded; a finding is the verdict task's to report (and alert on), not a job failure.
     print(report.summary())

@@ -313,6 +313,24 @@ def committed_batches(cur, topic: str, since: datetime) -> list[tuple]:
     return cur.fetchall()
 
 
+def stored_records(settings) -> int | None:  # Settings
+    """At most how many records a job over what the pipeline stores reads (maintenance, reconcile,
+    repair, readmit): every record the ledger says its batches read. None when PostgreSQL does not
+    answer, or holds no ledger yet: the job itself then says what is wrong."""
+    import psycopg2
+
+    from spark_jobs import db
+    from spark_jobs.errors import TidemarkError
+
+    try:
+        with db.transaction(settings.pipeline_dsn) as cur:
+            cur.execute("SELECT coalesce(sum(records_read), 0) FROM ledger_batches")
+            [(records,)] = cur.fetchall()
+    except (TidemarkError, psycopg2.Error):
+        return None
+    return int(records)
+
+
 def pipeline_totals(cur) -> list[tuple]:
     """Per pipeline and topic: (pipeline, topic, batches, records read, accepted, duplicates,
     quarantined, the last batch's commit time), over every committed batch."""

@@ -427,7 +427,7 @@ def test_readmit_dag_dry_run_logs_per_reason_what_would_come_back_and_changes_no
     assert query(settings, "SELECT count(*) FROM ledger_batches WHERE left(pipeline, 8) = 'readmit:'") == [(0,)]
 
 
-def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Settings, spark) -> None:
+def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Settings, spark, capfd) -> None:
     from spark_jobs import ingest
     from spark_jobs.maintenance import live_files
 
@@ -437,9 +437,14 @@ def test_maintenance_dag_compacts_the_lake_through_spark_submit(deployment: Sett
     events = settings.table_path("events")
     assert live_files(spark, events) >= 2
 
+    capfd.readouterr()
     run = load_dag("tidemark_maintenance").test()
     assert state(run) == "success", task_states(run)
     assert live_files(spark, events) == 1
+    # It reads at most the 200 records the pipeline stores: its driver compiles with the quick compiler.
+    printed = capfd.readouterr()
+    log = printed.out + printed.err
+    assert f"about 200 records to read: the driver JVM compiles with {QUICK_COMPILER}" in log, log[-3000:]
 
 
 def test_a_spark_job_that_fails_on_something_to_fix_alerts_with_the_cause_first(deployment: Settings, webhook) -> None:

@@ -24,7 +24,7 @@ from spark_jobs.planning import plan_backfill
 from spark_jobs.sessionize import SESSION_ID_POSTGRES_SQL, SESSION_ID_SPARK_SQL, session_id
 from spark_jobs.sinks.delta import files_rewritten_since, table_versions
 from spark_jobs.spark import broadcastable
-from spark_jobs.store import runs
+from spark_jobs.store import ledger, runs
 from spark_jobs.store.lock import single_writer
 from tests.integration.spark_jobs.checks import (
     assert_offset_coverage,
@@ -37,6 +37,7 @@ from tests.integration.spark_jobs.checks import (
     send,
     snapshot,
 )
+from tests.ports import free_port
 from tidemark.producer import ProduceSpec, produce
 
 
@@ -628,11 +629,16 @@ def test_each_run_and_its_quarantine_by_reason_are_recorded_and_the_cli_shows_th
     assert producer.flush(30) == 0
     # What a scheduled run will read, known before Spark starts (it picks the driver's compiler).
     assert runs.unread_records(settings, settings.topic) == 6  # no batch yet: all Kafka holds
+    # At most what a job over the stored data reads (maintenance, reconcile, repair, readmit).
+    assert ledger.stored_records(settings) == 0
 
     before = datetime.now(UTC)
     [result] = ingest.run_scheduled(spark, settings)
     assert (result.read, result.accepted, result.quarantined) == (6, 1, 5)
     assert runs.unread_records(settings, settings.topic) == 0
+    assert ledger.stored_records(settings) == 6  # the quarantined records too: readmit reads them
+    down = replace(settings, postgres_dsn=f"host=127.0.0.1 port={free_port()} dbname=tidemark user=tidemark")
+    assert ledger.stored_records(down) is None  # the job then says what is wrong
 
     [run] = query(
         settings,

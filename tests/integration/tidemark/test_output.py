@@ -47,9 +47,11 @@ def test_ingest_prints_its_summary_and_no_spark_log_lines_unless_verbose(stack: 
     assert archive_complete(archive), archive
 
     # Maintenance prints its report, and not Delta's own "Deleted N files ..." line for each table;
-    # its JVM maps the classes from the archive.
+    # its JVM maps the classes from the archive, and compiles with the quick compiler: the pipeline
+    # stores 20 records, all a maintenance reads at most.
     maintained, commands, mapped = tidemark_watched(["maintain"], env, tmp_path)
     assert f"-XX:SharedArchiveFile={archive}" in driver_jvm_options(commands), commands
+    assert QUICK_COMPILER in driver_jvm_options(commands), commands
     assert str(archive) in mapped, mapped  # beside the JDK's own
     assert maintained.returncode == 0, maintained.stderr[-3000:]
     assert "Deleted" not in maintained.stdout and "events:" in maintained.stdout, maintained.stdout
