@@ -100,6 +100,13 @@ def load_table_state(spark: SparkSession, table_path: str) -> None:
         snapshot.setTransactions()
 
 
+def forget_delta_tables(spark: SparkSession) -> None:
+    """Drop what Delta keeps in this JVM of every table it has read (each table's log and snapshots,
+    and their cached state): a later reader reads the log again. A run reads a few tables and ends;
+    a long-lived session that reads many, the tests', would otherwise keep them all."""
+    _jvm(spark).org.apache.spark.sql.delta.DeltaLog.clearCache()
+
+
 def broadcast_threshold(spark: SparkSession) -> int:
     """``spark.sql.autoBroadcastJoinThreshold`` in bytes, as Spark parsed it (-1: never)."""
     return int(spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold())

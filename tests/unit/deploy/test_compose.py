@@ -690,5 +690,6 @@ def test_local_images_are_the_ones_build_images_builds(local: dict[str, Any]) ->
 
 def test_make_test_does_not_run_the_compose_test() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert '$(BIN)/pytest -m "not integration and not compose" tests' in makefile
+    assert "\nUNIT_TESTS := not integration and not compose\n" in makefile
+    assert '$(BIN)/pytest -m "$(UNIT_TESTS)" tests' in makefile.split("\ntest-unit:", 1)[1].split("\n\n", 1)[0]
     assert "-m compose" in makefile.split("\ncompose-test:", 1)[1].split("\n\n", 1)[0]
