@@ -36,19 +36,29 @@ def ensure_port_free(port: int, what: str, setting: str) -> None:
         )
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` runs. One that has exited is not running even while its parent has not
+    reaped it yet (a zombie: `tidemark airflow` under a parent that waits for it later)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc to ask: kill(0) said it exists
+    return state != "Z"
+
+
 def read_pid(pid_file: Path) -> int | None:
-    """The PID in ``pid_file`` if that process is alive, else None."""
+    """The PID in ``pid_file`` if that process is running, else None."""
     try:
         pid = int(pid_file.read_text().split()[0])
     except (FileNotFoundError, ValueError, IndexError):
         return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        return pid
-    return pid
+    return pid if running(pid) else None
 
 
 def stop_pid(pid: int, timeout: float = 30.0) -> None:
@@ -59,11 +69,9 @@ def stop_pid(pid: int, timeout: float = 30.0) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with contextlib.suppress(ChildProcessError):  # reap it if it is our child
-            os.waitpid(pid, os.WNOHANG)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not running(pid):
+            with contextlib.suppress(ChildProcessError):  # reap it if it is our child
+                os.waitpid(pid, os.WNOHANG)
             return
         time.sleep(0.2)
     with contextlib.suppress(ProcessLookupError):
