@@ -97,8 +97,7 @@ lint: system-lint venv  ## ruff (the rules of pyproject.toml, and the formatting
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Each suite is a selection by the markers pyproject.toml declares: its target runs it alone, and `make ci`
-# runs several in one session (below).
+# Each suite is a selection by the markers pyproject.toml declares (`make ci` runs the suites by their targets).
 UNIT_TESTS := not integration and not compose
 INTEGRATION_TESTS := integration and not operations and not airflow and not deploy and not scenario
 OPERATIONS_TESTS := operations and not airflow and not deploy and not scenario
@@ -126,28 +125,27 @@ test-scenarios: system-test-scenarios venv jars  ## the long end-to-end scenario
 
 # Airflow itself: the DAGs end to end with dag.test() (spark-submit through the operator, alerts,
 # the repair loop), and the UI in a headless Chromium (the trigger form, the tidemark page, Airflow's
-# own backfill). About 20 minutes; CI runs it with the integration tests (`make ci`).
+# own backfill). About 20 minutes; CI runs it after the integration tests (`make ci`).
 test-airflow: system-test-airflow venv jars  ## the DAGs through Airflow (dag.test) and the Airflow UI in a browser, under TZ=Europe/Berlin
 	TZ=Europe/Berlin $(BIN)/pytest -m "$(AIRFLOW_TESTS)" --durations=10 tests
 
 # The distributed shape, on this machine: the ingest DAG on a Spark standalone cluster, the lake and
-# checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it in its second lane (`make ci`).
+# checkpoints on S3 (a local S3 server), Kafka with SASL/SCRAM. About 4 minutes; CI runs it last in its second lane (`make ci`).
 test-deploy: system-test-deploy venv jars jars-s3  ## integration tests of the distributed shape: standalone cluster, S3, SASL Kafka
 	TZ=Europe/Berlin $(BIN)/pytest -m "$(DEPLOY_TESTS)" --durations=5 tests
 
 # CI (.ci/run): every suite but the scenarios, in two lanes at once. Most of the suites' CPU is Spark's JVMs,
 # so on 2 cores two lanes gain less than two machines would; CI keeps each lane's and test's time
-# (~/.local/state/tidemark) to balance them by. Lint first (a fault found in seconds); then the
-# integration and Airflow suites in one lane, the unit, operations and deploy suites in the other, each
-# lane one test session (one start of the services and of Spark's JVM a lane, and one warm-up) on services
-# and state of its own (the second's ports and folders below; the tests' defaults, tests/conftest.py, are
-# the first's). tools/lanes.sh prefixes each line with its lane and keeps each lane's output in .tidemark/ci.
+# (~/.local/state/tidemark) to balance them by. Lint first (a fault found in seconds);
+# then the integration tests and Airflow's in one lane, the unit, operations and deploy tests in the other,
+# each lane on services and state of its own (the second's ports and folders below; the tests' defaults,
+# tests/conftest.py, are the first's).
+# tools/lanes.sh prefixes each line with its lane and keeps each lane's output in .tidemark/ci.
 LANE2 := TIDEMARK_TEST_HOME=$(CURDIR)/$(STATE)/test-lane2 AIRFLOW_HOME=$(CURDIR)/$(STATE)/test-lane2/airflow \
 	TIDEMARK_TEST_KAFKA_PORT=31092 TIDEMARK_TEST_KAFKA_CONTROLLER_PORT=31093 \
 	TIDEMARK_TEST_POSTGRES_PORT=31432 TIDEMARK_TEST_SCHEMA_REGISTRY_PORT=31081
-ci: system-ci lint venv jars jars-s3  ## what CI runs: lint, then the integration and Airflow suites beside the unit, operations and deploy suites (two lanes)
-	tools/lanes.sh 'TZ=Europe/Berlin $(BIN)/pytest -m "($(INTEGRATION_TESTS)) or ($(AIRFLOW_TESTS))" --durations=25 tests' \
-		'$(LANE2) TZ=Europe/Berlin $(BIN)/pytest -m "($(UNIT_TESTS)) or ($(OPERATIONS_TESTS)) or ($(DEPLOY_TESTS))" --durations=25 tests'
+ci: system-ci lint venv jars jars-s3  ## what CI runs: lint, then test-integration and test-airflow beside test-unit, test-operations and test-deploy (two lanes)
+	tools/lanes.sh "$(MAKE) test-integration test-airflow" "$(LANE2) $(MAKE) test-unit test-operations test-deploy"
 
 fuzz: system-fuzz venv jars  ## model-based test: SEEDS=N random scenarios (default 20) from seed FROM (default 1000), or SEED=S to replay one
 	TZ=Europe/Berlin TIDEMARK_FUZZ_SEEDS=$(or $(SEEDS),20) TIDEMARK_FUZZ_FROM=$(FROM) TIDEMARK_FUZZ_SEED=$(SEED) \
