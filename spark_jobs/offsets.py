@@ -7,6 +7,7 @@ replay reads exactly the same records whatever arrived since.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +17,7 @@ from spark_jobs.errors import ConfigError, DataLossError, ServiceUnavailable, To
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from confluent_kafka import Message
+    from confluent_kafka import Consumer, KafkaError, Message
     from confluent_kafka.admin import AdminClient
     from pyspark.sql import DataFrame
 
@@ -152,37 +153,72 @@ def check_reachable(settings: Settings, timeout_s: float = 10.0) -> None:
 
 
 def watermarks(settings: Settings, topic: str, timeout_s: float = 10.0) -> Mapping[int, tuple[int, int]]:
-    """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``. A broker that
-    does not answer within ``timeout_s`` (per request) is :class:`ServiceUnavailable`."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``. A topic
+    created a moment ago may have partitions without a leader yet: they are asked again until ``timeout_s``
+    has passed. A broker that does not answer within that is :class:`ServiceUnavailable`."""
+    from confluent_kafka import Consumer
 
     consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
+    deadline = time.monotonic() + timeout_s
     try:
-        try:
-            metadata = consumer.list_topics(topic, timeout=timeout_s)
-        except KafkaException as exc:
-            raise ServiceUnavailable(
-                f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}. Is it up, and are "
-                "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS and the TIDEMARK_KAFKA_OPT_* security options right?"
-            ) from None
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            raise TopicError(
-                f"topic {topic!r} does not exist on {settings.bootstrap_servers}. Check the topic name "
-                "(TIDEMARK_TOPIC) or create it, e.g. with `tidemark produce`."
-            )
-        try:
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
-                for p in sorted(info.partitions)
-            }
-        except KafkaException as exc:
-            raise ServiceUnavailable(
-                f"Kafka at {settings.bootstrap_servers} gave no offsets of {topic!r} within {timeout_s:g} s: "
-                f"{exc.args[0].str()}"
-            ) from None
+        while True:
+            held, not_yet = _watermarks_once(consumer, settings, topic, max(deadline - time.monotonic(), 0.1))
+            if held is not None:
+                return held
+            if time.monotonic() >= deadline:
+                raise ServiceUnavailable(
+                    f"Kafka at {settings.bootstrap_servers} gave no offsets of {topic!r} within {timeout_s:g} s: "
+                    f"{not_yet}"
+                )
+            time.sleep(LEADER_WAIT_S)
     finally:
         consumer.close()
+
+
+LEADER_WAIT_S = 0.1  # between two asks for a partition's leader after the broker named none
+
+
+def _watermarks_once(
+    consumer: Consumer, settings: Settings, topic: str, timeout_s: float
+) -> tuple[Mapping[int, tuple[int, int]] | None, str]:
+    """The watermarks, or None and why not yet (a partition without a leader: ask again)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailable(
+            f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}. Is it up, and are "
+            "TIDEMARK_KAFKA_BOOTSTRAP_SERVERS and the TIDEMARK_KAFKA_OPT_* security options right?"
+        ) from None
+    info = metadata.topics.get(topic)
+    if info is None or not info.partitions or (info.error is not None and not _leaderless(info.error)):
+        raise TopicError(
+            f"topic {topic!r} does not exist on {settings.bootstrap_servers}. Check the topic name "
+            "(TIDEMARK_TOPIC) or create it, e.g. with `tidemark produce`."
+        )
+    leaderless = [p for p, partition in info.partitions.items() if partition.leader < 0 or partition.error]
+    if info.error is not None or leaderless:
+        return None, f"partitions {sorted(leaderless) or sorted(info.partitions)} have no leader yet"
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s, cached=False)
+            for p in sorted(info.partitions)
+        }, ""
+    except KafkaException as exc:
+        error: KafkaError = exc.args[0]
+        if _leaderless(error):
+            return None, error.str()
+        raise ServiceUnavailable(
+            f"Kafka at {settings.bootstrap_servers} gave no offsets of {topic!r} within {timeout_s:g} s: {error.str()}"
+        ) from None
+
+
+def _leaderless(error: KafkaError) -> bool:
+    """Whether ``error`` says a partition has no leader (yet), as a topic just created has for a moment."""
+    from confluent_kafka import KafkaError
+
+    return error.code() in (KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION)
 
 
 def topic_id(settings: Settings, topic: str) -> str | None:
