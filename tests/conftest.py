@@ -21,6 +21,7 @@ from spark_jobs.settings import PROJECT_ROOT, Settings
 INTEGRATION_DIR = Path(__file__).parent / "integration"
 VENV_BIN = Path(sys.executable).parent
 FEW_RECORDS = 10_000  # more than any one run of the tests reads
+INTERPRETED_PROJECTIONS = "spark.sql.codegen.factoryMode"  # Spark's, internal: CODEGEN_ONLY, NO_CODEGEN, FALLBACK
 
 # Airflow reads its configuration when first imported: point it at this project's DAGs and plugins
 # and at a metadata database of the tests' own (SQLite, created by the `airflow_db` fixture).
@@ -120,6 +121,12 @@ def spark_session(settings: Settings):
     # quick compiler alone. With both compilers, C2 took two fifths of this JVM's CPU over the tests (one
     # module's tests run both ways beside each other: a fifth less CPU in this JVM, a test more in the same time).
     session = build_session(settings, "tidemark-tests", records=FEW_RECORDS)
+    # Spark builds an expression's code for each task that projects rows outside a whole-stage plan: for
+    # Delta's log (its actions' schema, hundreds of nested fields) a fifth of this JVM's CPU went to writing
+    # that code for tables of a few files. The tests' tables are that small: their projections are
+    # interpreted (Spark's own fallback path; the results are the same). On two lanes at once, the same
+    # twelve tests took a fifth to a quarter less CPU (280-302 CPU-s against 361-370; docs/reference.md).
+    session.conf.set(INTERPRETED_PROJECTIONS, "NO_CODEGEN")
     yield session
     session.stop()
 
