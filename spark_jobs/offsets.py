@@ -197,7 +197,11 @@ def _watermarks_once(
             f"topic {topic!r} does not exist on {settings.bootstrap_servers}. Check the topic name "
             "(TIDEMARK_TOPIC) or create it, e.g. with `tidemark produce`."
         )
-    leaderless = [p for p, partition in info.partitions.items() if partition.leader < 0 or partition.error]
+    leaderless = [
+        p
+        for p, part in info.partitions.items()
+        if part.leader < 0 or (part.error is not None and _leaderless(part.error))
+    ]
     if info.error is not None or leaderless:
         return None, f"partitions {sorted(leaderless) or sorted(info.partitions)} have no leader yet"
     try:
