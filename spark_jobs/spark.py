@@ -103,6 +103,30 @@ def broadcastable(spark: SparkSession, rows: int, row_bytes: int) -> bool:
     return 0 <= rows * row_bytes <= threshold
 
 
+SESSION_OPTIONS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.sql.session.timeZone": "UTC",
+    # Delta's default of 50 partitions for reading its log is slow on small machines.
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # Delta 4.4 lists a small table's files in each commit's checksum file, only to list them in
+    # the next one, and where the JVM's or the session's time zone is not UTC it checks that
+    # list after every commit by rebuilding the table's whole state: two Spark executions a
+    # commit, and a state nothing reads when the run ends. No read uses the list.
+    "spark.databricks.delta.allFilesInCrc.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    # PySpark notes the Python line of every column and function call for errors about DataFrame
+    # code: five gateway calls and a walk of the stack each (F.col 1.9 ms against 0.7).
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Spark keeps 100 compiled query classes by default; one batch compiles 200 to 300, so each
+    # batch of a run compiled them all again (about 2 s a batch on 2 cores). With room for them,
+    # a run's later batches compile only the few plans whose literals changed.
+    "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
+    # Kafka's SASL login (kafka.sasl.jaas.config) is a source option: masked wherever Spark shows options.
+    "spark.sql.redaction.options.regex": "(?i)url|password|secret|jaas|token",
+}
+
+
 def build_session(settings: Settings, app_name: str, records: int | None = None) -> SparkSession:
     """Get or create the SparkSession for a tidemark job.
 
@@ -112,26 +136,7 @@ def build_session(settings: Settings, app_name: str, records: int | None = None)
     """
     from pyspark.sql import SparkSession
 
-    options = {
-        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
-        "spark.sql.session.timeZone": "UTC",
-        # Delta's default of 50 partitions for reading its log is slow on small machines.
-        "spark.databricks.delta.snapshotPartitions": "2",
-        # Delta 4.4 lists a small table's files in each commit's checksum file, only to list them in
-        # the next one, and where the JVM's or the session's time zone is not UTC it checks that
-        # list after every commit by rebuilding the table's whole state: two Spark executions a
-        # commit, and a state nothing reads when the run ends. No read uses the list.
-        "spark.databricks.delta.allFilesInCrc.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        # Spark keeps 100 compiled query classes by default; one batch compiles 200 to 300, so each
-        # batch of a run compiled them all again (about 2 s a batch on 2 cores). With room for them,
-        # a run's later batches compile only the few plans whose literals changed.
-        "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES),
-        # Kafka's SASL login (kafka.sasl.jaas.config) is a source option: masked wherever Spark shows options.
-        "spark.sql.redaction.options.regex": "(?i)url|password|secret|jaas|token",
-    }
+    options = {**SESSION_OPTIONS, "spark.sql.shuffle.partitions": str(settings.shuffle_partitions)}
     # pyspark sets PYSPARK_GATEWAY_PORT when spark-submit started this process; then the submit
     # command's --name (the Airflow task's) names the application.
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
