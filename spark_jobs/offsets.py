@@ -154,15 +154,22 @@ def check_reachable(settings: Settings, timeout_s: float = 10.0) -> None:
 
 def watermarks(settings: Settings, topic: str, timeout_s: float = 10.0) -> Mapping[int, tuple[int, int]]:
     """``{partition: (low, high)}``: the offsets the broker holds for each partition of ``topic``. A topic
-    created a moment ago may have partitions without a leader yet: they are asked again until ``timeout_s``
-    has passed. A broker that does not answer within that is :class:`ServiceUnavailable`."""
+    created a moment ago may be missing from the broker's metadata for :data:`NEW_TOPIC_WAIT_S` at most,
+    and its partitions may have no leader yet: both are asked again, the leaders until ``timeout_s`` has
+    passed. A broker that does not answer within that is :class:`ServiceUnavailable`."""
     from confluent_kafka import Consumer
 
     consumer = Consumer(settings.kafka_client_config(**{"group.id": "tidemark-planner", "enable.auto.commit": False}))
     deadline = time.monotonic() + timeout_s
+    unknown_until = time.monotonic() + min(NEW_TOPIC_WAIT_S, timeout_s)
     try:
         while True:
-            held, not_yet = _watermarks_once(consumer, settings, topic, max(deadline - time.monotonic(), 0.1))
+            try:
+                held, not_yet = _watermarks_once(consumer, settings, topic, max(deadline - time.monotonic(), 0.1))
+            except TopicError:
+                if time.monotonic() >= unknown_until:
+                    raise
+                held, not_yet = None, "the broker does not name the topic yet"
             if held is not None:
                 return held
             if time.monotonic() >= deadline:
@@ -176,6 +183,9 @@ def watermarks(settings: Settings, topic: str, timeout_s: float = 10.0) -> Mappi
 
 
 LEADER_WAIT_S = 0.1  # between two asks for a partition's leader after the broker named none
+# How long a topic the broker does not name may be one created a moment ago: a broker answers
+# CreateTopics once its controller has the topic, and names it in metadata a little later.
+NEW_TOPIC_WAIT_S = 2.0
 
 
 def _watermarks_once(
