@@ -29,6 +29,50 @@ def _jvm(spark: SparkSession) -> JVMView:
     return jvm
 
 
+# py4j asks the JVM for every name on every access: each segment of ``jvm.org.apache.x.Y``, each static
+# method of a class (``functions.col``). A name that is no class (``org``, ``org.apache``, or a simple
+# name tried against each package PySpark imports) is searched for in every one of the driver's ~280
+# jars before py4j answers "a package". PySpark resolves names this way for each column and function
+# it builds: five to a dozen such searches for every ``F.col``. Remembered, each name is resolved once
+# per gateway; an import added to a view (``java_import``) forgets them all, since it can change what
+# a simple name resolves to. A static field's value is never remembered.
+_NAMES = "_tidemark_names"
+_names_generation = [0]
+
+
+def remember_names() -> None:
+    """Let py4j's views, packages and classes resolve each name once (:data:`_NAMES`). Once per process."""
+    from py4j import java_gateway as py4j
+
+    if getattr(py4j, _NAMES, False):
+        return
+    setattr(py4j, _NAMES, True)
+    for kind in (py4j.JVMView, py4j.JavaPackage, py4j.JavaClass):
+        kind.__getattr__ = _remembering(kind.__getattr__, (py4j.JavaPackage, py4j.JavaClass, py4j.JavaMember))
+    java_import = py4j.java_import
+
+    def importing(jvm_view: Any, import_str: str) -> Any:
+        _names_generation[0] += 1
+        return java_import(jvm_view, import_str)
+
+    py4j.java_import = importing
+
+
+def _remembering(resolve: Any, kinds: tuple[type, ...]) -> Any:
+    def lookup(self: Any, name: str) -> Any:
+        names = self.__dict__.get(_NAMES)
+        if names is None or names[0] != _names_generation[0]:
+            names = self.__dict__[_NAMES] = (_names_generation[0], {})
+        found = names[1].get(name)
+        if found is None:
+            found = resolve(self, name)
+            if isinstance(found, kinds):  # a class, a package or a static method; not a field's value
+                names[1][name] = found
+        return found
+
+    return lookup
+
+
 def _path(spark: SparkSession, path: str):  # -> (org.apache.hadoop.fs.FileSystem, org.apache.hadoop.fs.Path)
     jpath = _jvm(spark).org.apache.hadoop.fs.Path(path)
     return jpath.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), jpath

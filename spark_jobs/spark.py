@@ -159,6 +159,7 @@ def build_session(settings: Settings, app_name: str, records: int | None = None)
     for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    jvm.remember_names()
     spark.sparkContext.setLogLevel(settings.spark_log_level)
     # Delta's VACUUM lists a table in as many tasks as this says: Spark's default is 10,000 however
     # small the table (25 s a VACUUM on 2 cores). A few per core of the cluster, unless the submit
@@ -359,8 +360,7 @@ class FrozenFrames:
         (``DataFrame.observe``)."""
         from pyspark.sql import Observation
 
-        observed = Observation()
-        counted = df.observe(observed, *aggregates)
+        counted = df.observe(observed := Observation(), *aggregates)
         frozen = self.freeze(counted if keep is None else counted.select(*keep))
         return frozen, observed.get
 
