@@ -122,10 +122,11 @@ class KafkaBroker:
         failed bind)."""
 
         def ready() -> bool:
-            if self.pid() is None:
-                raise ServiceError("Kafka exited during start-up")
+            exited = self.pid() is None  # before the log is read: a broker logs its cause, then exits
             if logged is not None and log_cause(self.log_file, logged, FATAL):
                 raise ServiceError("Kafka failed during start-up")
+            if exited:
+                raise ServiceError("Kafka exited during start-up")
             return port_open(self.settings.kafka_port) and self._answers_metadata()
 
         try:
