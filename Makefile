@@ -87,8 +87,8 @@ airflow: system-airflow migrate  ## run Airflow with the tidemark DAGs on http:/
 bench: system-bench venv jars  ## benchmarks against same-run baselines (own Kafka/PostgreSQL on 32092/32432); BENCH_ARGS="--events 1000000 --stages b2,p1"
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
-bench-long: system-bench-long venv jars  ## the long benchmarks: 1M events (B2, PEER, P1), P1 at 100k for the CPU slope, a batch's fixed seconds, the soak (500 runs of 2,000 events, maintenance every 100), the catch-up (4M events in 16 batches), about two hours
-	$(BIN)/python -m benchmarks --events 1000000 --stages b2,peer,p1,slope,batchcost,soak,catchup $(BENCH_ARGS)
+bench-long: system-bench-long venv jars  ## the long benchmarks: 1M events (B2, PEER, P1), P1 at 100k for the CPU slope, a batch's fixed seconds, the soak (500 runs of 2,000 events, maintenance every 100), the catch-up (4M events in 16 batches), G1 against ParallelGC in cold runs by size, about two and a half hours
+	$(BIN)/python -m benchmarks --events 1000000 --stages b2,peer,p1,slope,batchcost,soak,catchup,collector $(BENCH_ARGS)
 
 test: system-test lint test-unit test-integration  ## all checks: lint, unit tests, integration tests
 

@@ -243,6 +243,23 @@ def catchup_checks(m: Measurements) -> list[Check]:
     return checks
 
 
+def collector_checks(m: Measurements) -> list[Check]:
+    """Per run size of the collector stage: ParallelGC's median time and CPU over G1's (below 1: Parallel wins)."""
+    checks = []
+    for key in [k for k in m if k.startswith("GC PAR ")]:
+        size = key.removeprefix("GC PAR ")
+        parallel, g1 = m[key], m.get(f"GC G1 {size}")
+        if g1 is None:
+            continue
+        checks += [
+            Check(f"PAR/G1 {size}", key, f"cold run of {size} events: ParallelGC's median time over G1's",
+                  throughput_ratio(parallel.median_seconds, g1.median_seconds)),
+            Check(f"CPU PAR/G1 {size}", key, f"cold run of {size} events: ParallelGC's median CPU over G1's",
+                  throughput_ratio(median(parallel.cpu_seconds), median(g1.cpu_seconds))),
+        ]  # fmt: skip
+    return checks
+
+
 def replay_checks(m: Measurements) -> list[Check]:
     """The replay (R) against the first run, and what it changed in Delta and PostgreSQL (nothing)."""
     if "R" not in m:
@@ -269,6 +286,7 @@ CHECK_GROUPS: tuple[Callable[[Measurements], list[Check]], ...] = (
     peer_checks,
     soak_checks,
     catchup_checks,
+    collector_checks,
     replay_checks,
 )
 

@@ -18,7 +18,7 @@ from tidemark.options import fraction, non_negative, positive
 
 STAGES = (
     "b1", "b2", "b2l", "peer", "p1", "slope", "batchcost", "replay", "empty", "pg", "growth", "hotkey", "contract",
-    "floor", "soak", "catchup",
+    "floor", "soak", "catchup", "collector",
 )  # fmt: skip
 STAGE_HELP = {
     "b1": "confluent-kafka drain of the topic",
@@ -37,9 +37,10 @@ STAGE_HELP = {
     "soak": "many small scheduled runs into one sink with maintenance between: are the last runs as fast as the first?",
     "batchcost": "P1's topic at three caps: a batch's fixed writer seconds and seconds per million (a line's fit)",
     "catchup": "a backlog of --catchup-events in --catchup-batches batches, sessions open throughout: last vs first",
+    "collector": "cold scheduled runs (spark-submit) at each of --gc-sizes with G1 and with ParallelGC, alternated",
 }
 # Stages `make bench` leaves out (they take long): `make bench-long` runs them.
-LONG_STAGES = ("slope", "soak", "catchup")
+LONG_STAGES = ("slope", "soak", "catchup", "collector")
 DEFAULT_STAGES = tuple(s for s in STAGES if s not in LONG_STAGES)
 # Below Linux's ephemeral range (32768-60999): a port inside it can be held for a moment by any client's
 # outgoing connection, and was (35432, as a test run's services closed, the bench's PostgreSQL could not bind).
@@ -98,6 +99,7 @@ class BenchOptions:
     contract_events: int = 200_000
     catchup_events: int = 4_000_000
     catchup_batches: int = 16
+    gc_sizes: tuple[int, ...] = (100_000, 300_000, 1_000_000)
     soak_maintenance_every: int = 100
     home: Path = field(default_factory=default_home)
     output: Path | None = None  # default: <home>/results.json
@@ -128,8 +130,15 @@ class BenchOptions:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not self.gc_sizes or min(self.gc_sizes) < 1:
+            raise ValueError(f"gc_sizes must be positive sizes, got {self.gc_sizes}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be 0 or more, got {self.warmup}")
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    """A comma-separated list of positive sizes (argparse type): ``100000,300000``."""
+    return tuple(positive(part.strip()) for part in text.split(","))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -138,6 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _what_to_run(parser, d)
     _produced_events(parser, d)
     _stage_sizes(parser, d)
+    _long_stage_sizes(parser, d)
     _where_it_runs(parser, d)
 
 
@@ -262,6 +272,16 @@ def _stage_sizes(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
     )
 
 
+def _long_stage_sizes(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
+    """The sizes of the stages only `make bench-long` runs, beyond those above."""
+    parser.add_argument(
+        "--gc-sizes",
+        type=sizes,
+        default=d.gc_sizes,
+        help=f"collector: the run sizes, comma-separated (default {','.join(str(n) for n in d.gc_sizes)})",
+    )
+
+
 def _where_it_runs(parser: argparse.ArgumentParser, d: BenchOptions) -> None:
     """The bench's state folder, results file and ports, and what it keeps and how it exits."""
     parser.add_argument(
@@ -301,6 +321,7 @@ def options_from_arguments(args: argparse.Namespace) -> BenchOptions:
         contract_events=args.contract_events,
         catchup_events=args.catchup_events,
         catchup_batches=args.catchup_batches,
+        gc_sizes=args.gc_sizes,
         soak_maintenance_every=args.soak_maintenance_every,
         home=args.home or d.home,
         output=args.output,

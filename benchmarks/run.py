@@ -19,6 +19,7 @@ from typing import Any
 
 from benchmarks.catchup import stage_batch_cost, stage_catchup
 from benchmarks.checks import build_checks
+from benchmarks.collector import stage_collector
 from benchmarks.context import BenchContext, CpuMeter, Recorder
 from benchmarks.edge_stages import stage_contract, stage_floor, stage_hotkey, stage_soak
 from benchmarks.figures import machine_info, versions
@@ -127,6 +128,7 @@ STEPS: tuple[tuple[frozenset[str], Callable[[BenchContext], None]], ...] = (
     (frozenset({"floor"}), stage_floor),
     (frozenset({"soak"}), stage_soak),
     (frozenset({"catchup"}), stage_catchup),
+    (frozenset({"collector"}), stage_collector),
 )
 
 

@@ -65,6 +65,15 @@ def append_available_now(spark: SparkSession, settings: Settings, topic: str, ma
     query.awaitTermination()
 
 
+def with_collector(conf: dict[str, str], collector: str | None) -> list[tuple[str, str]]:
+    """``conf``'s items with the driver's garbage collector option replaced by ``collector`` (none: as it is)."""
+    if collector is None:
+        return list(conf.items())
+    key = "spark.driver.extraJavaOptions"
+    java = [o for o in conf.get(key, "").split() if not (o.startswith("-XX:+Use") and o.endswith("GC"))]
+    return list((conf | {key: " ".join([*java, collector])}).items())
+
+
 def submit_env(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a spark-submit of a tidemark job against ``settings``.
 
@@ -81,11 +90,17 @@ def submit_env(settings: Settings, base: Mapping[str, str] | None = None) -> dic
 
 
 def spark_submit(
-    settings: Settings, app: Path, args: list[str], timeout: float = 600, records: int | None = None
+    settings: Settings,
+    app: Path,
+    args: list[str],
+    timeout: float = 600,
+    records: int | None = None,
+    collector: str | None = None,
 ) -> str:
     """spark-submit ``app`` against ``settings``, with the master, memory, jars and driver settings
     tidemark's jobs get from a DAG's task (:func:`spark_jobs.spark.driver_conf`, for a run of
-    ``records`` records when that is known).
+    ``records`` records when that is known). ``collector`` (a JVM option such as ``-XX:+UseG1GC``)
+    replaces the driver's garbage collector, whichever tidemark picked.
 
     Returns the job's stdout; raises with the tail of its stderr when it fails.
     """
@@ -108,7 +123,9 @@ def spark_submit(
         f"spark.pyspark.python={sys.executable}",
         *(
             arg
-            for key, value in driver_conf(settings, settings.spark_master, records, environ=env).items()
+            for key, value in with_collector(
+                driver_conf(settings, settings.spark_master, records, environ=env), collector
+            )
             for arg in ("--conf", f"{key}={value}")
         ),
         str(app),

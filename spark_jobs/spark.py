@@ -39,13 +39,13 @@ QUICK_COMPILER_RECORDS = 500_000
 # stopped compiling ("CodeCache is full. Compiler has been disabled") or failed a batch ("Out of
 # space in CodeCache for method handle intrinsic"). The driver keeps the default room.
 QUICK_COMPILER_CODE_CACHE = "-XX:ReservedCodeCacheSize=240m"
-# A local driver runs the tasks too, and for a run of more records than that its garbage collector
-# works hard: on 2 cores the JVM picks G1, whose concurrent threads and write barriers cost more
-# than the throughput collector's pauses. Cold scheduled runs of 1,000,000 records took 9% less
-# time and 10% less CPU with it (medians of five alternated pairs; docs/design.md, "Performance:
-# what is measured"). A cold small run gains nothing, and starts slower: JDK 17 maps the Java
-# objects archived with its classes (class-data sharing) only under G1.
+# A local driver runs the tasks too, so its garbage collector works as hard as the run is large: on 2
+# cores the JVM picks G1, whose concurrent threads and write barriers cost more than the throughput
+# collector's pauses. Cold scheduled runs (the bench's collector stage, medians of three alternated
+# pairs) took 7% less time with it at 300,000 and 6% at 1,000,000 records, 2% at 100,000, and 2% more
+# at 20,000 (JDK 17 maps the Java objects archived with its classes only under G1; docs/design.md).
 THROUGHPUT_COLLECTOR = "-XX:+UseParallelGC"
+THROUGHPUT_COLLECTOR_RECORDS = 100_000
 # Java's class-data sharing: a driver JVM loads and verifies about 18,000 classes (a trivial job;
 # more for a batch) of Spark, Scala, Delta and Kafka, most of them parsed from their jars, seconds
 # of every cold run on 2 cores. A JVM started with -XX:ArchiveClassesAtExit writes the classes it
@@ -228,7 +228,7 @@ def driver_conf(
     ``TIDEMARK_SPARK_LOG_LEVEL``, a local driver on loopback only (nothing outside this machine
     needs to reach it) and with the class archive (:func:`class_sharing`), and for a run known to
     read at most :data:`QUICK_COMPILER_RECORDS` ``records``, HotSpot's quick compiler alone; for a
-    local run known to read more, the throughput collector (:data:`THROUGHPUT_COLLECTOR`).
+    local run known to read more than :data:`THROUGHPUT_COLLECTOR_RECORDS`, the throughput collector.
     ``class_path``: jars on the driver's own class path beyond Spark's; ``environ``: the environment
     spark-submit will run in (default: this process's).
     """
@@ -242,7 +242,7 @@ def driver_conf(
     conf = {"spark.ui.enabled": str(settings.spark_ui).lower()}
     if master.startswith("local"):
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
-        if records is not None and records > QUICK_COMPILER_RECORDS:
+        if records is not None and records > THROUGHPUT_COLLECTOR_RECORDS:
             java.append(THROUGHPUT_COLLECTOR)
         java += class_sharing(settings, class_path, environ)
     return conf | {"spark.driver.extraJavaOptions": " ".join(java)}

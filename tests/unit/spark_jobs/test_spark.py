@@ -13,6 +13,7 @@ from spark_jobs.spark import (
     QUICK_COMPILER_RECORDS,
     REQUIRED_JARS,
     THROUGHPUT_COLLECTOR,
+    THROUGHPUT_COLLECTOR_RECORDS,
     class_archive,
     driver_conf,
 )
@@ -39,12 +40,15 @@ def test_a_driver_for_a_run_of_few_records_compiles_with_the_quick_compiler_alon
 def test_a_local_driver_for_a_run_of_many_records_collects_garbage_with_the_throughput_collector(
     tmp_path: Path,
 ) -> None:
-    assert THROUGHPUT_COLLECTOR in java_options(QUICK_COMPILER_RECORDS + 1, tmp_path)
-    assert THROUGHPUT_COLLECTOR not in java_options(QUICK_COMPILER_RECORDS, tmp_path)
+    assert THROUGHPUT_COLLECTOR in java_options(THROUGHPUT_COLLECTOR_RECORDS + 1, tmp_path)
+    assert THROUGHPUT_COLLECTOR not in java_options(THROUGHPUT_COLLECTOR_RECORDS, tmp_path)
     assert THROUGHPUT_COLLECTOR not in java_options(None, tmp_path)  # unknown: the JVM's default
+    # Below the quick compiler's bound too: the collector is picked on its own measurements.
+    both = java_options(QUICK_COMPILER_RECORDS, tmp_path)
+    assert THROUGHPUT_COLLECTOR_RECORDS < QUICK_COMPILER_RECORDS and {THROUGHPUT_COLLECTOR, QUICK_COMPILER} <= set(both)
     # A driver on a cluster runs no tasks: it keeps the JVM's collector (measured only in local mode).
     settings = Settings.from_env({"TIDEMARK_HOME": str(tmp_path)})
-    cluster = driver_conf(settings, "spark://spark:7077", QUICK_COMPILER_RECORDS + 1)
+    cluster = driver_conf(settings, "spark://spark:7077", THROUGHPUT_COLLECTOR_RECORDS + 1)
     assert THROUGHPUT_COLLECTOR not in cluster["spark.driver.extraJavaOptions"].split()
 
 
