@@ -43,7 +43,6 @@ def stage_collector(ctx: BenchContext) -> None:
                     f"GC {name} {size:,}", f"cold scheduled run of {size:,} events, {name} collector", size
                 )
                 sink = ctx.new_sink(f"gc_{name.lower()}_{size}_{rep}", topic)
-
                 submit = partial(spark_submit, sink.settings, app, ["scheduled"], 1800, size, option)
                 out = ctx.record.measure(m, submit)
                 read = sum(int(n.replace(",", "")) for n in re.findall(r" read ([\d,]+) = ", out))
