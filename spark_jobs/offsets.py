@@ -300,6 +300,9 @@ def latest_ranges(settings: Settings, topic: str) -> list[PartitionRange]:
     return [PartitionRange(topic, p, low, high) for p, (low, high) in watermarks(settings, topic).items()]
 
 
+POLL_S = 0.05  # the longest a read of committed records waits for a batch of them to fill
+
+
 def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60.0) -> int:
     """Committed records in ``r``, counted by reading with ``read_committed``.
 
@@ -338,16 +341,17 @@ def committed_records(
     )
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in wanted.values()])
-        left, idle = dict(wanted), 0.0
+        left, heard = dict(wanted), time.monotonic()
         while left:
-            messages = consumer.consume(num_messages=10_000, timeout=1.0)
+            # A batch is returned when full or when the wait ends, so the wait is short: a range's
+            # last records (or its partition's end) would otherwise wait it out every read.
+            messages = consumer.consume(num_messages=10_000, timeout=POLL_S)
             if not messages:
-                idle += 1.0
-                if idle >= timeout_s:
+                if time.monotonic() - heard >= timeout_s:
                     reading = ", ".join(str(r) for r in left.values())
                     raise TimeoutError(f"no records from {reading} for {timeout_s:.0f} s; is the broker up?")
                 continue
-            idle = 0.0
+            heard = time.monotonic()
             for message in messages:
                 where = (message.topic(), message.partition())
                 error = message.error()
