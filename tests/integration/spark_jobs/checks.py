@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
@@ -104,22 +105,37 @@ def delta_rows(spark, settings: Settings, table: str, *expressions: str) -> list
 
 def snapshot(spark, settings: Settings, pg, prefix: str) -> dict[str, set]:
     """Row checksums of every sink table (Delta) and of PostgreSQL sessions for this test."""
-    tables = {
-        name: {r[0] for r in delta_rows(spark, settings, name, "sha2(to_json(struct(*)), 256)")}
-        for name in ("events", "duplicates", "quarantine", "sessions")
-    }
-    tables["delta_sessions_text"] = {r[0] for r in delta_rows(spark, settings, "sessions", delta.SESSION_ROW_TEXT)}
+    checksum = "sha2(to_json(struct(*)), 256)"
+    reads = [(name, name, checksum) for name in ("events", "duplicates", "quarantine", "sessions")]
+    reads.append(("delta_sessions_text", "sessions", delta.SESSION_ROW_TEXT))
+    tables: dict[str, set] = {tag: set() for tag, _, _ in reads}
+    for tag, text in tagged_rows(spark, settings, reads):
+        tables[tag].add(text)
     with pg, pg.cursor() as cur:
         cur.execute(f"SELECT {postgres.SESSION_ROW_TEXT} FROM sessions WHERE entity_id LIKE %s", (prefix + "%",))
         tables["postgres_sessions_text"] = {r[0] for r in cur.fetchall()}
     return tables
 
 
+def tagged_rows(spark, settings: Settings, reads: list[tuple[str, str, str]]) -> list[tuple[str, Any]]:
+    """``(tag, value)`` for each row of each ``(tag, table, expression)`` of ``reads``, in one query
+    (their union): a check costs one Spark execution however many tables it reads."""
+    from pyspark.sql import functions as F
+
+    frames = [
+        spark.read.format("delta").load(settings.table_path(table)).select(F.lit(tag), F.expr(expression))
+        for tag, table, expression in reads
+    ]
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.union(frame)
+    return [(row[0], row[1]) for row in union.collect()]
+
+
 def assert_offset_coverage(spark, settings: Settings, committed: int) -> None:
     """Every committed record is in exactly one of events, duplicates, quarantine (invariant 1)."""
-    coordinates = []
-    for table in RECORD_TABLES:
-        coordinates += [tuple(r) for r in delta_rows(spark, settings, table, "topic", "partition", "offset")]
+    coordinate = "to_json(struct(topic, partition, offset))"
+    coordinates = [value for _, value in tagged_rows(spark, settings, [(t, t, coordinate) for t in RECORD_TABLES])]
     assert len(coordinates) == committed
     assert len(set(coordinates)) == committed
 
@@ -199,12 +215,17 @@ def send_to(settings: Settings, topic: str, records: list[tuple[int, str, str, d
 
 def assert_sessions_follow_events(spark, settings: Settings) -> None:
     """Delta ``sessions`` equals a from-scratch sessionization of ``events`` (ignoring row order)."""
+    from pyspark.sql import functions as F
+
     events = spark.read.format("delta").load(settings.table_path("events"))
     assert settings.session_rules is not None, "the pipeline cuts sessions"
     expected = sessionize(events.select(*SESSIONIZE_COLUMNS), settings.session_rules)
     stored = spark.read.format("delta").load(settings.table_path("sessions")).select(*expected.columns)
-    missing = expected.exceptAll(stored).collect()
-    extra = stored.exceptAll(expected).collect()
+    # Both sides in one query, compared here as multisets (what exceptAll both ways compares).
+    sides: tuple[Counter, Counter] = (Counter(), Counter())
+    for row in expected.withColumn("_side", F.lit(0)).union(stored.withColumn("_side", F.lit(1))).collect():
+        sides[row[-1]][tuple(row[:-1])] += 1
+    missing, extra = list((sides[0] - sides[1]).elements()), list((sides[1] - sides[0]).elements())
     assert not missing and not extra, f"sessions differ from events: missing {missing[:3]}, extra {extra[:3]}"
 
 
