@@ -221,10 +221,14 @@ def assert_sessions_follow_events(spark, settings: Settings) -> None:
     assert settings.session_rules is not None, "the pipeline cuts sessions"
     expected = sessionize(events.select(*SESSIONIZE_COLUMNS), settings.session_rules)
     stored = spark.read.format("delta").load(settings.table_path("sessions")).select(*expected.columns)
-    # Both sides in one query, compared here as multisets (what exceptAll both ways compares).
+    # Both sides in one query (their union: one type a column), each row as JSON with its times in
+    # microseconds and their offset (Python's naive local times would make the two instants of a
+    # clock change's repeated hour one), compared as multisets: what exceptAll both ways compared.
+    both = expected.withColumn("_side", F.lit(0)).union(stored.withColumn("_side", F.lit(1)))
+    row = F.to_json(F.struct(*expected.columns), {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
     sides: tuple[Counter, Counter] = (Counter(), Counter())
-    for row in expected.withColumn("_side", F.lit(0)).union(stored.withColumn("_side", F.lit(1))).collect():
-        sides[row[-1]][tuple(row[:-1])] += 1
+    for text, side in both.select(row, "_side").collect():
+        sides[side][text] += 1
     missing, extra = list((sides[0] - sides[1]).elements()), list((sides[1] - sides[0]).elements())
     assert not missing and not extra, f"sessions differ from events: missing {missing[:3]}, extra {extra[:3]}"
 
