@@ -36,7 +36,7 @@ spark.stop()
 
 def drain(settings: Settings, ranges: list[PartitionRange], idle_timeout: float = 30.0) -> tuple[int, int]:
     """Read every committed record of ``ranges`` with one consumer; returns (records, value bytes)."""
-    from spark_jobs.offsets import committed_records
+    from spark_jobs.committed import committed_records
 
     count, size = 0, 0
     for message in committed_records(settings, ranges, idle_timeout, group_id=f"tidemark-bench-{uuid.uuid4().hex[:8]}"):

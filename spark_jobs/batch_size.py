@@ -25,7 +25,8 @@ import logging
 import statistics
 from typing import TYPE_CHECKING
 
-from spark_jobs.offsets import PartitionRange, committed_records, watermarks
+from spark_jobs.committed import committed_records
+from spark_jobs.offsets import PartitionRange, watermarks
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING
 
 from spark_jobs import batch_size, db, streaming
 from spark_jobs.checkpoint import OffsetLog
+from spark_jobs.committed import count_each
 from spark_jobs.contract import SessionRules
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
-from spark_jobs.offsets import PartitionRange, check_reachable, count_committed, watermarks
+from spark_jobs.offsets import PartitionRange, check_reachable, watermarks
 from spark_jobs.planning import BackfillPlan, describe_plan, parse_offsets, parse_partitions, plan_backfill
 from spark_jobs.rebuild import recompute_sessions
 from spark_jobs.settings import Settings
@@ -278,7 +279,8 @@ def run_from_arguments(
     stored_rules.verify_contract(settings)
     plan = plan_backfill(settings, topic, offsets, args.from_time, args.to_time, args.allow_data_loss, partitions)
     if args.dry_run:  # Kafka's metadata and a count of committed records answer it: no Spark
-        return DryRun(plan.ranges, {r.partition: count_committed(settings, r) for r in plan.ranges})
+        counts = count_each(settings, plan.ranges)
+        return DryRun(plan.ranges, {r.partition: n for r, n in zip(plan.ranges, counts, strict=True)})
     if not args.wait:
         with runs.refusal_recorded(settings, ledger.pipeline_name(ledger.BACKFILL, topic), topic):
             check_writer_free(settings)

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from spark_jobs.errors import ConfigError, DataLossError, ServiceUnavailable, TopicError
+from spark_jobs.errors import ConfigError, ServiceUnavailable, TopicError
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, KafkaError, Message
+    from confluent_kafka import Consumer, KafkaError
     from confluent_kafka.admin import AdminClient
     from pyspark.sql import DataFrame
 
@@ -298,88 +298,6 @@ def first_arrival(settings: Settings, topic: str, partition: int, offset: int, t
 def latest_ranges(settings: Settings, topic: str) -> list[PartitionRange]:
     """Everything the broker holds now: [low watermark, high watermark) per partition."""
     return [PartitionRange(topic, p, low, high) for p, (low, high) in watermarks(settings, topic).items()]
-
-
-POLL_S = 0.05  # the longest a read of committed records waits for a batch of them to fill
-
-
-def count_committed(settings: Settings, r: PartitionRange, timeout_s: float = 60.0) -> int:
-    """Committed records in ``r``, counted by reading with ``read_committed``.
-
-    Offset arithmetic (``end - start``) over-counts: transaction markers and aborted records take
-    offsets, and compaction leaves gaps. The count stops at the first record at or past ``end``
-    or at the partition's end (its last stable offset).
-    """
-    return sum(1 for _ in committed_records(settings, [r], timeout_s))
-
-
-def committed_records(
-    settings: Settings, ranges: list[PartitionRange], timeout_s: float = 60.0, group_id: str = "tidemark-reconcile"
-) -> Iterator[Message]:
-    """Every committed record of ``ranges`` (``read_committed``), read with one consumer, each partition in
-    offset order. A partition's read stops at its range's end or at the partition's end (its last stable
-    offset). A start the broker no longer holds is a :class:`DataLossError`; no record for ``timeout_s``
-    seconds a ``TimeoutError``."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-    # Keyed as a message names its partition (the client's types leave its topic and partition optional).
-    wanted: dict[tuple[str | None, int | None], PartitionRange] = {(r.topic, r.partition): r for r in ranges if r.size}
-    if not wanted:
-        return
-    consumer = Consumer(
-        settings.kafka_client_config(
-            **{
-                "group.id": group_id,
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "fetch.max.bytes": 16 * 1024 * 1024,
-                # A start the broker no longer holds is an error, not a silent jump to the end.
-                "auto.offset.reset": "error",
-            }
-        )
-    )
-    try:
-        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in wanted.values()])
-        left, heard = dict(wanted), time.monotonic()
-        while left:
-            # A batch is returned when full or when the wait ends, so the wait is short: a range's
-            # last records (or its partition's end) would otherwise wait it out every read.
-            messages = consumer.consume(num_messages=10_000, timeout=POLL_S)
-            if not messages:
-                if time.monotonic() - heard >= timeout_s:
-                    reading = ", ".join(str(r) for r in left.values())
-                    raise TimeoutError(f"no records from {reading} for {timeout_s:.0f} s; is the broker up?")
-                continue
-            heard = time.monotonic()
-            for message in messages:
-                where = (message.topic(), message.partition())
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        left.pop(where, None)
-                        continue
-                    if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                        gone = wanted.get(where, ranges[0])
-                        raise DataLossError(f"{gone}: offset {gone.start} is no longer on the broker (retention)")
-                    raise KafkaException(error)
-                r = left.get(where)
-                if r is None or _offset(message) >= r.end:
-                    left.pop(where, None)
-                    continue
-                yield message
-                if _offset(message) >= r.end - 1:
-                    left.pop(where, None)
-    finally:
-        consumer.close()
-
-
-def _offset(record: Message) -> int:
-    """The offset of a record a consumer returned (an error event has none, a record always has one)."""
-    offset = record.offset()
-    if offset is None:
-        raise TypeError("a Kafka record without an offset")
-    return offset
 
 
 def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:

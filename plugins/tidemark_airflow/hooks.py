@@ -44,6 +44,7 @@ class KafkaOffsetsHook(BaseHook):
 
     def count_committed(self, topic: str, partition: int, start: int, end: int) -> int:
         """Committed records in [start, end), counted by reading (not by offset arithmetic)."""
-        from spark_jobs.offsets import PartitionRange, count_committed
+        from spark_jobs.committed import count_committed
+        from spark_jobs.offsets import PartitionRange
 
         return count_committed(self._settings(), PartitionRange(topic, partition, start, end))

@@ -13,8 +13,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from spark_jobs.committed import count_each
 from spark_jobs.contract import COORDINATES, RECORD_TABLES
-from spark_jobs.offsets import PartitionRange, count_committed, watermarks
+from spark_jobs.offsets import PartitionRange, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.sinks.delta_log import union
@@ -146,6 +147,13 @@ def compare_ranges(
     """A :class:`RangeCheck` per range of ``to_check`` (with its reason) and its ``counts``: a new
     range against Kafka's committed records, a verified one against its verification."""
     lows: dict[str, dict[int, int]] = {}
+    for r, reason in to_check:
+        if reason == NEW and r.range.topic not in lows:
+            lows[r.range.topic] = {k: lo for k, (lo, _) in watermarks(settings, r.range.topic).items()}
+    # A new range whose start retention removed is expired, not counted; the others in one read.
+    new = [r.range for r, reason in to_check if reason == NEW]
+    countable = [p for p in new if lows[p.topic].get(p.partition, 0) <= p.start]
+    kafka = dict(zip(countable, count_each(settings, countable), strict=True))
     checks = []
     for (r, reason), (n, checksum, offsets) in zip(to_check, counts, strict=True):
         p = r.range
@@ -154,11 +162,8 @@ def compare_ranges(
             end=p.end, sink_records=n, sink_checksum=checksum, sink_offsets=offsets, reason=reason,
         )  # fmt: skip
         if reason == NEW:
-            if p.topic not in lows:
-                lows[p.topic] = {k: lo for k, (lo, _) in watermarks(settings, p.topic).items()}
             low = lows[p.topic].get(p.partition, 0)
-            kafka = count_committed(settings, p) if low <= p.start or p.size == 0 else None
-            checks.append(replace(measured, kafka_records=kafka, low_watermark=low))
+            checks.append(replace(measured, kafka_records=kafka.get(p, 0 if p.size == 0 else None), low_watermark=low))
         else:
             v = verified[key(r)]
             checks.append(replace(measured, verified_records=v.records, verified_checksum=v.checksum))

@@ -198,7 +198,7 @@ def test_the_automatic_cap_sizes_batches_by_the_drivers_heap_and_the_topics_newe
     send(settings, settings.topic, events)
     sizes = {}
     for p, (low, high) in watermarks(settings, settings.topic).items():
-        from spark_jobs.offsets import committed_records
+        from spark_jobs.committed import committed_records
 
         newest = [PartitionRange(settings.topic, p, max(low, high - batch_size.SAMPLE), high)]
         sizes[p] = [len(m.key() or b"") + len(m.value() or b"") for m in committed_records(settings, newest)]
