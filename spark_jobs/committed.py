@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from spark_jobs.errors import DataLossError
-from spark_jobs.offsets import PartitionRange
+from spark_jobs.offsets import PartitionRange, merged_spans
 from spark_jobs.settings import Settings
 
 if TYPE_CHECKING:
@@ -106,32 +106,29 @@ def count_each(settings: Settings, ranges: list[PartitionRange], timeout_s: floa
     new ranges are a partition's batches one after the other); a partition with spans apart from each
     other has its next span read in the next round."""
     counts = [0] * len(ranges)
-    rounds = _spans_by_round([(i, r) for i, r in enumerate(ranges) if r.size])
-    for spans in rounds:
-        by_partition = {(span.topic, span.partition): (span, members) for span, members in spans}
+    for spans in _spans_by_round([(i, r) for i, r in enumerate(ranges) if r.size]):
         # Keyed as a message names its partition (the client's types leave its topic and partition optional).
         tallies: dict[tuple[str | None, int | None], _Tally] = {
-            key: _Tally([ranges[i] for i in members]) for key, (_, members) in by_partition.items()
+            (span.topic, span.partition): _Tally([(i, ranges[i]) for i in members]) for span, members in spans
         }
         for message in committed_records(settings, [span for span, _ in spans], timeout_s):
             tallies[(message.topic(), message.partition())].add(_offset(message))
-        for key, (_, members) in by_partition.items():
-            for i, n in zip(members, tallies[key].counts(), strict=True):
+        for tally in tallies.values():
+            for i, n in tally.counts():
                 counts[i] = n
     return counts
 
 
 def _spans_by_round(indexed: list[tuple[int, PartitionRange]]) -> list[list[tuple[PartitionRange, list[int]]]]:
-    """Each partition's ranges merged into spans where they overlap or touch (with the indexes of the ranges
-    in each); round k holds each partition's k-th span."""
+    """Each partition's ranges merged into spans where they overlap or touch (:func:`merged_spans`), with the
+    indexes of the ranges each holds; round k holds each partition's k-th span."""
     spans: dict[tuple[str, int], list[tuple[PartitionRange, list[int]]]] = {}
-    for i, r in sorted(indexed, key=lambda item: (item[1].topic, item[1].partition, item[1].start)):
-        merged = spans.setdefault((r.topic, r.partition), [])
-        if merged and r.start <= merged[-1][0].end:
-            span, members = merged[-1]
-            merged[-1] = (PartitionRange(r.topic, r.partition, span.start, max(span.end, r.end)), [*members, i])
-        else:
-            merged.append((r, [i]))
+    for span in merged_spans([r for _, r in indexed]):
+        members = [
+            i for i, r in indexed
+            if (r.topic, r.partition) == (span.topic, span.partition) and span.start <= r.start and r.end <= span.end
+        ]  # fmt: skip
+        spans.setdefault((span.topic, span.partition), []).append((span, members))
     depth = max((len(v) for v in spans.values()), default=0)
     return [[v[k] for v in spans.values() if k < len(v)] for k in range(depth)]
 
@@ -140,9 +137,9 @@ class _Tally:
     """Counts of a span's records between each two of its ranges' bounds; a range's count is the sum
     over the pieces it covers (ranges of a span may overlap: a takeover's range and its batch's)."""
 
-    def __init__(self, ranges: list[PartitionRange]) -> None:
-        self.ranges = ranges
-        self.bounds = sorted({b for r in ranges for b in (r.start, r.end)})
+    def __init__(self, ranges: list[tuple[int, PartitionRange]]) -> None:
+        self.ranges = ranges  # with their indexes in the caller's list
+        self.bounds = sorted({b for _, r in ranges for b in (r.start, r.end)})
         self.pieces = [0] * len(self.bounds)
         self._at = 0
 
@@ -151,6 +148,7 @@ class _Tally:
             self._at += 1
         self.pieces[self._at] += 1
 
-    def counts(self) -> list[int]:
+    def counts(self) -> list[tuple[int, int]]:
+        """Each range's index and count."""
         index = {b: k for k, b in enumerate(self.bounds)}
-        return [sum(self.pieces[index[r.start] : index[r.end]]) for r in self.ranges]
+        return [(i, sum(self.pieces[index[r.start] : index[r.end]])) for i, r in self.ranges]

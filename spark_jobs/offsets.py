@@ -300,6 +300,18 @@ def latest_ranges(settings: Settings, topic: str) -> list[PartitionRange]:
     return [PartitionRange(topic, p, low, high) for p, (low, high) in watermarks(settings, topic).items()]
 
 
+def merged_spans(ranges: list[PartitionRange]) -> list[PartitionRange]:
+    """``ranges`` merged per partition where they overlap or touch (a short filter for data skipping)."""
+    merged: list[PartitionRange] = []
+    for r in sorted(ranges, key=lambda r: (r.topic, r.partition, r.start)):
+        last = merged[-1] if merged else None
+        if last and (last.topic, last.partition) == (r.topic, r.partition) and r.start <= last.end:
+            merged[-1] = PartitionRange(r.topic, r.partition, last.start, max(last.end, r.end))
+        else:
+            merged.append(r)
+    return merged
+
+
 def consecutive_offsets(records: DataFrame) -> list[PartitionRange]:
     """The runs of consecutive offsets ``records`` hold, per topic and partition (one small job):
     in a stream that skips removed offsets, what lies between them may have been skipped."""

@@ -37,9 +37,9 @@ from spark_jobs import db, readmit, reconcile
 from spark_jobs.contract import RECORD_TABLES
 from spark_jobs.errors import ConfigError, run_job
 from spark_jobs.kafka_source import read_range
-from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.offsets import PartitionRange, merged_spans, watermarks
 from spark_jobs.rebuild import recompute_sessions
-from spark_jobs.reconcile.ranges import compare_ranges, merged_spans, range_counts, reason_to_check
+from spark_jobs.reconcile.ranges import compare_ranges, range_counts, reason_to_check
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.store import history, ledger, runs, stored_rules, verified

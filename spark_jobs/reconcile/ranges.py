@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from spark_jobs.committed import count_each
 from spark_jobs.contract import COORDINATES, RECORD_TABLES
-from spark_jobs.offsets import PartitionRange, watermarks
+from spark_jobs.offsets import merged_spans, watermarks
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta
 from spark_jobs.sinks.delta_log import union
@@ -124,18 +124,6 @@ def range_counts(
     )
     by_index = {row["i"]: (int(row["n"]), int(row["checksum"]), int(row["offsets"])) for row in counted}
     return [by_index.get(i, (0, 0, 0)) for i in range(len(ranges))]
-
-
-def merged_spans(ranges: list[PartitionRange]) -> list[PartitionRange]:
-    """``ranges`` merged per partition where they overlap or touch (a short filter for data skipping)."""
-    merged: list[PartitionRange] = []
-    for r in sorted(ranges, key=lambda r: (r.topic, r.partition, r.start)):
-        last = merged[-1] if merged else None
-        if last and (last.topic, last.partition) == (r.topic, r.partition) and r.start <= last.end:
-            merged[-1] = PartitionRange(r.topic, r.partition, last.start, max(last.end, r.end))
-        else:
-            merged.append(r)
-    return merged
 
 
 def compare_ranges(

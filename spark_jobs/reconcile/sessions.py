@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spark_jobs.reconcile.ranges import merged_spans
+from spark_jobs.offsets import merged_spans
 from spark_jobs.sinks import delta, postgres
 from spark_jobs.sinks.delta_log import union
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.offsets import PartitionRange
-from spark_jobs.reconcile.ranges import merged_spans
+from spark_jobs.offsets import PartitionRange, merged_spans
 from spark_jobs.repair import _batches, plan_repair
 
 
