@@ -16,6 +16,7 @@ from spark_jobs.session_changes import SESSIONIZE_COLUMNS
 from spark_jobs.sessionize import sessionize
 from spark_jobs.settings import Settings
 from spark_jobs.sinks import delta, postgres
+from spark_jobs.sinks.delta_log import union
 
 T = TypeVar("T")
 
@@ -123,13 +124,12 @@ def tagged_rows(spark, settings: Settings, reads: list[tuple[str, str, str]]) ->
     from pyspark.sql import functions as F
 
     frames = [
-        spark.read.format("delta").load(settings.table_path(table)).select(F.lit(tag), F.expr(expression))
+        spark.read.format("delta")
+        .load(settings.table_path(table))
+        .select(F.lit(tag).alias("tag"), F.expr(expression).alias("value"))
         for tag, table, expression in reads
     ]
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.union(frame)
-    return [(row[0], row[1]) for row in union.collect()]
+    return [(row["tag"], row["value"]) for row in union(frames[1:], frames[0]).collect()]
 
 
 def assert_offset_coverage(spark, settings: Settings, committed: int) -> None:
